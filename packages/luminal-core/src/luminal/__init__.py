@@ -1,0 +1,73 @@
+"""luminal: build a lazy static graph, compile it for a device, execute it fast.
+
+    import luminal as lm
+    g = lm.Graph()
+    a = g.tensor((3, 1), name="a").set([[1.0], [2.0], [3.0]])
+    c = (a * 2).retrieve()
+    g.compile((lm.GenericCompiler(), lm.backend()))
+    g.execute()
+    c.numpy()
+"""
+
+from . import functional
+from .backend import Backend, BackendStatus, Runtime
+from .compiler import Compiler, Looped, run_compiler
+from .compilers import GenericCompiler
+from .dtypes import DType, bfloat16, dtype_of, float16, float32, int32
+from .dtypes import bool_ as bool  # noqa: A001 (lm.bool mirrors torch.bool)
+from .graph import Graph, GraphModifiedError
+from .hl_ops.binary import maximum, minimum, where
+from .hl_ops.matmul import matmul
+from .hl_ops.movement import cat, stack
+from .shape import View
+from .symbolic import Expr, UnboundDimError
+from .tensor import GraphTensor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Backend",
+    "BackendStatus",
+    "Compiler",
+    "DType",
+    "Expr",
+    "GenericCompiler",
+    "Graph",
+    "GraphModifiedError",
+    "GraphTensor",
+    "Looped",
+    "Runtime",
+    "UnboundDimError",
+    "View",
+    "backend",
+    "backends",
+    "bfloat16",
+    "bool",
+    "cat",
+    "dtype_of",
+    "float16",
+    "float32",
+    "functional",
+    "hookimpl",
+    "hookspec",
+    "int32",
+    "matmul",
+    "maximum",
+    "minimum",
+    "run_compiler",
+    "stack",
+    "where",
+]
+
+
+def __getattr__(name: str):
+    # the plugin machinery loads lazily: `import luminal` never imports a plugin
+    if name in ("backend", "backends"):
+        from . import plugins
+
+        return getattr(plugins, name)
+    if name in ("hookimpl", "hookspec"):
+        from . import hookspecs
+
+        return getattr(hookspecs, name)
+    raise AttributeError(f"module 'luminal' has no attribute {name!r}")

@@ -1,0 +1,56 @@
+"""The backend contract: a backend is a compiler that lowers a graph onto its device.
+
+A backend plugin registers a `Backend` instance through the `luminal_register_backends` hook.
+Constructing it must be cheap and must not import the device SDK (cupy, pyopencl, ...): that
+happens in `probe()` and `compile()`, so `luminal plugins` stays fast everywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from .graph import Graph
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """Whether a backend can run here: `device` names it when available, `reason` says why not."""
+
+    available: bool
+    device: str = ""
+    reason: str = ""
+
+
+class Runtime(Protocol):
+    """What a backend's `compile()` installs on the graph (`graph.set_runtime`)."""
+
+    def execute(self, graph: Graph, dims: dict[str, int]) -> None:
+        """Run the compiled graph once with the graph's current inputs and dim values."""
+
+    def fetch(self, node_id: int) -> np.ndarray:
+        """Host copy of a retrieved or kept node's output (row-major, the node's shape)."""
+
+
+class Backend:
+    """Base class for backends. Subclasses set `name` and implement `probe` and `compile`.
+
+    `priority` orders backends for `lm.backend()` with no name: the highest available wins
+    (reference 0, OpenCL 50, cpu 100, Metal/CUDA 200).
+    """
+
+    name: str = ""
+    priority: int = 0
+    aliases: tuple[str, ...] = ()
+
+    def probe(self) -> BackendStatus:
+        return BackendStatus(True, device="host")
+
+    def compile(self, graph: Graph) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name!r}>"

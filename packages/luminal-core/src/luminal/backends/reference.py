@@ -1,0 +1,165 @@
+"""The reference backend: runs any graph with NumPy, one op at a time, through the views.
+
+It defines the semantics every other backend is tested against, so it favours plainness over
+speed. Two concessions keep it usable on real models: expanded views are read as zero-copy
+stride tricks, and a `SumReduce` of a single-use `Mul` (matmul, one-hot gather, convolution) is
+evaluated with `np.einsum` instead of materialising the broadcast product.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import ops
+from ..backend import Backend, BackendStatus
+from ..dtypes import compute_dtype
+from ..graph import Graph, Node
+from ..shape import View
+
+
+def concrete_view(view: View, dims: dict[str, int]) -> tuple:
+    """(shape, strides, offset, mask) as ints for the given dim values."""
+    v = view.substitute(dims) if dims else view
+    shape = tuple(d.value for d in v.shape)
+    strides = tuple(s.value for s in v.strides)
+    mask = None if v.mask is None else tuple((lo.value, hi.value) for lo, hi in v.mask)
+    return shape, strides, v.offset.value, mask
+
+
+def read_view(flat: np.ndarray, view: View, dims: dict[str, int]) -> np.ndarray:
+    """The logical array `view` reads from the 1-D buffer `flat` (padding reads 0)."""
+    return read_concrete(flat, *concrete_view(view, dims))
+
+
+def read_concrete(flat, shape, strides, offset, mask) -> np.ndarray:
+    n = int(np.prod(shape)) if shape else 1
+    if n == 0:
+        return np.zeros(shape, dtype=flat.dtype)
+    if mask is None:
+        lo = offset + sum(s * (d - 1) for s, d in zip(strides, shape) if s < 0)
+        hi = offset + sum(s * (d - 1) for s, d in zip(strides, shape) if s > 0)
+        if lo < 0 or hi >= flat.size:
+            raise IndexError(
+                f"view reads elements {lo}..{hi} of a buffer of {flat.size}: invalid view"
+            )
+        item = flat.itemsize
+        return np.lib.stride_tricks.as_strided(
+            flat[offset:], shape, tuple(s * item for s in strides), writeable=False
+        )
+    idx = np.full((1,) * len(shape), offset, dtype=np.int64)
+    valid = np.ones((1,) * len(shape), dtype=bool)
+    for k, (d, s) in enumerate(zip(shape, strides)):
+        ar = np.arange(d, dtype=np.int64).reshape([-1 if j == k else 1 for j in range(len(shape))])
+        idx = idx + ar * s
+        mlo, mhi = mask[k]
+        if mlo > 0 or mhi < d:
+            valid = valid & (ar >= mlo) & (ar < mhi)
+    idx = np.broadcast_to(idx, shape)
+    valid = np.broadcast_to(valid, shape)
+    if valid.any():
+        inside = idx[valid]
+        if inside.min() < 0 or inside.max() >= flat.size:
+            raise IndexError("view reads outside its buffer: invalid view")
+    safe = np.where(valid, idx, 0)
+    if flat.size == 0:
+        return np.zeros(shape, dtype=flat.dtype)
+    return np.where(valid, flat[safe], np.zeros((), dtype=flat.dtype))
+
+
+@dataclass
+class _Step:
+    node: Node
+    fused_mul: Node | None  # a Mul folded into this SumReduce
+    free_after: list[int]
+
+
+class ReferenceRuntime:
+    def __init__(self, graph: Graph):
+        order = graph.toposort()
+        outputs = graph.outputs()
+        users = graph.consumers()
+        fused: dict[int, Node] = {}
+        for n in order:
+            if isinstance(n.op, ops.SumReduce) and len(n.inputs) == 1:
+                src = graph.nodes[n.inputs[0].src]
+                if (
+                    isinstance(src.op, ops.Mul)
+                    and users[src.id] == [n.id]
+                    and src.id not in outputs
+                    and n.inputs[0].view.is_contiguous
+                    and src.dtype.is_float
+                ):
+                    fused[n.id] = src
+        skipped = {m.id for m in fused.values()}
+        last_use: dict[int, int] = {}
+        steps = [n for n in order if n.id not in skipped]
+        for i, n in enumerate(steps):
+            srcs = fused[n.id].inputs if n.id in fused else n.inputs
+            for e in srcs:
+                last_use[e.src] = i
+        free_at: dict[int, list[int]] = {}
+        for nid, i in last_use.items():
+            if nid not in outputs and not isinstance(graph.nodes[nid].op, ops.Input):
+                free_at.setdefault(i, []).append(nid)
+        self.steps = [_Step(n, fused.get(n.id), free_at.get(i, [])) for i, n in enumerate(steps)]
+        self.values: dict[int, np.ndarray] = {}
+
+    def execute(self, graph: Graph, dims: dict[str, int]) -> None:
+        values: dict[int, np.ndarray] = {}
+        for step in self.steps:
+            node = step.node
+            if isinstance(node.op, ops.Input):
+                values[node.id] = graph.data[node.id].reshape(-1)
+                continue
+            if step.fused_mul is not None:
+                out = self._sum_of_product(step.fused_mul, node, values, dims)
+            else:
+                xs = [
+                    read_view(values[e.src].astype(compute_dtype(node_dtype(graph, e.src)),
+                                                   copy=False), e.view, dims)
+                    for e in node.inputs
+                ]
+                out = node.op.reference(xs, node.dtype, dims)
+            shape = tuple(d.evaluate(dims) for d in node.shape)
+            out = np.asarray(out)
+            if out.shape != shape:
+                out = np.broadcast_to(out, shape)
+            values[node.id] = np.ascontiguousarray(out, dtype=node.dtype.numpy).reshape(-1)
+            for nid in step.free_after:
+                values.pop(nid, None)
+        self.values = values
+        for target, src in graph.assignments.items():
+            shape = tuple(d.evaluate(dims) for d in graph.nodes[src].shape)
+            graph.set_data(target, values[src].reshape(shape).copy())
+
+    def _sum_of_product(self, mul: Node, red: Node, values, dims) -> np.ndarray:
+        a, b = (
+            read_view(values[e.src].astype(np.float32, copy=False), e.view, dims)
+            for e in mul.inputs
+        )
+        axis = red.op.axis
+        letters = "abcdefghijklmnopqrstuvwxyz"[: a.ndim]
+        out = letters[:axis] + letters[axis + 1 :]
+        return np.einsum(f"{letters},{letters}->{out}", a, b, optimize=True)
+
+    def fetch(self, node_id: int) -> np.ndarray:
+        return self.values[node_id]
+
+
+def node_dtype(graph: Graph, node_id: int):
+    return graph.nodes[node_id].dtype
+
+
+class ReferenceBackend(Backend):
+    """NumPy, one op at a time. Always available; defines the semantics of every op."""
+
+    name = "reference"
+    priority = 0
+
+    def probe(self) -> BackendStatus:
+        return BackendStatus(True, device=f"NumPy {np.__version__} (host)")
+
+    def compile(self, graph: Graph) -> None:
+        graph.set_runtime(ReferenceRuntime(graph))

@@ -1,0 +1,348 @@
+"""Neural-network functions with `torch.nn.functional` names and semantics.
+
+`import luminal.functional as F` reads like PyTorch code. Convolutions and pools take sliding
+windows as views (`unfold`), then a matmul (im2col) or a reduction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from .dtypes import bool_, float32, int32
+from .hl_ops.binary import where
+from .hl_ops.creation import IOTA_INDEX, iota
+from .hl_ops.matmul import matmul
+from .hl_ops.movement import _one_hot
+from .shape import show_shape
+from .symbolic import lt, to_expr
+from .tensor import GraphTensor
+
+__all__ = [
+    "avg_pool1d", "avg_pool2d", "conv1d", "conv2d", "dropout", "elu", "embedding", "gelu",
+    "hardswish", "interpolate", "layer_norm", "leaky_relu", "linear", "log_softmax",
+    "max_pool1d", "max_pool2d", "mish", "normalize", "one_hot", "pad", "relu", "rms_norm",
+    "scaled_dot_product_attention", "sigmoid", "silu", "softmax", "softplus", "tanh",
+]
+
+
+def _tuple(v, n: int, name: str) -> tuple[int, ...]:
+    if isinstance(v, int):
+        return (v,) * n
+    v = tuple(v)
+    if len(v) != n:
+        raise ValueError(f"{name} must be an int or a tuple of {n} ints, got {v}")
+    return v
+
+
+def relu(x: GraphTensor) -> GraphTensor:
+    return x.relu()
+
+
+def gelu(x: GraphTensor, approximate: str = "none") -> GraphTensor:
+    return x.gelu(approximate)
+
+
+def silu(x: GraphTensor) -> GraphTensor:
+    return x.silu()
+
+
+def sigmoid(x: GraphTensor) -> GraphTensor:
+    return x.sigmoid()
+
+
+def tanh(x: GraphTensor) -> GraphTensor:
+    return x.tanh()
+
+
+def softplus(x: GraphTensor, beta: float = 1.0, threshold: float = 20.0) -> GraphTensor:
+    return x.softplus(beta, threshold)
+
+
+def leaky_relu(x: GraphTensor, negative_slope: float = 0.01) -> GraphTensor:
+    return x.leaky_relu(negative_slope)
+
+
+def elu(x: GraphTensor, alpha: float = 1.0) -> GraphTensor:
+    return x.elu(alpha)
+
+
+def hardswish(x: GraphTensor) -> GraphTensor:
+    return x.hardswish()
+
+
+def mish(x: GraphTensor) -> GraphTensor:
+    return x.mish()
+
+
+def softmax(x: GraphTensor, dim: int) -> GraphTensor:
+    return x.softmax(dim)
+
+
+def log_softmax(x: GraphTensor, dim: int) -> GraphTensor:
+    return x.log_softmax(dim)
+
+
+def pad(x: GraphTensor, pad: Sequence[int], mode: str = "constant", value: float = 0.0):
+    return x.pad(pad, mode, value)
+
+
+def dropout(x: GraphTensor, p: float = 0.5, training: bool = False) -> GraphTensor:
+    """Identity at inference. Training-time dropout needs a random mask input: pass one
+    explicitly (`x * mask / (1 - p)`)."""
+    if training and p > 0:
+        raise NotImplementedError("dropout(training=True): multiply by an input mask instead")
+    return x
+
+
+def linear(x: GraphTensor, weight: GraphTensor, bias: GraphTensor | None = None):
+    """x @ weight.T + bias, weight of shape (out_features, in_features) as in PyTorch."""
+    out = matmul(x, weight.transpose(-1, -2) if weight.ndim > 1 else weight)
+    return out + bias if bias is not None else out
+
+
+def one_hot(index: GraphTensor, num_classes: int) -> GraphTensor:
+    return _one_hot(index, to_expr(num_classes), int32)
+
+
+def embedding(index: GraphTensor, weight: GraphTensor) -> GraphTensor:
+    """Rows of `weight` (vocab, dim) picked by integer `index` of any shape."""
+    if weight.ndim != 2:
+        raise ValueError(f"embedding: weight must be 2-D, got {show_shape(weight.view.shape)}")
+    flat = index.reshape(-1)
+    rows = matmul(_one_hot(flat, weight.view.shape[0], weight.dtype), weight)
+    return rows.reshape((*index.view.shape, weight.view.shape[1]))
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> GraphTensor:
+    axes = _norm_axes(x, normalized_shape, "layer_norm")
+    xf = x._float()
+    mean = xf.mean(axes, keepdim=True)
+    centered = xf - mean
+    var = (centered * centered).mean(axes, keepdim=True)
+    out = centered * (var + eps).rsqrt()
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out
+
+
+def rms_norm(x, normalized_shape, weight=None, eps: float | None = None) -> GraphTensor:
+    axes = _norm_axes(x, normalized_shape, "rms_norm")
+    xf = x._float()
+    if eps is None:
+        eps = 1.1920928955078125e-07  # torch.finfo(float32).eps, PyTorch's default
+    out = xf * ((xf * xf).mean(axes, keepdim=True) + eps).rsqrt()
+    return out * weight if weight is not None else out
+
+
+def normalize(x: GraphTensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
+    return x / x.norm(p, dim, keepdim=True).clamp(min=eps)
+
+
+def _norm_axes(x: GraphTensor, normalized_shape, name: str) -> list[int]:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    tail = tuple(x.view.shape[x.ndim - len(shape):])
+    if len(shape) > x.ndim or tail != tuple(map(to_expr, shape)):
+        raise ValueError(
+            f"{name}: normalized_shape {shape} does not match the last dims of "
+            f"{show_shape(x.view.shape)}"
+        )
+    return list(range(x.ndim - len(shape), x.ndim))
+
+
+def _windows(x: GraphTensor, kernel, stride, dilation, spatial: int) -> GraphTensor:
+    """(N, C, *S) -> (N, C, *S_out, *kernel) sliding-window view over the last `spatial` axes."""
+    for k in range(spatial):
+        axis = 2 + k
+        if x.view.axis_masked(axis):
+            x = x.contiguous()
+        x = x._with_view(x.view.unfold(axis, kernel[k], stride[k], dilation[k]))
+    return x
+
+
+def _conv(x, weight, bias, stride, padding, dilation, groups, spatial: int, name: str):
+    if x.ndim != spatial + 2 or weight.ndim != spatial + 2:
+        raise ValueError(
+            f"{name}: expected input (N, C, ...) with {spatial} spatial dims and a weight of "
+            f"the same rank, got {show_shape(x.view.shape)} and {show_shape(weight.view.shape)}"
+        )
+    stride = _tuple(stride, spatial, "stride")
+    dilation = _tuple(dilation, spatial, "dilation")
+    if isinstance(padding, str):
+        raise NotImplementedError(f"{name}: string padding {padding!r}; pass ints")
+    padding = _tuple(padding, spatial, "padding")
+    n, c = x.view.shape[:2]
+    out_ch, cg = weight.view.shape[:2]
+    kernel = [d.value for d in weight.view.shape[2:]]
+    if not (c == to_expr(cg) * groups) or out_ch.value % groups:
+        raise ValueError(
+            f"{name}: input {show_shape(x.view.shape)} and weight "
+            f"{show_shape(weight.view.shape)} do not fit groups={groups}"
+        )
+    pads = []
+    for p in reversed(padding):
+        pads += [p, p]
+    xp = x.pad(pads) if any(padding) else x
+    win = _windows(xp, kernel, stride, dilation, spatial)  # (N, C, *So, *K)
+    out_sp = list(win.view.shape[2 : 2 + spatial])
+    g = groups
+    win = win.reshape((n, g, cg, *out_sp, *kernel))
+    # (N, g, *So, Cg, *K) -> (N, g, So, Cg*K): the im2col matrix
+    order = [0, 1, *range(3, 3 + spatial), 2, *range(3 + spatial, 3 + 2 * spatial)]
+    cols = win.permute(order).reshape((n, g, math.prod(d for d in out_sp) if all(
+        d.is_const for d in out_sp) else _prod(out_sp), -1))
+    w = weight.reshape((g, out_ch.value // g, -1)).transpose(-1, -2)  # (g, Cg*K, Og)
+    out = matmul(cols, w.unsqueeze(0))  # (N, g, So, Og)
+    out = out.permute(0, 1, 3, 2).reshape((n, out_ch, *out_sp))
+    if bias is not None:
+        out = out + bias.reshape((1, -1) + (1,) * spatial)
+    return out
+
+
+def _prod(dims):
+    out = to_expr(1)
+    for d in dims:
+        out = out * d
+    return out
+
+
+def conv1d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 1, "conv1d")
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
+
+
+def _pool(x, kernel_size, stride, padding, dilation, ceil_mode, spatial, fill, name):
+    if x.ndim not in (spatial + 1, spatial + 2):
+        raise ValueError(f"{name}: expected {spatial + 2}-D input, got {show_shape(x.view.shape)}")
+    unbatched = x.ndim == spatial + 1
+    if unbatched:
+        x = x.unsqueeze(0)
+    kernel = _tuple(kernel_size, spatial, "kernel_size")
+    stride = _tuple(stride if stride is not None and stride != [] else kernel, spatial, "stride")
+    padding = _tuple(padding, spatial, "padding")
+    dilation = _tuple(dilation, spatial, "dilation")
+    pads = []
+    for k in reversed(range(spatial)):
+        extra = 0
+        if ceil_mode:
+            size = x.view.shape[2 + k].value + 2 * padding[k]
+            span = dilation[k] * (kernel[k] - 1) + 1
+            out = -(-(size - span) // stride[k]) + 1
+            if (out - 1) * stride[k] >= size - padding[k]:
+                out -= 1
+            extra = max((out - 1) * stride[k] + span - size, 0)
+        pads += [padding[k], padding[k] + extra]
+    xp = x.pad(pads, value=fill) if any(pads) else x
+    win = _windows(xp, kernel, stride, dilation, spatial)
+    return win, x, kernel, stride, padding, pads, unbatched
+
+
+def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    win, *_, unbatched = _pool(x, kernel_size, stride, padding, dilation, ceil_mode, 1,
+                               -math.inf, "max_pool1d")
+    out = win.amax(-1)
+    return out.squeeze(0) if unbatched else out
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
+    win, *_, unbatched = _pool(x, kernel_size, stride, padding, dilation, ceil_mode, 2,
+                               -math.inf, "max_pool2d")
+    out = win.amax((-2, -1))
+    return out.squeeze(0) if unbatched else out
+
+
+def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+              spatial, name):
+    win, xb, kernel, stride, padding, pads, unbatched = _pool(
+        x, kernel_size, stride, padding, 1, ceil_mode, spatial, 0.0, name)
+    axes = tuple(range(-spatial, 0))
+    total = win._float().sum(axes)
+    if divisor_override:
+        out = total / divisor_override
+    elif count_include_pad and not ceil_mode:
+        out = total / math.prod(kernel)
+    else:
+        # count the window elements inside the (explicitly) padded input or the real input
+        ones = xb.graph.constant(1.0, float32).expand(xb.view.shape)
+        if count_include_pad:
+            sym = []
+            for k in reversed(range(spatial)):
+                sym += [padding[k], padding[k]]
+            ones = ones.pad(sym).contiguous()
+            extra = [max(p - q, 0) for p, q in zip(pads, sym)]
+            ones = ones.pad([0 if i % 2 == 0 else e for i, e in enumerate(extra)])
+        else:
+            ones = ones.pad(pads)
+        count = _windows(ones, kernel, stride, (1,) * spatial, spatial).sum(axes)
+        out = total / count
+    return out.squeeze(0) if unbatched else out
+
+
+def avg_pool1d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+    return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, None, 1,
+                     "avg_pool1d")
+
+
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, 2, "avg_pool2d")
+
+
+def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "nearest"):
+    """Resize the spatial dims of (N, C, *S) (PyTorch semantics of mode='nearest')."""
+    if mode != "nearest":
+        raise NotImplementedError(f"interpolate: mode {mode!r} (only 'nearest' is supported)")
+    spatial = x.ndim - 2
+    if spatial < 1:
+        raise ValueError(f"interpolate: expected (N, C, ...) input, got {show_shape(x.view.shape)}")
+    if (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: give exactly one of size and scale_factor")
+    ins = [d.value for d in x.view.shape[2:]]
+    if size is not None:
+        outs = list(_tuple(size, spatial, "size"))
+        scales = [i / o for i, o in zip(ins, outs)]
+    else:
+        factors = _tuple(scale_factor, spatial, "scale_factor") if not isinstance(
+            scale_factor, float) else (scale_factor,) * spatial
+        outs = [int(math.floor(i * f)) for i, f in zip(ins, factors)]
+        scales = [1.0 / f for f in factors]
+    out = x
+    for k, (i, o, s) in enumerate(zip(ins, outs, scales)):
+        axis = 2 + k
+        if o % i == 0 and s == i / o:
+            out = out.repeat_interleave(o // i, axis)
+        else:
+            src = iota(x.graph, IOTA_INDEX, (o,), float32) * s
+            idx = src.floor().to(int32).clamp(max=i - 1)
+            out = out.index_select(axis, idx)
+    return out
+
+
+def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: float | None = None,
+                                 enable_gqa: bool = False) -> GraphTensor:
+    """softmax(q @ k^T * scale + mask) @ v, PyTorch semantics (causal mask is top-left)."""
+    if dropout_p:
+        raise NotImplementedError("scaled_dot_product_attention: dropout_p must be 0")
+    d = q.view.shape[-1]
+    scale = scale if scale is not None else 1.0 / math.sqrt(d.value)
+    if enable_gqa and not q.view.shape[-3] == k.view.shape[-3]:
+        rep = q.view.shape[-3].value // k.view.shape[-3].value
+        k = k.repeat_interleave(rep, -3)
+        v = v.repeat_interleave(rep, -3)
+    scores = matmul(q, k.transpose(-1, -2)) * scale
+    if is_causal:
+        rows, cols = scores.view.shape[-2:]
+        i = IOTA_INDEX
+        keep = iota(q.graph, lt(i % cols, (i // cols) % rows + 1), (rows, cols), bool_)
+        scores = where(keep, scores, -math.inf)
+    if attn_mask is not None:
+        scores = where(attn_mask, scores, -math.inf) if attn_mask.dtype == bool_ else (
+            scores + attn_mask)
+    return matmul(scores.softmax(-1), v)

@@ -1,0 +1,338 @@
+"""The static graph: nodes, edges carrying views, inputs, compilation and execution."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import ops
+from .dtypes import DType, dtype_of, float32
+from .shape import Shape, View, as_shape, show_shape
+from .symbolic import Expr, ExprLike, UnboundDimError, to_expr
+
+if TYPE_CHECKING:
+    from .backend import Runtime
+    from .tensor import GraphTensor
+
+
+@dataclass
+class Edge:
+    """An input of a node: the producer's id and the view through which it is read."""
+
+    src: int
+    view: View
+
+
+@dataclass
+class Node:
+    id: int
+    op: ops.Op
+    inputs: list[Edge]
+    shape: Shape
+    dtype: DType
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        srcs = ", ".join(str(e.src) for e in self.inputs)
+        return f"%{self.id} = {self.op.label()}({srcs}) : {self.dtype.name}{show_shape(self.shape)}"
+
+
+class GraphModifiedError(RuntimeError):
+    pass
+
+
+class Graph:
+    """A lazy static graph. Build tensors, `compile()` once, `execute()` many times."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, Node] = {}
+        self._next_id = 0
+        self._forward: dict[int, int] = {}  # node ids replaced by compilers -> their successor
+        self.retrieved: set[int] = set()
+        self.kept: set[int] = set()
+        self.assignments: dict[int, int] = {}  # input id -> node whose value it takes next run
+        self.dims: dict[str, int] = {}
+        self.data: dict[int, np.ndarray] = {}  # host values of inputs
+        self.data_version: dict[int, int] = {}  # bumped on every set(), lets runtimes skip uploads
+        self.runtime: Runtime | None = None
+        self._compilers: Any = None
+        self._version = 0  # bumped when nodes change
+        self._compiled_version = -1
+
+    # ----- building -----------------------------------------------------------------------
+    def add_node(self, op: ops.Op, inputs: Sequence[Edge], shape: Shape, dtype: DType) -> Node:
+        node = Node(self._next_id, op, list(inputs), shape, dtype)
+        self.nodes[node.id] = node
+        self._next_id += 1
+        self._version += 1
+        return node
+
+    def tensor(
+        self, shape: Sequence[ExprLike], name: str | None = None, dtype: DType | str = float32
+    ) -> GraphTensor:
+        """A new input. Dims are ints or names of symbolic dims (`("seq", 576)`)."""
+        from .tensor import GraphTensor
+
+        shape = as_shape(shape)
+        for d in shape:
+            if d.is_const and d.value < 0:
+                raise ValueError(f"input {name!r}: negative dimension in shape {show_shape(shape)}")
+        name = name or f"input{self._next_id}"
+        node = self.add_node(ops.Input(name), [], shape, dtype_of(dtype))
+        return GraphTensor(self, node.id, View.contiguous(shape), node.dtype)
+
+    def named_tensor(self, name: str, shape: Sequence[ExprLike], dtype=float32) -> GraphTensor:
+        return self.tensor(shape, name=name, dtype=dtype)
+
+    def constant(self, value: float | int | bool | Expr | str, dtype: DType | str = float32):
+        """A scalar constant (shape ()): a number, or a symbolic expression over dims."""
+        from .tensor import GraphTensor
+
+        if isinstance(value, str):
+            value = Expr.var(value)
+        if isinstance(value, Expr) and value.is_const:
+            value = value.value
+        dtype = dtype_of(dtype)
+        if not isinstance(value, Expr):
+            value = bool(value) if dtype.name == "bool" else (
+                float(value) if dtype.is_float else int(value)
+            )
+        node = self.add_node(ops.Constant(value), [], (), dtype)
+        return GraphTensor(self, node.id, View.contiguous(()), dtype)
+
+    def set_dim(self, name: str, value: int) -> Graph:
+        """Bind symbolic dim `name` for the next executions."""
+        if int(value) < 0:
+            raise ValueError(f"symbolic dim {name!r} must be >= 0, got {value}")
+        self.dims[name] = int(value)
+        return self
+
+    def assign(self, target: GraphTensor, value: GraphTensor) -> None:
+        """After each `execute()`, input `target` takes the value `value` had (on the device).
+
+        This is how state (KV caches, optimizer moments, weights being trained) persists across
+        executions without a host round trip. Ranks and dtypes must match; with symbolic dims
+        the caller updates the dims it changed (e.g. the cache length) with `set_dim`.
+        """
+        tnode = self.nodes[self.resolve(target.id)]
+        if not isinstance(tnode.op, ops.Input):
+            raise TypeError("assign(): the target must be an input tensor made by Graph.tensor()")
+        if len(value.shape) != len(tnode.shape) or value.dtype != tnode.dtype:
+            raise ValueError(
+                f"assign(): value {value.dtype.name}{show_shape(value.view.shape)} does not "
+                f"match target {tnode.dtype.name}{show_shape(tnode.shape)}"
+            )
+        value = value.contiguous_if_view()
+        self.assignments[tnode.id] = value.id
+        self.kept.add(value.id)
+        self._version += 1
+
+    # ----- structure ----------------------------------------------------------------------
+    def resolve(self, node_id: int) -> int:
+        """The live node holding what `node_id` computed (compilers may have replaced it)."""
+        while node_id in self._forward:
+            node_id = self._forward[node_id]
+        return node_id
+
+    def consumers(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {n: [] for n in self.nodes}
+        for n in self.nodes.values():
+            for e in n.inputs:
+                out[e.src].append(n.id)
+        return out
+
+    def toposort(self) -> list[Node]:
+        indeg = {n: 0 for n in self.nodes}
+        users = self.consumers()
+        for n in self.nodes.values():
+            indeg[n.id] = len({e.src for e in n.inputs})
+        ready = sorted(n for n, d in indeg.items() if d == 0)
+        order: list[Node] = []
+        while ready:
+            nid = ready.pop()
+            order.append(self.nodes[nid])
+            for u in dict.fromkeys(users[nid]):
+                indeg[u] -= 1
+                if indeg[u] == 0:
+                    ready.append(u)
+        if len(order) != len(self.nodes):
+            raise RuntimeError("graph has a cycle")
+        return order
+
+    def outputs(self) -> set[int]:
+        """Nodes whose values must survive execution: retrieved, kept, assigned."""
+        return self.retrieved | self.kept | set(self.assignments.values())
+
+    def replace(self, old: int, new: int) -> None:
+        """Route every consumer of `old` to `new` (same logical output) and drop `old`."""
+        if old == new:
+            return
+        for n in self.nodes.values():
+            for e in n.inputs:
+                if e.src == old:
+                    e.src = new
+        for s in (self.retrieved, self.kept):
+            if old in s:
+                s.discard(old)
+                s.add(new)
+        for k, v in list(self.assignments.items()):
+            if v == old:
+                self.assignments[k] = new
+        self._forward[old] = new
+        self.remove(old)
+
+    def remove(self, node_id: int) -> None:
+        self.nodes.pop(node_id, None)
+        self.data.pop(node_id, None)
+        self._version += 1
+
+    def input_nodes(self) -> list[Node]:
+        return [n for n in self.nodes.values() if isinstance(n.op, ops.Input)]
+
+    def free_dims(self) -> set[str]:
+        names: set[str] = set()
+        for n in self.nodes.values():
+            for d in n.shape:
+                names |= d.free_vars
+            for e in n.inputs:
+                for d in (*e.view.shape, *e.view.strides, e.view.offset):
+                    names |= d.free_vars
+            if isinstance(n.op, ops.Constant) and isinstance(n.op.value, Expr):
+                names |= n.op.value.free_vars
+        return names
+
+    # ----- compile & execute --------------------------------------------------------------
+    def compile(self, compilers: Any = ()) -> Graph:
+        """Run a compiler, or a tuple/list of compilers left to right, over this graph.
+
+        A backend in the chain lowers the graph onto its device. Without one, `execute()` runs
+        the reference backend. Tensor handles stay valid: compilers remap them internally.
+        """
+        from .compiler import run_compiler
+
+        self.runtime = None
+        run_compiler(compilers, self)
+        self._compilers = compilers
+        self._compiled_version = self._version
+        return self
+
+    def set_runtime(self, runtime: Runtime) -> None:
+        """Called by a backend's `compile()` to install what `execute()` runs."""
+        self.runtime = runtime
+
+    def execute(self) -> Graph:
+        """Run the graph with the current inputs and dims. Compiles for the reference backend
+        if `compile()` installed no backend."""
+        if self.runtime is None:
+            from .backends.reference import ReferenceBackend
+
+            ReferenceBackend().compile(self)
+            self._compiled_version = self._version
+        elif self._version != self._compiled_version:
+            raise GraphModifiedError(
+                "the graph changed after compile(): call g.compile(...) again before execute()"
+            )
+        dims = self.check_inputs()
+        self.runtime.execute(self, dims)
+        return self
+
+    def check_inputs(self) -> dict[str, int]:
+        """Verify every input is set and agrees with the bound dims; return the dim values."""
+        missing = sorted(self.free_dims() - self.dims.keys())
+        if missing:
+            raise UnboundDimError(missing)
+        for n in self.input_nodes():
+            if n.id not in self.data:
+                raise ValueError(
+                    f"input {n.op.label_name!r} {show_shape(n.shape)} was never set(): "
+                    f"bind data with tensor.set(array) before execute()"
+                )
+            want = tuple(d.evaluate(self.dims) for d in n.shape)
+            have = self.data[n.id].shape
+            if have != want:
+                bound = ", ".join(f"{k}={self.dims[k]}" for k in sorted(
+                    set().union(*(d.free_vars for d in n.shape))))
+                raise ValueError(
+                    f"input {n.op.label_name!r} holds data of shape {have} but its shape "
+                    f"{show_shape(n.shape)} with {bound} is {want}"
+                )
+        return dict(self.dims)
+
+    def set_data(self, node_id: int, array: np.ndarray) -> None:
+        self.data[node_id] = array
+        self.data_version[node_id] = self.data_version.get(node_id, 0) + 1
+
+    def fetch(self, node_id: int) -> np.ndarray:
+        """The value of a node after `execute()` (host array in the node's shape)."""
+        nid = self.resolve(node_id)
+        node = self.nodes.get(nid)
+        if node is None:
+            raise KeyError(
+                "this tensor was removed by compilation: call .retrieve() on it before compile()"
+            )
+        if isinstance(node.op, ops.Input):
+            if nid not in self.data:
+                raise ValueError(f"input {node.op.label_name!r} was never set()")
+            return self.data[nid]
+        if self.runtime is None:
+            raise RuntimeError("the graph has not been executed yet: call g.execute() first")
+        if nid not in self.outputs():
+            raise ValueError(
+                "this tensor was not retrieved: call .retrieve() on it before compile()"
+            )
+        return self.runtime.fetch(nid)
+
+    # ----- printing -----------------------------------------------------------------------
+    def to_dot(self) -> str:
+        from .printer import to_dot
+
+        return to_dot(self)
+
+    def display(self, path: str | None = None, fmt: str = "svg") -> str:
+        """Render with graphviz to `path` (default: a temp file); returns the file path."""
+        from .printer import display
+
+        return display(self, path, fmt)
+
+    def __repr__(self) -> str:
+        lines = [repr(n) for n in self.toposort()]
+        return "Graph(\n  " + "\n  ".join(lines) + "\n)"
+
+
+def edges_of(tensors: Iterable[GraphTensor]) -> list[Edge]:
+    return [Edge(t.id, t.view) for t in tensors]
+
+
+def check_same_shape(name: str, a: Sequence[Expr], b: Sequence[Expr]) -> None:
+    if len(a) != len(b) or any(not to_expr(x) == to_expr(y) for x, y in zip(a, b)):
+        raise ValueError(f"{name}: shapes {show_shape(a)} and {show_shape(b)} do not match")
+
+
+def _creation_methods() -> None:
+    """Graph.arange/ones/zeros/full/eye: thin wrappers over hl_ops.creation."""
+    from .hl_ops import creation
+
+    def arange(self, start, end=None, step=1, dtype=None):
+        """`torch.arange` as a graph tensor (computed from the index, no data)."""
+        return creation.arange(self, start, end, step, dtype)
+
+    def full(self, shape, value, dtype=None):
+        return creation.full(self, shape, value, dtype)
+
+    def ones(self, shape, dtype=float32):
+        return creation.full(self, shape, 1.0 if dtype_of(dtype).is_float else 1, dtype)
+
+    def zeros(self, shape, dtype=float32):
+        return creation.full(self, shape, 0.0 if dtype_of(dtype).is_float else 0, dtype)
+
+    def eye(self, n, m=None, dtype=float32):
+        return creation.eye(self, n, m, dtype)
+
+    for fn in (arange, full, ones, zeros, eye):
+        setattr(Graph, fn.__name__, fn)
+
+
+_creation_methods()

@@ -1,0 +1,1 @@
+"""High-level ops, grouped by kind; each is a short composition of primitives."""

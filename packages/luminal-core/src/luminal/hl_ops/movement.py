@@ -1,0 +1,459 @@
+"""Movement ops: view changes (no data moves) and the few that need `Contiguous` or arithmetic
+(cat is pad + add, gather is one-hot + sum)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..dtypes import bool_, int32, promote
+from ..shape import show_shape
+from ..symbolic import Expr, ExprLike, lt, smax, smin, to_expr
+
+if TYPE_CHECKING:
+    from ..tensor import GraphTensor
+
+
+def _axis(dim: int, ndim: int, what: str = "dim") -> int:
+    if not -ndim <= dim < max(ndim, 1):
+        raise IndexError(f"{what} {dim} is out of range for a tensor with {ndim} dims")
+    return dim % max(ndim, 1)
+
+
+def _sizes(args) -> tuple:
+    if len(args) == 1 and isinstance(args[0], (tuple, list)):
+        return tuple(args[0])
+    return tuple(args)
+
+
+def cat(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
+    """Concatenate along `dim` (PyTorch `torch.cat`): each input padded into place, summed."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("cat: expected a non-empty list of tensors")
+    first = tensors[0]
+    axis = _axis(dim, first.ndim)
+    for t in tensors[1:]:
+        ok = t.ndim == first.ndim and all(
+            a == b for i, (a, b) in enumerate(zip(t.view.shape, first.view.shape)) if i != axis
+        )
+        if not ok:
+            raise ValueError(
+                f"cat: shapes {show_shape(first.view.shape)} and {show_shape(t.view.shape)} "
+                f"differ outside dim {dim}"
+            )
+    if len(tensors) == 1:
+        return first
+    dtype = first.dtype
+    for t in tensors[1:]:
+        dtype = promote(dtype, t.dtype)
+    total = to_expr(0)
+    for t in tensors:
+        total = total + t.view.shape[axis]
+    before = to_expr(0)
+    out = None
+    for t in tensors:
+        after = total - before - t.view.shape[axis]
+        padded = t.to(dtype)._pad_axis(axis, before, after)
+        out = padded if out is None else out + padded
+        before = before + t.view.shape[axis]
+    return out
+
+
+def stack(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("stack: expected a non-empty list of tensors")
+    axis = _axis(dim, tensors[0].ndim + 1)
+    for t in tensors[1:]:
+        if tuple(t.view.shape) != tuple(tensors[0].view.shape):
+            raise ValueError(
+                f"stack: shapes {show_shape(tensors[0].view.shape)} and "
+                f"{show_shape(t.view.shape)} differ"
+            )
+    return cat([t.unsqueeze(axis) for t in tensors], dim=axis)
+
+
+class MovementOps:
+    # ----- pure views ---------------------------------------------------------------------
+    def reshape(self, *shape) -> GraphTensor:
+        """A new shape with the same elements; one dim may be -1. A view when the strides
+        allow it, otherwise the data is made contiguous first."""
+        shape = list(_sizes(shape))
+        numel = self.view.numel
+        if sum(1 for d in shape if isinstance(d, int) and d == -1) > 1:
+            raise ValueError(f"reshape: only one dim can be -1 in {tuple(shape)}")
+        if -1 in [d for d in shape if isinstance(d, int)]:
+            known = to_expr(1)
+            for d in shape:
+                if not (isinstance(d, int) and d == -1):
+                    known = known * to_expr(d)
+            inferred = numel // known
+            if not inferred * known == numel:
+                raise ValueError(
+                    f"reshape: cannot view {show_shape(self.view.shape)} as {tuple(shape)}"
+                )
+            shape = [inferred if isinstance(d, int) and d == -1 else d for d in shape]
+        new = tuple(map(to_expr, shape))
+        total = to_expr(1)
+        for d in new:
+            total = total * d
+        if not total == numel:
+            raise ValueError(
+                f"reshape: shape {show_shape(self.view.shape)} ({numel} elements) cannot "
+                f"become {show_shape(new)} ({total} elements)"
+            )
+        if tuple(new) == tuple(self.view.shape):
+            return self
+        view = self.view.reshape(new)
+        if view is None:
+            base = self.contiguous()
+            view = base.view.reshape(new)
+            return base._with_view(view)
+        return self._with_view(view)
+
+    def view_as(self, other: GraphTensor) -> GraphTensor:
+        return self.reshape(other.view.shape)
+
+    def view(self, *shape) -> GraphTensor:
+        return self.reshape(*shape)
+
+    def permute(self, *dims) -> GraphTensor:
+        dims = [_axis(d, self.ndim) for d in _sizes(dims)]
+        if sorted(dims) != list(range(self.ndim)):
+            raise ValueError(
+                f"permute: {tuple(dims)} is not a permutation of the dims of a tensor with "
+                f"shape {show_shape(self.view.shape)}"
+            )
+        return self._with_view(self.view.permute(dims))
+
+    def transpose(self, dim0: int, dim1: int) -> GraphTensor:
+        perm = list(range(self.ndim))
+        a, b = _axis(dim0, self.ndim), _axis(dim1, self.ndim)
+        perm[a], perm[b] = perm[b], perm[a]
+        return self.permute(perm)
+
+    def t(self) -> GraphTensor:
+        if self.ndim > 2:
+            raise ValueError(f"t() expects a tensor with <= 2 dims, got {self.ndim}")
+        return self if self.ndim < 2 else self.transpose(0, 1)
+
+    @property
+    def T(self) -> GraphTensor:  # noqa: N802 (PyTorch name)
+        return self.permute(list(reversed(range(self.ndim))))
+
+    @property
+    def mT(self) -> GraphTensor:  # noqa: N802
+        return self.transpose(-2, -1)
+
+    def movedim(self, source: int, destination: int) -> GraphTensor:
+        src, dst = _axis(source, self.ndim), _axis(destination, self.ndim)
+        order = [i for i in range(self.ndim) if i != src]
+        order.insert(dst, src)
+        return self.permute(order)
+
+    def expand(self, *sizes) -> GraphTensor:
+        sizes = list(_sizes(sizes))
+        if len(sizes) < self.ndim:
+            raise ValueError(
+                f"expand: {tuple(sizes)} has fewer dims than {show_shape(self.view.shape)}"
+            )
+        lead = len(sizes) - self.ndim
+        cur = (to_expr(1),) * lead + tuple(self.view.shape)
+        target = []
+        for i, s in enumerate(sizes):
+            if isinstance(s, int) and s == -1:
+                if i < lead:
+                    raise ValueError("expand: -1 is not allowed for new leading dims")
+                target.append(cur[i])
+            else:
+                s = to_expr(s)
+                if not (cur[i] == s or cur[i] == 1):
+                    raise ValueError(
+                        f"expand: cannot expand shape {show_shape(self.view.shape)} to "
+                        f"{show_shape([to_expr(x) if x != -1 else cur[j] for j, x in enumerate(sizes)])}"
+                    )
+                target.append(s)
+        from .binary import broadcast_to
+
+        return broadcast_to(self, target)
+
+    def expand_as(self, other: GraphTensor) -> GraphTensor:
+        return self.expand(other.view.shape)
+
+    def broadcast_to(self, shape) -> GraphTensor:
+        return self.expand(*shape)
+
+    def unsqueeze(self, dim: int) -> GraphTensor:
+        axis = _axis(dim, self.ndim + 1)
+        shape = list(self.view.shape)
+        shape.insert(axis, to_expr(1))
+        return self.reshape(shape)
+
+    def squeeze(self, dim: int | Sequence[int] | None = None) -> GraphTensor:
+        if dim is None:
+            axes = {i for i, d in enumerate(self.view.shape) if d == 1}
+        else:
+            dims = [dim] if isinstance(dim, int) else dim
+            axes = {_axis(d, self.ndim) for d in dims if self.view.shape[_axis(d, self.ndim)] == 1}
+        return self.reshape([d for i, d in enumerate(self.view.shape) if i not in axes])
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> GraphTensor:
+        if self.ndim == 0:
+            return self.reshape(1)
+        a, b = _axis(start_dim, self.ndim), _axis(end_dim, self.ndim)
+        shape = list(self.view.shape)
+        merged = to_expr(1)
+        for d in shape[a : b + 1]:
+            merged = merged * d
+        return self.reshape(shape[:a] + [merged] + shape[b + 1 :])
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> GraphTensor:
+        a = _axis(dim, self.ndim)
+        shape = list(self.view.shape)
+        return self.reshape(shape[:a] + list(sizes) + shape[a + 1 :])
+
+    def _slice_axis(self, axis: int, start, stop, step: int = 1) -> GraphTensor:
+        """Python slice semantics (clamped, negative indices from the end) on one axis."""
+        n = self.view.shape[axis]
+        if step == 0:
+            raise ValueError("slice step cannot be zero")
+
+        def norm(i, default):
+            if i is None:
+                return default
+            i = to_expr(i)
+            if i.is_const and i.value < 0:
+                i = n + i
+            return i
+
+        if step > 0:
+            lo = smin(smax(norm(start, to_expr(0)), 0), n)
+            hi = smin(smax(norm(stop, n), lo), n)
+        else:
+            lo = smin(smax(norm(start, n - 1), -1), n - 1)
+            hi = smin(smax(norm(stop, to_expr(-1)), -1), lo)
+        view = self.view
+        if view.axis_masked(axis) and step != 1:
+            base = self.contiguous()
+            return base._with_view(base.view.slice(axis, lo, hi, step))
+        return self._with_view(view.slice(axis, lo, hi, step))
+
+    def narrow(self, dim: int, start: ExprLike, length: ExprLike) -> GraphTensor:
+        a = _axis(dim, self.ndim)
+        return self._slice_axis(a, start, to_expr(start) + to_expr(length))
+
+    def __getitem__(self, index) -> GraphTensor:
+        from ..tensor import GraphTensor
+
+        if not isinstance(index, tuple):
+            index = (index,)
+        n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
+        if sum(1 for i in index if i is Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis")
+        if n_real > self.ndim:
+            raise IndexError(
+                f"too many indices ({n_real}) for a tensor of shape {show_shape(self.view.shape)}"
+            )
+        expanded: list = []
+        for i in index:
+            if i is Ellipsis:
+                expanded.extend([slice(None)] * (self.ndim - n_real))
+            else:
+                expanded.append(i)
+        out = self
+        axis = 0
+        drop: list[int] = []
+        for i in expanded:
+            if i is None:
+                out = out.unsqueeze(axis)
+                axis += 1
+            elif isinstance(i, slice):
+                if axis < out.ndim:
+                    out = out._slice_axis(axis, i.start, i.stop, 1 if i.step is None else i.step)
+                axis += 1
+            elif isinstance(i, GraphTensor):
+                if i.dtype == bool_:
+                    raise IndexError("boolean mask indexing has a data-dependent shape")
+                out = out.index_select(axis, i.flatten()).unflatten(axis, i.view.shape) if (
+                    i.ndim != 1) else out.index_select(axis, i)
+                axis += i.ndim
+            else:
+                size = out.view.shape[axis]
+                k = to_expr(i)
+                if k.is_const and k.value < 0:
+                    k = size + k
+                if size.is_const and k.is_const and not 0 <= k.value < size.value:
+                    raise IndexError(
+                        f"index {i} is out of bounds for dim {axis} with size {size.value}"
+                    )
+                out = out._slice_axis(axis, k, k + 1)
+                drop.append(axis)
+                axis += 1
+        if drop:
+            shape = [d for a, d in enumerate(out.view.shape) if a not in drop]
+            out = out.reshape(shape)
+        return out
+
+    def _pad_axis(self, axis: int, before: ExprLike, after: ExprLike) -> GraphTensor:
+        before, after = to_expr(before), to_expr(after)
+        if before == 0 and after == 0:
+            return self
+        return self._with_view(self.view.pad(axis, before, after))
+
+    def pad(self, pad: Sequence[int], mode: str = "constant", value: float = 0.0):
+        """PyTorch `F.pad`: pairs (left, right) from the last dim backwards; negative pads
+        crop."""
+        if mode != "constant":
+            raise NotImplementedError(f"pad: mode {mode!r} (only 'constant' is supported)")
+        if len(pad) % 2 or len(pad) // 2 > self.ndim:
+            raise ValueError(f"pad: {tuple(pad)} must hold a (left, right) pair per padded dim")
+        out = self
+        for k in range(len(pad) // 2):
+            axis = self.ndim - 1 - k
+            left, right = pad[2 * k], pad[2 * k + 1]
+            if (isinstance(left, int) and left < 0) or (isinstance(right, int) and right < 0):
+                n = out.view.shape[axis]
+                out = out._slice_axis(axis, max(-left, 0) if isinstance(left, int) else 0,
+                                      n - max(-right, 0) if isinstance(right, int) else n)
+                left = max(left, 0) if isinstance(left, int) else left
+                right = max(right, 0) if isinstance(right, int) else right
+            out = out._pad_axis(axis, left, right)
+        if value != 0:
+            from .binary import where
+
+            inside = self.graph.constant(True, bool_).expand(self.view.shape).pad(pad)
+            out = where(inside, out, value)
+        return out
+
+    def flip(self, *dims) -> GraphTensor:
+        out = self
+        for d in _sizes(dims):
+            out = out._slice_axis(_axis(d, self.ndim), None, None, -1)
+        return out
+
+    def roll(self, shifts: int, dim: int) -> GraphTensor:
+        a = _axis(dim, self.ndim)
+        n = self.view.shape[a]
+        if not n.is_const:
+            raise ValueError("roll: needs a static size on the rolled dim")
+        s = shifts % n.value
+        if s == 0:
+            return self
+        return cat([self._slice_axis(a, n.value - s, None), self._slice_axis(a, 0, n.value - s)], a)
+
+    def repeat(self, *sizes) -> GraphTensor:
+        """Tile the tensor (PyTorch `Tensor.repeat`)."""
+        sizes = _sizes(sizes)
+        if len(sizes) < self.ndim:
+            raise ValueError(f"repeat: needs at least {self.ndim} sizes, got {len(sizes)}")
+        x = self.reshape((1,) * (len(sizes) - self.ndim) + tuple(self.view.shape))
+        shape = list(x.view.shape)
+        inter = []
+        for d in shape:
+            inter += [to_expr(1), d]
+        x = x.reshape(inter)
+        target = []
+        for r, d in zip(sizes, shape):
+            target += [to_expr(r), d]
+        x = x.expand(target)
+        return x.reshape([to_expr(r) * d for r, d in zip(sizes, shape)])
+
+    def repeat_interleave(self, repeats: int, dim: int) -> GraphTensor:
+        a = _axis(dim, self.ndim)
+        x = self.unsqueeze(a + 1)
+        shape = list(x.view.shape)
+        shape[a + 1] = to_expr(repeats)
+        return x.expand(shape).flatten(a, a + 1)
+
+    def unfold(self, dimension: int, size: int, step: int) -> GraphTensor:
+        """Sliding windows as a view (PyTorch `Tensor.unfold`)."""
+        a = _axis(dimension, self.ndim)
+        x = self.contiguous() if self.view.axis_masked(a) else self
+        return x._with_view(x.view.unfold(a, size, step))
+
+    def split(self, split_size_or_sections, dim: int = 0) -> list[GraphTensor]:
+        a = _axis(dim, self.ndim)
+        n = self.view.shape[a]
+        if isinstance(split_size_or_sections, int):
+            if not n.is_const:
+                raise ValueError("split: needs a static size on the split dim")
+            step = split_size_or_sections
+            sizes = [min(step, n.value - i) for i in range(0, n.value, step)]
+        else:
+            sizes = list(split_size_or_sections)
+            total = sum(sizes)
+            if n.is_const and total != n.value:
+                raise ValueError(f"split: sections {sizes} do not sum to the dim size {n.value}")
+        out, start = [], 0
+        for s in sizes:
+            out.append(self._slice_axis(a, start, start + s))
+            start += s
+        return out
+
+    def chunk(self, chunks: int, dim: int = 0) -> list[GraphTensor]:
+        a = _axis(dim, self.ndim)
+        n = self.view.shape[a]
+        if not n.is_const:
+            raise ValueError("chunk: needs a static size on the chunked dim")
+        step = -(-n.value // chunks)
+        return self.split(step, a)
+
+    # ----- data-dependent indexing (one-hot) ----------------------------------------------
+    def index_select(self, dim: int, index: GraphTensor) -> GraphTensor:
+        """Rows of `dim` picked by the 1-D int tensor `index` (one-hot matmul; backends turn
+        it into a gather)."""
+        a = _axis(dim, self.ndim)
+        if index.ndim != 1:
+            raise ValueError(f"index_select: index must be 1-D, got {show_shape(index.view.shape)}")
+        n = self.view.shape[a]
+        onehot = _one_hot(index, n, self.dtype)  # (k, n)
+        moved = self.movedim(a, -1).unsqueeze(-2)  # (..., 1, n)
+        picked = (moved * onehot).sum(-1)  # (..., k)
+        return picked.movedim(-1, a)
+
+    def gather(self, dim: int, index: GraphTensor) -> GraphTensor:
+        """PyTorch `torch.gather`: out[i][j] = self[i][index[i][j]] for dim=1, etc."""
+        a = _axis(dim, self.ndim)
+        if index.ndim != self.ndim:
+            raise ValueError(
+                f"gather: index {show_shape(index.view.shape)} and input "
+                f"{show_shape(self.view.shape)} need the same number of dims"
+            )
+        x = self
+        for ax, (di, dx) in enumerate(zip(index.view.shape, self.view.shape)):
+            if ax != a and not di == dx:
+                x = x._slice_axis(ax, 0, di)
+        n = self.view.shape[a]
+        onehot = _one_hot(index, n, self.dtype)  # index.shape + (n,)
+        xs = x.movedim(a, -1).unsqueeze(a)  # shape with 1 at a, n last
+        return (onehot * xs).sum(-1)
+
+    def tril(self, diagonal: int = 0) -> GraphTensor:
+        return self * _tri_mask(self, diagonal, lower=True)
+
+    def triu(self, diagonal: int = 0) -> GraphTensor:
+        return self * _tri_mask(self, diagonal, lower=False)
+
+
+def _one_hot(index: GraphTensor, n: Expr, dtype) -> GraphTensor:
+    """(index == arange(n)) with a trailing axis of size n, as `dtype`."""
+    from .creation import IOTA_INDEX, iota
+
+    idx = index.to(int32).unsqueeze(-1)
+    ar = iota(index.graph, IOTA_INDEX, (n,), int32)
+    shape = (*index.view.shape, n)
+    return (idx.expand(shape) == ar.expand(shape)).to(dtype)
+
+
+def _tri_mask(x: GraphTensor, k: int, lower: bool) -> GraphTensor:
+    from .creation import IOTA_INDEX, iota
+
+    if x.ndim < 2:
+        raise ValueError(f"tril/triu expect at least 2 dims, got {show_shape(x.view.shape)}")
+    rows, cols = x.view.shape[-2], x.view.shape[-1]
+    i = IOTA_INDEX
+    col, row = i % cols, (i // cols) % rows
+    keep = lt(col - row, k + 1) if lower else lt(row - col, 1 - k)
+    mask = iota(x.graph, keep, (rows, cols), bool_)
+    return mask.expand(x.view.shape).to(x.dtype)

@@ -1,0 +1,190 @@
+"""Reductions (PyTorch names, `dim`/`keepdim`, negative axes) composed from SumReduce and
+MaxReduce."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
+
+from .. import ops
+from ..dtypes import bool_, float32, int32
+from ..symbolic import to_expr
+
+if TYPE_CHECKING:
+    from ..tensor import GraphTensor
+
+
+class ValuesIndices(NamedTuple):
+    """What `max(dim)` / `min(dim)` return, as in PyTorch."""
+
+    values: GraphTensor
+    indices: GraphTensor
+
+
+def _axes(x: GraphTensor, dim) -> list[int]:
+    if dim is None:
+        return list(range(x.ndim))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    out = []
+    for d in dims:
+        if not -x.ndim <= d < max(x.ndim, 1):
+            raise IndexError(f"dim {d} is out of range for a tensor with {x.ndim} dims")
+        out.append(d % max(x.ndim, 1))
+    return sorted(set(out))
+
+
+def _reduce(x: GraphTensor, op_type, dim, keepdim: bool) -> GraphTensor:
+    if x.ndim == 0:
+        return x
+    axes = _axes(x, dim)
+    out = x
+    for a in reversed(axes):  # from the back so earlier axis numbers stay valid
+        out = out._new(op_type(a), out)
+    if keepdim:
+        shape = [to_expr(1) if i in axes else d for i, d in enumerate(x.view.shape)]
+        out = out.reshape(shape)
+    return out
+
+
+def _count(x: GraphTensor, axes: Sequence[int]) -> GraphTensor | float:
+    n = to_expr(1)
+    for a in axes:
+        n = n * x.view.shape[a]
+    return float(n.value) if n.is_const else x.graph.constant(n, float32)
+
+
+class ReductionOps:
+    def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False, dtype=None):
+        x = self.to(dtype) if dtype is not None else self
+        if x.dtype == bool_:
+            x = x.to(int32)
+        return _reduce(x, ops.SumReduce, dim, keepdim)
+
+    def amax(self, dim=None, keepdim: bool = False) -> GraphTensor:
+        return _reduce(self, ops.MaxReduce, dim, keepdim)
+
+    def amin(self, dim=None, keepdim: bool = False) -> GraphTensor:
+        if self.dtype == bool_:
+            return _reduce(self.logical_not(), ops.MaxReduce, dim, keepdim).logical_not()
+        return -_reduce(-self, ops.MaxReduce, dim, keepdim)
+
+    def max(self, dim: int | None = None, keepdim: bool = False):
+        """Without `dim`: the max of all elements. With `dim`: (values, indices), as PyTorch."""
+        if dim is None:
+            return self.amax()
+        return ValuesIndices(self.amax(dim, keepdim), self.argmax(dim, keepdim))
+
+    def min(self, dim: int | None = None, keepdim: bool = False):
+        if dim is None:
+            return self.amin()
+        return ValuesIndices(self.amin(dim, keepdim), self.argmin(dim, keepdim))
+
+    def mean(self, dim=None, keepdim: bool = False, dtype=None) -> GraphTensor:
+        x = self.to(dtype) if dtype is not None else self._float()
+        return x.sum(dim, keepdim) / _count(x, _axes(x, dim))
+
+    def var(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,
+            correction: int | None = None) -> GraphTensor:
+        """Variance; `correction` (or `unbiased`) as PyTorch, default Bessel's correction."""
+        x = self._float()
+        if correction is None:
+            correction = 0 if unbiased is False else 1
+        axes = _axes(x, dim)
+        centered = x - x.mean(axes, keepdim=True)
+        n = _count(x, axes)
+        return (centered * centered).sum(axes, keepdim) / (n - correction)
+
+    def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,
+            correction: int | None = None) -> GraphTensor:
+        return self.var(dim, unbiased, keepdim, correction=correction).sqrt()
+
+    def prod(self, dim: int | None = None, keepdim: bool = False) -> GraphTensor:
+        """Product via exp(sum(log|x|)), with the sign from the count of negatives and an exact
+        zero where any factor is zero."""
+        x = self._float()
+        axes = _axes(x, dim)
+        mag = x.abs().log2().sum(axes, keepdim).exp2()
+        negatives = (x < 0).to(float32).sum(axes, keepdim)
+        sign = 1 - 2 * negatives.fmod(2.0)
+        has_zero = (x == 0).to(float32).amax(axes, keepdim)
+        return mag * sign * (1 - has_zero)
+
+    def _arg_extreme(self, dim, keepdim: bool, largest: bool) -> GraphTensor:
+        """Index of the first max (min): max over (n - i) where x equals its max, then n - it."""
+        from .creation import IOTA_INDEX, iota
+
+        x = self if dim is not None else self.flatten()
+        a = 0 if dim is None else _axes(x, dim)[0]
+        best = x.amax(a, keepdim=True) if largest else x.amin(a, keepdim=True)
+        hit = x == best.expand(x.view.shape)
+        n = x.view.shape[a]
+        countdown = iota(x.graph, n - IOTA_INDEX, (n,), int32)
+        shape = [1] * x.ndim
+        shape[a] = n
+        countdown = countdown.reshape(shape).expand(x.view.shape)
+        first = (hit.to(int32) * countdown).amax(a, keepdim=keepdim)
+        out = -first + n.value if n.is_const else x.graph.constant(n, int32) - first
+        if dim is None and keepdim:
+            out = out.reshape([1] * self.ndim)
+        return out
+
+    def argmax(self, dim: int | None = None, keepdim: bool = False) -> GraphTensor:
+        return self._arg_extreme(dim, keepdim, largest=True)
+
+    def argmin(self, dim: int | None = None, keepdim: bool = False) -> GraphTensor:
+        return self._arg_extreme(dim, keepdim, largest=False)
+
+    def all(self, dim=None, keepdim: bool = False) -> GraphTensor:
+        return self.to(bool_).amin(dim, keepdim)
+
+    def any(self, dim=None, keepdim: bool = False) -> GraphTensor:
+        return self.to(bool_).amax(dim, keepdim)
+
+    def softmax(self, dim: int, dtype=None) -> GraphTensor:
+        x = self.to(dtype) if dtype is not None else self._float()
+        e = (x - x.amax(dim, keepdim=True)).exp()
+        return e / e.sum(dim, keepdim=True)
+
+    def log_softmax(self, dim: int, dtype=None) -> GraphTensor:
+        x = self.to(dtype) if dtype is not None else self._float()
+        shifted = x - x.amax(dim, keepdim=True)
+        return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+    def logsumexp(self, dim, keepdim: bool = False) -> GraphTensor:
+        x = self._float()
+        m = x.amax(dim, keepdim=True)
+        # an all -inf row has max -inf; subtracting it would give NaN
+        safe = m.isinf().where(0.0, m)
+        out = (x - safe).exp().sum(dim, keepdim=True).log() + safe
+        return out if keepdim else out.squeeze(_axes(x, dim))
+
+    def cumsum(self, dim: int, dtype=None) -> GraphTensor:
+        """Inclusive prefix sum: each position sums a causal window (pad + unfold + sum)."""
+        x = self.to(dtype) if dtype is not None else self
+        if x.dtype == bool_:
+            x = x.to(int32)
+        a = _axes(x, dim)[0]
+        n = x.view.shape[a]
+        moved = x.movedim(a, -1)
+        padded = moved._pad_axis(moved.ndim - 1, n - 1, 0)
+        windows = padded.unfold(-1, n, 1)  # (..., n, n)
+        return windows.sum(-1).movedim(-1, a)
+
+    def cumprod(self, dim: int) -> GraphTensor:
+        x = self._float()
+        a = _axes(x, dim)[0]
+        mag = x.abs().log2().cumsum(a).exp2()
+        negs = (x < 0).to(float32).cumsum(a)
+        zeros = (x == 0).to(float32).cumsum(a)
+        return mag * (1 - 2 * negs.fmod(2.0)) * (zeros == 0).to(float32)
+
+    def norm(self, p: float = 2.0, dim=None, keepdim: bool = False) -> GraphTensor:
+        x = self._float()
+        if p == 2:
+            return (x * x).sum(dim, keepdim).sqrt()
+        if p == 1:
+            return x.abs().sum(dim, keepdim)
+        if math.isinf(p):
+            return x.abs().amax(dim, keepdim)
+        return x.abs().pow(p).sum(dim, keepdim).pow(1.0 / p)

@@ -1,0 +1,114 @@
+"""Hook specifications: what a luminal plugin can contribute.
+
+A plugin is a module (or any object) with functions marked `@luminal.hookimpl` whose names
+match the specs below. It is found through the entry-point group `luminal.plugins`:
+
+    [project.entry-points."luminal.plugins"]
+    luminal-foo = "luminal_foo.plugin"
+
+Every hook receives a callback instead of returning values (the pattern of simonw's `llm`):
+the host validates each registration on the spot and can say which two plugins collide on a
+name. Implementations may take a subset of a spec's arguments, so arguments are only ever added.
+Hook implementations must stay cheap: import device SDKs inside factories, `probe()` and
+`compile()`, never at module import or registration time.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .backend import Backend
+
+PROJECT = "luminal"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class CommandRegistrar(Protocol):
+    """What `luminal_register_commands` receives as `cli`."""
+
+    def register(
+        self,
+        name: str,
+        help: str,
+        configure: Callable[[argparse.ArgumentParser], None] | None,
+        run: Callable[[argparse.Namespace], int | None],
+    ) -> None:
+        """Add the subcommand `luminal NAME`.
+
+        `configure(parser)` adds its arguments to the subcommand's own `ArgumentParser`;
+        `run(args)` executes it and returns the exit status (`None` means 0).
+        """
+
+
+@hookspec
+def luminal_register_backends(register: Callable[[Backend], None]) -> None:
+    """Register backends: call `register(backend)` with a `luminal.Backend` instance.
+
+    The backend's `name` and each of its `aliases` must be unique across all plugins.
+    Construction must not import the device SDK; `probe()` decides availability later.
+    """
+
+
+@hookspec
+def luminal_register_compilers(register: Callable[..., None]) -> None:
+    """Register named compilers: `register(name, factory, description="")`.
+
+    `factory(**kwargs)` returns a compiler (an object with `compile(graph)`, or a tuple of
+    them); `luminal.plugins.compiler(name, **kwargs)` calls it. Names are unique across plugins.
+    """
+
+
+@hookspec
+def luminal_register_weight_formats(register: Callable[..., None]) -> None:
+    """Register weight-file formats: `register(name, loader_factory, suffixes=(".gguf",))`.
+
+    `loader_factory` is called by the model loaders to read files of that format; `suffixes`
+    are the file-name endings the format claims (lower case, with the dot).
+    """
+
+
+@hookspec
+def luminal_register_models(register: Callable[..., None]) -> None:
+    """Register model architectures: `register(name, factory, description="")`.
+
+    `factory(**kwargs)` builds the model; names are unique across plugins.
+    """
+
+
+@hookspec
+def luminal_register_commands(cli: CommandRegistrar) -> None:
+    """Add `luminal` CLI subcommands: `cli.register(name, help, configure, run)`.
+
+    See `CommandRegistrar.register`. Names are unique, and `plugins` and `backends` are taken
+    by luminal-core.
+    """
+
+
+# Keeps the hook names in one place for the registry code and the docs.
+REGISTRATION_HOOKS: Sequence[str] = (
+    "luminal_register_backends",
+    "luminal_register_compilers",
+    "luminal_register_weight_formats",
+    "luminal_register_models",
+    "luminal_register_commands",
+)
+
+__all__ = [
+    "PROJECT",
+    "REGISTRATION_HOOKS",
+    "CommandRegistrar",
+    "hookimpl",
+    "hookspec",
+    "luminal_register_backends",
+    "luminal_register_commands",
+    "luminal_register_compilers",
+    "luminal_register_models",
+    "luminal_register_weight_formats",
+]

@@ -1,0 +1,310 @@
+"""Views: how an op reads its input buffer.
+
+A `View` maps a logical index (one index per axis of `shape`) onto an element of a flat,
+row-major buffer: `offset + sum(i_k * strides[k])`, valid only where every masked axis has
+`lo_k <= i_k < hi_k` (elsewhere the view reads 0: that is padding). Permute, expand (stride 0),
+slice (with steps, including negative ones for flip) and pad are metadata changes on the view;
+reshape is too whenever the strides allow it, otherwise the caller materialises with
+`Contiguous` first. Every field is a symbolic `Expr`, so views work for symbolic dims.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .symbolic import (
+    Expr,
+    ExprLike,
+    add,
+    const_or_expr,
+    logical_and,
+    lt,
+    mul,
+    prod,
+    smax,
+    smin,
+    to_expr,
+)
+
+Shape = tuple[Expr, ...]
+
+
+def as_shape(dims: Sequence[ExprLike]) -> Shape:
+    return tuple(to_expr(d) for d in dims)
+
+
+def show_shape(shape: Sequence[Expr]) -> str:
+    return "(" + ", ".join(str(const_or_expr(d)) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def row_major_strides(shape: Shape) -> Shape:
+    strides, acc = [], Expr.const(1)
+    for d in reversed(shape):
+        strides.append(acc)
+        acc = mul(acc, d)
+    return tuple(reversed(strides))
+
+
+@dataclass(frozen=True)
+class View:
+    shape: Shape
+    strides: Shape
+    offset: Expr
+    mask: tuple[tuple[Expr, Expr], ...] | None = None  # per-axis valid [lo, hi), None = all
+
+    @staticmethod
+    def contiguous(shape: Sequence[ExprLike]) -> View:
+        shape = as_shape(shape)
+        return View(shape, row_major_strides(shape), Expr.const(0))
+
+    # ----- properties ---------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> Expr:
+        return prod(self.shape)
+
+    @property
+    def is_contiguous(self) -> bool:
+        """Reads a row-major buffer front to back: no copy is needed to materialise it."""
+        return (
+            self.mask is None
+            and self.offset == 0
+            and all(
+                s == r or d == 1
+                for s, r, d in zip(self.strides, row_major_strides(self.shape), self.shape)
+            )
+        )
+
+    @property
+    def is_broadcast_only(self) -> bool:
+        """Contiguous except for stride-0 (expanded) axes."""
+        if self.mask is not None or self.offset != 0:
+            return False
+        real = [(d, s) for d, s in zip(self.shape, self.strides) if not s == 0]
+        strides = row_major_strides(tuple(d for d, _ in real))
+        return all(s == r or d == 1 for (d, s), r in zip(real, strides))
+
+    # ----- movement -----------------------------------------------------------------------
+    def permute(self, axes: Sequence[int]) -> View:
+        mask = None if self.mask is None else tuple(self.mask[a] for a in axes)
+        return View(
+            tuple(self.shape[a] for a in axes),
+            tuple(self.strides[a] for a in axes),
+            self.offset,
+            mask,
+        )
+
+    def expand(self, shape: Sequence[ExprLike]) -> View:
+        """Broadcast size-1 axes to `shape` (stride 0). Ranks must match."""
+        shape = as_shape(shape)
+        strides = tuple(
+            s if new == old else Expr.const(0)
+            for old, new, s in zip(self.shape, shape, self.strides)
+        )
+        mask = None
+        if self.mask is not None:
+            mask = tuple(
+                m if new == old else (Expr.const(0), new)
+                for m, old, new in zip(self.mask, self.shape, shape)
+            )
+        return View(shape, strides, self.offset, mask)
+
+    def slice(self, axis: int, start: ExprLike, stop: ExprLike, step: int = 1) -> View:
+        """Elements start, start+step, ... (< stop for step>0, > stop for step<0) of `axis`.
+
+        Bounds must already be clamped into range (the high-level op does that).
+        """
+        start, stop = to_expr(start), to_expr(stop)
+        if step == 0:
+            raise ValueError("slice step cannot be zero")
+        if step > 0:
+            size = (stop - start + (step - 1)) // step
+        else:
+            size = (start - stop + (-step - 1)) // (-step)
+        shape = list(self.shape)
+        strides = list(self.strides)
+        shape[axis] = size
+        strides[axis] = mul(self.strides[axis], step)
+        offset = add(self.offset, mul(start, self.strides[axis]))
+        mask = self.mask
+        if mask is not None:
+            lo, hi = mask[axis]
+            # new index j maps to old index start + j*step; valid iff lo <= old < hi
+            if step > 0:
+                new_lo = (lo - start + (step - 1)) // step
+                new_hi = (hi - start + (step - 1)) // step
+            else:
+                s = -step
+                new_lo = (start - hi + 1 + (s - 1)) // s
+                new_hi = (start - lo + 1 + (s - 1)) // s
+            new_lo = smin(smax(new_lo, 0), size)
+            new_hi = smin(smax(new_hi, new_lo), size)
+            mask = (*mask[:axis], (new_lo, new_hi), *mask[axis + 1 :])
+        return View(tuple(shape), tuple(strides), offset, mask)
+
+    def unfold(self, axis: int, size: ExprLike, step: int = 1, dilation: int = 1) -> View:
+        """Sliding windows over `axis`: it becomes the window count, and a new last axis of
+        length `size` walks each window (PyTorch `Tensor.unfold`). Needs no mask on `axis`."""
+        size = to_expr(size)
+        n = self.shape[axis]
+        count = (n - (size - 1) * dilation - 1) // step + 1
+        stride = self.strides[axis]
+        shape = (*self.shape[:axis], count, *self.shape[axis + 1 :], size)
+        strides = (*self.strides[:axis], mul(stride, step), *self.strides[axis + 1 :])
+        strides = (*strides, mul(stride, dilation))
+        mask = None
+        if self.mask is not None:
+            mask = (*self.mask[:axis], (Expr.const(0), count), *self.mask[axis + 1 :])
+            mask = (*mask, (Expr.const(0), size))
+        return View(shape, strides, self.offset, mask)
+
+    def axis_masked(self, axis: int) -> bool:
+        if self.mask is None:
+            return False
+        lo, hi = self.mask[axis]
+        return not (lo == 0 and hi == self.shape[axis])
+
+    def pad(self, axis: int, before: ExprLike, after: ExprLike) -> View:
+        """Add `before`/`after` zeros around `axis` (both >= 0)."""
+        before, after = to_expr(before), to_expr(after)
+        shape = list(self.shape)
+        shape[axis] = add(self.shape[axis], before, after)
+        offset = add(self.offset, mul(before, self.strides[axis], -1))
+        lo, hi = (Expr.const(0), self.shape[axis]) if self.mask is None else self.mask[axis]
+        new_mask = (add(lo, before), add(hi, before))
+        full = [(Expr.const(0), d) for d in self.shape] if self.mask is None else list(self.mask)
+        full[axis] = new_mask
+        return View(tuple(shape), self.strides, offset, tuple(full))
+
+    def reshape(self, shape: Sequence[ExprLike]) -> View | None:
+        """The same elements under a new row-major shape, or None when no view can express it."""
+        shape = as_shape(shape)
+        if self.is_contiguous:
+            return View.contiguous(shape)
+        groups = _match_groups(self.shape, shape)
+        if groups is None:
+            return None
+        strides: list[Expr] = []
+        mask: list[tuple[Expr, Expr]] = []
+        for old_axes, new_axes in groups:
+            old_dims = [self.shape[a] for a in old_axes]
+            old_strides = [self.strides[a] for a in old_axes]
+            non_unit = [k for k, d in enumerate(old_dims) if not d == 1]
+            for k, k_next in zip(non_unit, non_unit[1:]):
+                if not old_strides[k] == mul(old_strides[k_next], old_dims[k_next]):
+                    return None
+            inner = old_strides[non_unit[-1]] if non_unit else Expr.const(0)
+            group_masked = self.mask is not None and any(
+                not (self.mask[a][0] == 0 and self.mask[a][1] == self.shape[a])
+                for a in old_axes
+            )
+            if group_masked:
+                if not new_axes or len(non_unit) > 1 or len([n for n in new_axes if not shape[n] == 1]) > 1:
+                    return None
+            acc = inner
+            group_strides = []
+            for n in reversed(new_axes):
+                group_strides.append(acc)
+                acc = mul(acc, shape[n])
+            strides.extend(reversed(group_strides))
+            for n in new_axes:
+                if group_masked and not shape[n] == 1:
+                    mask.append(self.mask[old_axes[non_unit[0]]])
+                else:
+                    mask.append((Expr.const(0), shape[n]))
+        has_mask = self.mask is not None
+        return View(shape, tuple(strides), self.offset, tuple(mask) if has_mask else None)
+
+    # ----- index expressions --------------------------------------------------------------
+    def index(self, idx: Sequence[Expr]) -> Expr:
+        """Flat buffer position read at logical index `idx` (one expression per axis)."""
+        return add(self.offset, *(mul(i, s) for i, s in zip(idx, self.strides)))
+
+    def valid(self, idx: Sequence[Expr]) -> Expr:
+        """1 where logical index `idx` reads real data, 0 where it reads padding."""
+        if self.mask is None:
+            return Expr.const(1)
+        conds = []
+        for i, (lo, hi) in zip(idx, self.mask):
+            conds.append(lt(i, hi))
+            conds.append(lt(add(lo, -1), i))
+        return logical_and(*conds)
+
+    def unravel(self, flat: Expr) -> list[Expr]:
+        """Per-axis indices of row-major flat logical index `flat`."""
+        out = []
+        stride = Expr.const(1)
+        for d in reversed(self.shape):
+            out.append((flat // stride) % d if not d == 1 else Expr.const(0))
+            stride = mul(stride, d)
+        return list(reversed(out))
+
+    def substitute(self, env: dict[str, int]) -> View:
+        """The view with named dims replaced by values."""
+        sub = lambda e: e.substitute(env)  # noqa: E731
+        mask = None if self.mask is None else tuple((sub(a), sub(b)) for a, b in self.mask)
+        return View(
+            tuple(map(sub, self.shape)), tuple(map(sub, self.strides)), sub(self.offset), mask
+        )
+
+    def span(self) -> Expr:
+        """One past the largest buffer position any valid element reads (buffer size needed)."""
+        return add(self.offset, *(mul(add(d, -1), s) for d, s in zip(self.shape, self.strides)), 1)
+
+
+def _match_groups(old: Shape, new: Shape) -> list[tuple[list[int], list[int]]] | None:
+    """Split two shapes of equal size into consecutive groups with equal products."""
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(old) or j < len(new):
+        og, ng = [], []
+        op_, np_ = Expr.const(1), Expr.const(1)
+        # take size-1 axes on their own so they never block a match
+        if i < len(old) and old[i] == 1 and not (j < len(new) and new[j] == 1):
+            groups.append(([i], []))
+            i += 1
+            continue
+        if j < len(new) and new[j] == 1 and not (i < len(old) and old[i] == 1):
+            groups.append(([], [j]))
+            j += 1
+            continue
+        if i >= len(old) or j >= len(new):
+            return None
+        og.append(i)
+        op_ = old[i]
+        i += 1
+        ng.append(j)
+        np_ = new[j]
+        j += 1
+        while not op_ == np_:
+            if op_.is_const and np_.is_const:
+                if op_.value < np_.value:
+                    if i >= len(old):
+                        return None
+                    op_ = mul(op_, old[i])
+                    og.append(i)
+                    i += 1
+                else:
+                    if j >= len(new):
+                        return None
+                    np_ = mul(np_, new[j])
+                    ng.append(j)
+                    j += 1
+            else:
+                # symbolic: grow the side whose product does not yet contain the other
+                if i < len(old) and (j >= len(new) or len(og) <= len(ng)):
+                    op_ = mul(op_, old[i])
+                    og.append(i)
+                    i += 1
+                elif j < len(new):
+                    np_ = mul(np_, new[j])
+                    ng.append(j)
+                    j += 1
+                else:
+                    return None
+        groups.append((og, ng))
+    return groups
