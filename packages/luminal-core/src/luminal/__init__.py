@@ -16,9 +16,11 @@ from .compilers import GenericCompiler
 from .dtypes import DType, bfloat16, dtype_of, float16, float32, int32
 from .dtypes import bool_ as bool  # noqa: A001 (lm.bool mirrors torch.bool)
 from .graph import Graph, GraphModifiedError
+from .hookspecs import hookimpl, hookspec
 from .hl_ops.binary import maximum, minimum, where
 from .hl_ops.matmul import matmul
 from .hl_ops.movement import cat, stack
+from .plugins import backend, backends
 from .shape import View
 from .symbolic import Expr, UnboundDimError
 from .tensor import GraphTensor
@@ -58,16 +60,3 @@ __all__ = [
     "stack",
     "where",
 ]
-
-
-def __getattr__(name: str):
-    # the plugin machinery loads lazily: `import luminal` never imports a plugin
-    if name in ("backend", "backends"):
-        from . import plugins
-
-        return getattr(plugins, name)
-    if name in ("hookimpl", "hookspec"):
-        from . import hookspecs
-
-        return getattr(hookspecs, name)
-    raise AttributeError(f"module 'luminal' has no attribute {name!r}")

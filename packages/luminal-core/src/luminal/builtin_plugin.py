@@ -22,7 +22,7 @@ def luminal_register_backends(register: Callable[..., None]) -> None:
 
 @hookimpl
 def luminal_register_compilers(register: Callable[..., Any]) -> None:
-    from .compiler import GenericCompiler
+    from .compilers import GenericCompiler
 
     register("generic", GenericCompiler, "dead-code elimination, common subexpression "
              "elimination, arithmetic simplification and constant folding")

@@ -76,8 +76,8 @@ def _commands() -> list[CommandInfo]:
     except PluginError as exc:
         # Keep `luminal plugins` usable: it is the tool for diagnosing this very problem.
         print(f"luminal: warning: plugin commands are disabled: {exc}", file=sys.stderr)
-        found = [CommandInfo(*spec[:2], configure=spec[2], run=spec[3], plugin=CORE_PLUGIN)
-                 for spec in BUILTIN_COMMANDS]
+        found = [CommandInfo(name, CORE_PLUGIN, help, configure, run)
+                 for name, help, configure, run in BUILTIN_COMMANDS]
     return sorted(found, key=lambda c: (c.plugin != CORE_PLUGIN, c.name))
 
 

@@ -17,6 +17,7 @@ import contextlib
 import importlib
 import importlib.metadata
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -204,7 +205,7 @@ def _core_version() -> str | None:
     try:
         return importlib.metadata.version(CORE_PLUGIN)
     except importlib.metadata.PackageNotFoundError:  # running from a source tree
-        return None
+        return getattr(sys.modules.get(__package__), "__version__", None)
 
 
 # --------------------------------------------------------------------------- registries

@@ -1,0 +1,136 @@
+"""`PrimitiveBackend`: the smallest way to bring a new device to luminal.
+
+Subclass it and implement eight methods over your own buffer type (flat 1-D buffers): moving
+data to and from NumPy, gathering a view, filling, and the 12 primitives as four families.
+Every graph then runs on your device, one primitive at a time; fusion and special kernels can
+come later as compilers. Views are resolved on the host into index/valid arrays, so a device
+needs only a gather to support every permute, expand, slice and pad.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+import numpy as np
+
+from .. import ops
+from ..backend import Backend
+from ..dtypes import DType
+from ..graph import Graph, Node
+from .reference import concrete_view
+
+Buffer = Any
+
+_UNARY = {ops.Log2: "log2", ops.Exp2: "exp2", ops.Sin: "sin", ops.Sqrt: "sqrt", ops.Recip: "recip"}
+_BINARY = {ops.Add: "add", ops.Mul: "mul", ops.Mod: "mod", ops.LessThan: "less_than"}
+
+
+def view_indices(view, dims: dict[str, int]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Flat source position and validity of every element a view reads, row-major."""
+    shape, strides, offset, mask = concrete_view(view, dims)
+    idx = np.full((1,) * len(shape), offset, dtype=np.int64)
+    valid = np.ones((1,) * len(shape), dtype=bool)
+    for k, (d, s) in enumerate(zip(shape, strides)):
+        ar = np.arange(d, dtype=np.int64).reshape([-1 if j == k else 1 for j in range(len(shape))])
+        idx = idx + ar * s
+        if mask is not None:
+            lo, hi = mask[k]
+            valid = valid & (ar >= lo) & (ar < hi)
+    idx = np.broadcast_to(idx, shape).reshape(-1)
+    if mask is None:
+        return idx, None
+    valid = np.broadcast_to(valid, shape).reshape(-1)
+    return np.where(valid, idx, 0), valid
+
+
+class PrimitiveBackend(Backend):
+    """Base class for a backend that executes the 12 primitives one at a time.
+
+    Buffers are flat. Arithmetic on float16/bfloat16 tensors may be done in float32: the
+    runtime hands you the node's dtype so you can round results as the reference does.
+    """
+
+    @abstractmethod
+    def from_numpy(self, array: np.ndarray) -> Buffer:
+        """Upload a flat host array."""
+
+    @abstractmethod
+    def to_numpy(self, buf: Buffer, dtype: DType) -> np.ndarray:
+        """Download a flat buffer as a host array of `dtype.numpy`."""
+
+    @abstractmethod
+    def gather(self, buf: Buffer, index: np.ndarray, valid: np.ndarray | None) -> Buffer:
+        """out[i] = buf[index[i]] where valid[i] (or everywhere if valid is None), else 0."""
+
+    @abstractmethod
+    def unary(self, op: str, x: Buffer, dtype: DType) -> Buffer:
+        """op in log2, exp2, sin, sqrt, recip."""
+
+    @abstractmethod
+    def binary(self, op: str, a: Buffer, b: Buffer, dtype: DType) -> Buffer:
+        """op in add, mul, mod (truncated: sign of a), less_than (result 1/0 as bool)."""
+
+    @abstractmethod
+    def reduce(self, op: str, x: Buffer, outer: int, size: int, inner: int, dtype) -> Buffer:
+        """op in sum, max over the middle axis of x viewed as (outer, size, inner)."""
+
+    @abstractmethod
+    def cast(self, x: Buffer, src: DType, dst: DType) -> Buffer:
+        """Convert element type (float -> int truncates; nonzero -> True)."""
+
+    def compile(self, graph: Graph) -> None:
+        graph.set_runtime(_PrimitiveRuntime(self, graph))
+
+
+class _PrimitiveRuntime:
+    def __init__(self, backend: PrimitiveBackend, graph: Graph):
+        self.backend = backend
+        self.order = graph.toposort()
+        self.values: dict[int, Buffer] = {}
+        self.dtypes = {n.id: n.dtype for n in self.order}
+
+    def execute(self, graph: Graph, dims: dict[str, int]) -> None:
+        be = self.backend
+        values: dict[int, Buffer] = {}
+        for node in self.order:
+            values[node.id] = self._run(node, graph, values, dims)
+        self.values = {n: values[n] for n in graph.outputs() if n in values}
+        for target, src in graph.assignments.items():
+            shape = tuple(d.evaluate(dims) for d in graph.nodes[src].shape)
+            host = be.to_numpy(values[src], graph.nodes[src].dtype).reshape(shape)
+            graph.set_data(target, host.copy())
+
+    def _run(self, node: Node, graph: Graph, values, dims) -> Buffer:
+        be, op = self.backend, node.op
+        if isinstance(op, ops.Input):
+            return be.from_numpy(graph.data[node.id].reshape(-1))
+        if isinstance(op, (ops.Constant, ops.Iota)):
+            host = op.reference([], node.dtype, dims).astype(node.dtype.numpy)
+            return be.from_numpy(np.ascontiguousarray(host).reshape(-1))
+        xs = [be.gather(values[e.src], *view_indices(e.view, dims)) for e in node.inputs]
+        in_dtype = self.dtypes[node.inputs[0].src] if node.inputs else node.dtype
+        if isinstance(op, ops.Contiguous):
+            return xs[0]
+        if isinstance(op, ops.Cast):
+            return be.cast(xs[0], in_dtype, node.dtype)
+        if type(op) in _UNARY:
+            return be.unary(_UNARY[type(op)], xs[0], node.dtype)
+        if type(op) in _BINARY:
+            return be.binary(_BINARY[type(op)], xs[0], xs[1], in_dtype)
+        if isinstance(op, (ops.SumReduce, ops.MaxReduce)):
+            shape = [d.evaluate(dims) for d in node.inputs[0].view.shape]
+            outer = int(np.prod(shape[: op.axis]))
+            inner = int(np.prod(shape[op.axis + 1 :]))
+            kind = "sum" if isinstance(op, ops.SumReduce) else "max"
+            return be.reduce(kind, xs[0], outer, shape[op.axis], inner, node.dtype)
+        raise NotImplementedError(
+            f"backend {be.name!r} cannot run {op.name}: it only runs primitive graphs "
+            f"(compile without other backends' compilers)"
+        )
+
+    def fetch(self, node_id: int) -> np.ndarray:
+        return self.backend.to_numpy(self.values[node_id], self.dtypes[node_id])
+
+
+__all__ = ["Buffer", "PrimitiveBackend", "view_indices"]

