@@ -41,7 +41,9 @@ def _run(site: Path, code: str) -> str:
 
 
 def test_fresh_interpreter_discovers_and_runs_it(installed):
-    listing = json.loads(_run(installed, "from luminal.cli import main; main(['backends', '--json'])"))
+    listing = json.loads(
+        _run(installed, "from luminal.cli import main; main(['backends', '--json'])")
+    )
     names = {b["name"]: b for b in listing}
     assert names["pylist"]["available"] is True
     result = _run(

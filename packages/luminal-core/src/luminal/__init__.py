@@ -14,12 +14,12 @@ from .backend import Backend, BackendStatus, Runtime
 from .compiler import Compiler, Looped, run_compiler
 from .compilers import GenericCompiler
 from .dtypes import DType, bfloat16, dtype_of, float16, float32, int32
-from .dtypes import bool_ as bool  # noqa: A001 (lm.bool mirrors torch.bool)
+from .dtypes import bool_ as bool
 from .graph import Graph, GraphModifiedError
-from .hookspecs import hookimpl, hookspec
 from .hl_ops.binary import maximum, minimum, where
 from .hl_ops.matmul import matmul
 from .hl_ops.movement import cat, stack
+from .hookspecs import hookimpl, hookspec
 from .plugins import backend, backends
 from .shape import View
 from .symbolic import Expr, UnboundDimError

@@ -103,6 +103,28 @@ class Graph:
         node = self.add_node(ops.Constant(value), [], (), dtype)
         return GraphTensor(self, node.id, View.contiguous(()), dtype)
 
+    def arange(self, start, end=None, step=1, dtype=None) -> GraphTensor:
+        """`torch.arange` as a graph tensor, computed from the index (no data)."""
+        from .hl_ops import creation
+
+        return creation.arange(self, start, end, step, dtype)
+
+    def full(self, shape, value, dtype=None) -> GraphTensor:
+        from .hl_ops import creation
+
+        return creation.full(self, shape, value, dtype)
+
+    def ones(self, shape, dtype: DType | str = float32) -> GraphTensor:
+        return self.full(shape, 1.0 if dtype_of(dtype).is_float else 1, dtype)
+
+    def zeros(self, shape, dtype: DType | str = float32) -> GraphTensor:
+        return self.full(shape, 0.0 if dtype_of(dtype).is_float else 0, dtype)
+
+    def eye(self, n: int, m: int | None = None, dtype: DType | str = float32) -> GraphTensor:
+        from .hl_ops import creation
+
+        return creation.eye(self, n, m, dtype)
+
     def set_dim(self, name: str, value: int) -> Graph:
         """Bind symbolic dim `name` for the next executions."""
         if int(value) < 0:
@@ -310,29 +332,3 @@ def check_same_shape(name: str, a: Sequence[Expr], b: Sequence[Expr]) -> None:
     if len(a) != len(b) or any(not to_expr(x) == to_expr(y) for x, y in zip(a, b)):
         raise ValueError(f"{name}: shapes {show_shape(a)} and {show_shape(b)} do not match")
 
-
-def _creation_methods() -> None:
-    """Graph.arange/ones/zeros/full/eye: thin wrappers over hl_ops.creation."""
-    from .hl_ops import creation
-
-    def arange(self, start, end=None, step=1, dtype=None):
-        """`torch.arange` as a graph tensor (computed from the index, no data)."""
-        return creation.arange(self, start, end, step, dtype)
-
-    def full(self, shape, value, dtype=None):
-        return creation.full(self, shape, value, dtype)
-
-    def ones(self, shape, dtype=float32):
-        return creation.full(self, shape, 1.0 if dtype_of(dtype).is_float else 1, dtype)
-
-    def zeros(self, shape, dtype=float32):
-        return creation.full(self, shape, 0.0 if dtype_of(dtype).is_float else 0, dtype)
-
-    def eye(self, n, m=None, dtype=float32):
-        return creation.eye(self, n, m, dtype)
-
-    for fn in (arange, full, ones, zeros, eye):
-        setattr(Graph, fn.__name__, fn)
-
-
-_creation_methods()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -46,6 +47,7 @@ def display(graph: Graph, path: str | None = None, fmt: str = "svg") -> str:
     if fmt not in ("svg", "png", "pdf"):
         raise ValueError(f"display(): format must be svg, png or pdf, got {fmt!r}")
     if path is None:
-        path = tempfile.NamedTemporaryFile(suffix=f".{fmt}", delete=False).name
+        fd, path = tempfile.mkstemp(suffix=f".{fmt}", prefix="luminal-graph-")
+        os.close(fd)
     subprocess.run([dot, f"-T{fmt}", "-o", path], input=to_dot(graph).encode(), check=True)
     return path
