@@ -1,0 +1,1 @@
+"""luminal plugin entry point for luminal-models (hooks are registered here)."""

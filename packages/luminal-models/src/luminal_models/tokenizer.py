@@ -1,0 +1,362 @@
+"""Tokenizers rebuilt from GGUF metadata.
+
+A GGUF carries no ``tokenizer.json``; it stores the vocabulary, merges and special ids under
+llama.cpp's key names. For byte-level BPE vocabularies (``tokenizer.ggml.model == "gpt2"``) this
+module rebuilds an equivalent Hugging Face ``tokenizers.Tokenizer`` that encodes exactly as
+llama.cpp does for the same file.
+
+The pre-tokenizer comes from ``tokenizer.ggml.pre``. For ``"smollm"`` (and the other names llama.cpp
+groups with it, e.g. ``"starcoder"``) llama.cpp first isolates every ``\\p{N}`` character and then
+applies the GPT-2 split regex; that is also what SmolLM2's own ``tokenizer.json`` does (a
+``Digits(individual_digits=True)`` step before ``ByteLevel``). transformers' GGUF loader has no
+entry for ``"smollm"`` and falls back to the plain GPT-2 regex; the two agree except where a
+space precedes a non-ASCII numeric character (``" ½"``), because this vocabulary has no merges
+between ASCII digits. We follow llama.cpp, which is what the model was trained with.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import cached_property
+from typing import Any
+
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
+from tokenizers import Tokenizer as HFTokenizer
+
+from .chat_template import render_chat_template
+from .errors import TokenizerError
+
+__all__ = ["IncrementalDecoder", "Tokenizer", "TokenizerError"]
+
+# llama.cpp's token types (enum llama_token_type / gguf.TokenType).
+_NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
+
+_GPT2_PRE = "gpt2"
+_DIGITS_THEN_GPT2_PRE = "digits+gpt2"
+
+# tokenizer.ggml.pre -> pre-tokenizer recipe, for the byte-level names llama.cpp handles with
+# the GPT-2 regex (optionally after isolating numerals). Other names need other regexes; they
+# fail loudly rather than tokenize subtly wrong.
+_PRE_TOKENIZERS: dict[str, str] = {
+    **dict.fromkeys(("gpt-2", "mpt", "olmo", "jais"), _GPT2_PRE),
+    **dict.fromkeys(
+        ("smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b"),
+        _DIGITS_THEN_GPT2_PRE,
+    ),
+}
+
+# Control tokens llama.cpp treats as end of generation when present (besides the EOS/EOT ids).
+_END_OF_GENERATION_TEXTS = frozenset(
+    {
+        "<|eot_id|>",
+        "<|im_end|>",
+        "<|end|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "<|eom_id|>",
+        "<EOT>",
+        "<|end_of_text|>",
+    }
+)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map used to spell byte-level tokens.
+
+    Printable Latin-1 bytes stand for themselves; the other 68 bytes are assigned the code points
+    from U+0100 upward in byte order (so the space, 0x20, is written 'Ġ').
+    """
+    keep = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    table = {b: chr(b) for b in keep}
+    extra = 0
+    for b in range(256):
+        if b not in table:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+_CHAR_TO_BYTE: dict[str, int] = {c: b for b, c in _bytes_to_unicode().items()}
+
+
+def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
+    # ByteLevel with use_regex applies the GPT-2 split regex, then maps bytes to the alphabet.
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    if _PRE_TOKENIZERS[pre] == _GPT2_PRE:
+        return byte_level
+    numerals = pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated")
+    return pre_tokenizers.Sequence([numerals, byte_level])
+
+
+def _require(metadata: Mapping[str, Any], key: str) -> Any:
+    try:
+        return metadata[key]
+    except KeyError:
+        raise TokenizerError(f"tokenizer metadata has no {key!r}") from None
+
+
+class Tokenizer:
+    """A byte-level BPE tokenizer built from GGUF metadata.
+
+    Args:
+        metadata: GGUF key/value metadata (e.g. ``GGUFFile(path).metadata``).
+        name: shown in error messages (typically the file path).
+
+    Raises:
+        TokenizerError: the metadata lacks a tokenizer, or describes a model or pre-tokenizer
+            this class does not implement.
+    """
+
+    def __init__(self, metadata: Mapping[str, Any], name: str = "tokenizer"):
+        self.name = name
+        model = metadata.get("tokenizer.ggml.model")
+        if model != "gpt2":
+            raise TokenizerError(
+                f"{name}: tokenizer.ggml.model is {model!r}; only 'gpt2' (byte-level BPE) is "
+                "supported"
+            )
+        # Files from before the key existed get plain GPT-2 splitting, as transformers gives
+        # them (llama.cpp's "default" also splits punctuation runs and digit triples).
+        pre = metadata.get("tokenizer.ggml.pre", "gpt-2")
+        if pre not in _PRE_TOKENIZERS:
+            raise TokenizerError(
+                f"{name}: unsupported pre-tokenizer tokenizer.ggml.pre={pre!r} "
+                f"(supported: {', '.join(sorted(_PRE_TOKENIZERS))})"
+            )
+        self.pre: str = pre
+        tokens: list[str] = list(_require(metadata, "tokenizer.ggml.tokens"))
+        merges: list[str] = list(_require(metadata, "tokenizer.ggml.merges"))
+        types = list(metadata.get("tokenizer.ggml.token_type") or [_NORMAL] * len(tokens))
+        if len(types) != len(tokens):
+            raise TokenizerError(
+                f"{name}: {len(tokens)} tokens but {len(types)} token types in the metadata"
+            )
+        self._tokens = tokens
+        self._types = types
+
+        self.bos_id: int | None = metadata.get("tokenizer.ggml.bos_token_id")
+        self.eos_id: int | None = metadata.get("tokenizer.ggml.eos_token_id")
+        self.unk_id: int | None = metadata.get("tokenizer.ggml.unknown_token_id")
+        self.pad_id: int | None = metadata.get("tokenizer.ggml.padding_token_id")
+        self.add_bos: bool = bool(metadata.get("tokenizer.ggml.add_bos_token", False))
+        self.add_eos: bool = bool(metadata.get("tokenizer.ggml.add_eos_token", False))
+        self.chat_template: str | None = metadata.get("tokenizer.chat_template")
+        for key in ("bos_id", "eos_id", "unk_id", "pad_id"):
+            token_id = getattr(self, key)
+            if token_id is not None and not 0 <= token_id < len(tokens):
+                raise TokenizerError(f"{name}: {key} {token_id} is outside the vocabulary")
+
+        self.special_ids: frozenset[int] = frozenset(
+            i for i, t in enumerate(types) if t in (_CONTROL, _UNKNOWN)
+        )
+        self.eos_ids: frozenset[int] = self._end_of_generation_ids(metadata)
+        self.backend: HFTokenizer = self._build_backend(tokens, merges, types)
+
+    @classmethod
+    def from_gguf(cls, path_or_file: str | os.PathLike[str] | Any) -> Tokenizer:
+        """Build the tokenizer of a GGUF file (a path or an open :class:`GGUFFile`)."""
+        from .gguf_file import GGUFFile
+
+        gguf = path_or_file if isinstance(path_or_file, GGUFFile) else GGUFFile(path_or_file)
+        return cls(gguf.metadata, name=str(gguf.path))
+
+    def _end_of_generation_ids(self, metadata: Mapping[str, Any]) -> frozenset[int]:
+        ids = {
+            metadata[k]
+            for k in (
+                "tokenizer.ggml.eos_token_id",
+                "tokenizer.ggml.eot_token_id",
+                "tokenizer.ggml.eom_token_id",
+            )
+            if metadata.get(k) is not None
+        }
+        ids.update(
+            i
+            for i, (tok, typ) in enumerate(zip(self._tokens, self._types))
+            if typ == _CONTROL and tok in _END_OF_GENERATION_TEXTS
+        )
+        return frozenset(ids)
+
+    def _build_backend(self, tokens: list[str], merges: list[str], types: list[int]) -> HFTokenizer:
+        vocab = {tok: i for i, tok in enumerate(tokens)}
+        pairs: list[tuple[str, str]] = []
+        for m in merges:
+            left, sep, right = m.partition(" ")
+            if not sep:
+                raise TokenizerError(f"{self.name}: malformed merge {m!r} (expected 'a b')")
+            pairs.append((left, right))
+        # No unk token: every byte has a token, so BPE never needs one (llama.cpp has none here).
+        backend = HFTokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False))
+        backend.pre_tokenizer = _pre_tokenizer(self.pre)
+        backend.decoder = decoders.ByteLevel()
+        # Control tokens are matched whole in the text and dropped by skip_special_tokens;
+        # user-defined ones are matched whole but are ordinary text otherwise. Their contents
+        # are already in the vocabulary, so adding them keeps their ids.
+        backend.add_special_tokens(
+            [
+                AddedToken(tok, special=True, normalized=False)
+                for tok, typ in zip(tokens, types)
+                if typ in (_CONTROL, _UNKNOWN)
+            ]
+        )
+        backend.add_tokens(
+            [
+                AddedToken(tok, special=False, normalized=False)
+                for tok, typ in zip(tokens, types)
+                if typ == _USER_DEFINED
+            ]
+        )
+        template = self._post_processor()
+        if template is not None:
+            backend.post_processor = template
+        return backend
+
+    def _post_processor(self) -> processors.TemplateProcessing | None:
+        head: list[str] = []
+        tail: list[str] = []
+        specials: dict[str, int] = {}
+        for wanted, token_id, what, side in (
+            (self.add_bos, self.bos_id, "BOS", head),
+            (self.add_eos, self.eos_id, "EOS", tail),
+        ):
+            if not wanted:
+                continue
+            if token_id is None:
+                raise TokenizerError(
+                    f"{self.name}: the file asks to add {what} but gives no {what} id"
+                )
+            side.append(self._tokens[token_id])
+            specials[self._tokens[token_id]] = token_id
+        if not specials:
+            return None
+        single = [*head, "$A", *tail]
+        pair = [*single, *head, "$B:1", *tail]
+        return processors.TemplateProcessing(
+            single=" ".join(single), pair=" ".join(pair), special_tokens=list(specials.items())
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of tokens in the vocabulary (the model's embedding rows)."""
+        return len(self._tokens)
+
+    def id_to_token(self, token_id: int) -> str:
+        """The vocabulary entry for ``token_id`` as the file spells it (byte-level alphabet)."""
+        return self._tokens[token_id]
+
+    def token_to_id(self, token: str) -> int | None:
+        """The id of a vocabulary entry, or None."""
+        return self.backend.token_to_id(token)
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids for ``text``.
+
+        Special tokens written in the text (``"<|im_start|>"``) become their ids.
+        ``add_special_tokens`` adds BOS/EOS only where the file asks for them
+        (``tokenizer.ggml.add_bos_token`` / ``add_eos_token``).
+        """
+        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
+        """Text for ``ids``; invalid UTF-8 (e.g. a cut multi-byte character) becomes U+FFFD."""
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    @cached_property
+    def token_bytes(self) -> list[bytes]:
+        """The raw bytes each token id stands for (special tokens: their UTF-8 text)."""
+        out: list[bytes] = []
+        for tok, typ in zip(self._tokens, self._types):
+            if typ in (_CONTROL, _UNKNOWN, _USER_DEFINED):
+                out.append(tok.encode("utf-8"))
+            else:
+                # A character outside the byte alphabet stands for itself, as in the decoder.
+                out.append(
+                    b"".join(
+                        bytes((_CHAR_TO_BYTE[c],)) if c in _CHAR_TO_BYTE else c.encode("utf-8")
+                        for c in tok
+                    )
+                )
+        return out
+
+    def incremental_decoder(self, skip_special_tokens: bool = False) -> IncrementalDecoder:
+        """A fresh :class:`IncrementalDecoder` for streaming output."""
+        return IncrementalDecoder(self, skip_special_tokens=skip_special_tokens)
+
+    def decode_stream(self, ids: Iterable[int], skip_special_tokens: bool = False) -> Iterator[str]:
+        """Yield text pieces as ``ids`` arrive, never splitting a multi-byte character."""
+        dec = self.incremental_decoder(skip_special_tokens)
+        for token_id in ids:
+            piece = dec.push(token_id)
+            if piece:
+                yield piece
+        tail = dec.flush()
+        if tail:
+            yield tail
+
+    def apply_chat_template(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        **context: Any,
+    ) -> str:
+        """Format a conversation with the model's own chat template (sandboxed Jinja).
+
+        Args:
+            messages: ``[{"role": "user", "content": "..."}, ...]``.
+            add_generation_prompt: end with the opening of an assistant turn.
+            **context: extra template variables (``tools``, ...).
+
+        Raises:
+            TokenizerError: the file has no chat template.
+            jinja2.TemplateError: the template rejected the conversation.
+        """
+        if self.chat_template is None:
+            raise TokenizerError(f"{self.name}: the model has no tokenizer.chat_template")
+        special = {
+            f"{key}_token": self._tokens[token_id]
+            for key, token_id in (
+                ("bos", self.bos_id),
+                ("eos", self.eos_id),
+                ("unk", self.unk_id),
+                ("pad", self.pad_id),
+            )
+            if token_id is not None
+        }
+        return render_chat_template(
+            self.chat_template,
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            **{**special, **context},
+        )
+
+    def __repr__(self) -> str:
+        return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size}, pre={self.pre!r})"
+
+
+class IncrementalDecoder:
+    """Turns a stream of token ids into text pieces without breaking UTF-8 characters.
+
+    A character such as an emoji can be spread over several byte-level tokens; its bytes are held
+    back until the character is complete. Call :meth:`push` per id and :meth:`flush` at the end.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = False):
+        self._token_bytes = tokenizer.token_bytes
+        self._skip = tokenizer.special_ids if skip_special_tokens else frozenset()
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, token_id: int) -> str:
+        """Add one token; return the text it completes (possibly ``""``)."""
+        if token_id in self._skip:
+            return ""
+        return self._utf8.decode(self._token_bytes[token_id])
+
+    def flush(self) -> str:
+        """End of stream: return what is left, with an incomplete character as U+FFFD."""
+        return self._utf8.decode(b"", final=True)
+
+    def reset(self) -> None:
+        """Forget any held-back bytes, to start a new stream."""
+        self._utf8.reset()
