@@ -13,7 +13,7 @@ from . import functional
 from .backend import Backend, BackendStatus, Runtime
 from .compiler import Compiler, Looped, run_compiler
 from .compilers import GenericCompiler
-from .dtypes import DType, bfloat16, dtype_of, float16, float32, int32
+from .dtypes import DType, bfloat16, dtype_of, float16, float32, int32, uint8
 from .dtypes import bool_ as bool
 from .graph import Graph, GraphModifiedError
 from .hl_ops.binary import maximum, minimum, where
@@ -58,5 +58,6 @@ __all__ = [
     "minimum",
     "run_compiler",
     "stack",
+    "uint8",
     "where",
 ]

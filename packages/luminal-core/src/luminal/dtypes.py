@@ -24,8 +24,10 @@ float16 = DType("float16", 2, True, np.dtype(np.float16))
 bfloat16 = DType("bfloat16", 2, True, np.dtype(ml_dtypes.bfloat16))
 int32 = DType("int32", 4, False, np.dtype(np.int32))
 bool_ = DType("bool", 1, False, np.dtype(np.bool_))
+# raw bytes: the storage of quantized weights (see `luminal.quant`), read through `Cast`
+uint8 = DType("uint8", 1, False, np.dtype(np.uint8))
 
-ALL = (float32, float16, bfloat16, int32, bool_)
+ALL = (float32, float16, bfloat16, int32, bool_, uint8)
 _BY_NAME = {d.name: d for d in ALL}
 _BY_NUMPY = {d.numpy: d for d in ALL}
 
@@ -47,10 +49,10 @@ def dtype_of(x: DType | str | np.dtype | type) -> DType:
 
 
 def promote(a: DType, b: DType) -> DType:
-    """The dtype of a binary op on `a` and `b` (PyTorch's rules for these five types)."""
+    """The dtype of a binary op on `a` and `b` (PyTorch's rules for these types)."""
     if a == b:
         return a
-    order = [bool_, int32, bfloat16, float16, float32]
+    order = [bool_, uint8, int32, bfloat16, float16, float32]
     if {a, b} == {float16, bfloat16}:
         return float32
     return max(a, b, key=order.index)

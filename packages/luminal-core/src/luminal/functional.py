@@ -108,10 +108,10 @@ def one_hot(index: GraphTensor, num_classes: int) -> GraphTensor:
 def embedding(index: GraphTensor, weight: GraphTensor) -> GraphTensor:
     """Rows of `weight` (vocab, dim) picked by integer `index` of any shape."""
     if weight.ndim != 2:
-        raise ValueError(f"embedding: weight must be 2-D, got {show_shape(weight.view.shape)}")
+        raise ValueError(f"embedding: weight must be 2-D, got {show_shape(weight.layout.shape)}")
     flat = index.reshape(-1)
-    rows = matmul(_one_hot(flat, weight.view.shape[0], weight.dtype), weight)
-    return rows.reshape((*index.view.shape, weight.view.shape[1]))
+    rows = matmul(_one_hot(flat, weight.layout.shape[0], weight.dtype), weight)
+    return rows.reshape((*index.layout.shape, weight.layout.shape[1]))
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5) -> GraphTensor:
@@ -143,11 +143,11 @@ def normalize(x: GraphTensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
 
 def _norm_axes(x: GraphTensor, normalized_shape, name: str) -> list[int]:
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    tail = tuple(x.view.shape[x.ndim - len(shape):])
+    tail = tuple(x.layout.shape[x.ndim - len(shape):])
     if len(shape) > x.ndim or tail != tuple(map(to_expr, shape)):
         raise ValueError(
             f"{name}: normalized_shape {shape} does not match the last dims of "
-            f"{show_shape(x.view.shape)}"
+            f"{show_shape(x.layout.shape)}"
         )
     return list(range(x.ndim - len(shape), x.ndim))
 
@@ -156,9 +156,9 @@ def _windows(x: GraphTensor, kernel, stride, dilation, spatial: int) -> GraphTen
     """(N, C, *S) -> (N, C, *S_out, *kernel) sliding-window view over the last `spatial` axes."""
     for k in range(spatial):
         axis = 2 + k
-        if x.view.axis_masked(axis):
+        if x.layout.axis_masked(axis):
             x = x.contiguous()
-        x = x._with_view(x.view.unfold(axis, kernel[k], stride[k], dilation[k]))
+        x = x._with_view(x.layout.unfold(axis, kernel[k], stride[k], dilation[k]))
     return x
 
 
@@ -166,27 +166,27 @@ def _conv(x, weight, bias, stride, padding, dilation, groups, spatial: int, name
     if x.ndim != spatial + 2 or weight.ndim != spatial + 2:
         raise ValueError(
             f"{name}: expected input (N, C, ...) with {spatial} spatial dims and a weight of "
-            f"the same rank, got {show_shape(x.view.shape)} and {show_shape(weight.view.shape)}"
+            f"the same rank, got {show_shape(x.layout.shape)} and {show_shape(weight.layout.shape)}"
         )
     stride = _tuple(stride, spatial, "stride")
     dilation = _tuple(dilation, spatial, "dilation")
     if isinstance(padding, str):
         raise NotImplementedError(f"{name}: string padding {padding!r}; pass ints")
     padding = _tuple(padding, spatial, "padding")
-    n, c = x.view.shape[:2]
-    out_ch, cg = weight.view.shape[:2]
-    kernel = [d.value for d in weight.view.shape[2:]]
+    n, c = x.layout.shape[:2]
+    out_ch, cg = weight.layout.shape[:2]
+    kernel = [d.value for d in weight.layout.shape[2:]]
     if not (c == to_expr(cg) * groups) or out_ch.value % groups:
         raise ValueError(
-            f"{name}: input {show_shape(x.view.shape)} and weight "
-            f"{show_shape(weight.view.shape)} do not fit groups={groups}"
+            f"{name}: input {show_shape(x.layout.shape)} and weight "
+            f"{show_shape(weight.layout.shape)} do not fit groups={groups}"
         )
     pads = []
     for p in reversed(padding):
         pads += [p, p]
     xp = x.pad(pads) if any(padding) else x
     win = _windows(xp, kernel, stride, dilation, spatial)  # (N, C, *So, *K)
-    out_sp = list(win.view.shape[2 : 2 + spatial])
+    out_sp = list(win.layout.shape[2 : 2 + spatial])
     g = groups
     win = win.reshape((n, g, cg, *out_sp, *kernel))
     # (N, g, *So, Cg, *K) -> (N, g, So, Cg*K): the im2col matrix
@@ -216,71 +216,93 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
     return _conv(x, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 
-def _pool(x, kernel_size, stride, padding, dilation, ceil_mode, spatial, fill, name):
+class _PoolGeometry:
+    """Window parameters of a pool over the last `spatial` axes of an (N, C, *S) tensor.
+
+    `pads` holds (left, right) per spatial axis; with `ceil_mode` the right side grows so the
+    last partial window exists, minus a window that would start inside the right padding
+    (PyTorch's rule).
+    """
+
+    def __init__(self, x, kernel_size, stride, padding, dilation, ceil_mode, spatial):
+        self.spatial = spatial
+        self.kernel = _tuple(kernel_size, spatial, "kernel_size")
+        self.stride = _tuple(stride if stride not in (None, []) else self.kernel, spatial,
+                             "stride")
+        self.padding = _tuple(padding, spatial, "padding")
+        self.dilation = _tuple(dilation, spatial, "dilation")
+        self.pads = [(p, p + (self._ceil_extra(x, k) if ceil_mode else 0))
+                     for k, p in enumerate(self.padding)]
+
+    def _ceil_extra(self, x, k: int) -> int:
+        size = x.layout.shape[2 + k].value + 2 * self.padding[k]
+        span = self.dilation[k] * (self.kernel[k] - 1) + 1
+        out = -(-(size - span) // self.stride[k]) + 1
+        if (out - 1) * self.stride[k] >= size - self.padding[k]:
+            out -= 1
+        return max((out - 1) * self.stride[k] + span - size, 0)
+
+    def flat_pads(self, pads) -> list:
+        """(left, right) pairs per spatial axis as `F.pad`'s flat list (last axis first)."""
+        return [p for pair in reversed(pads) for p in pair]
+
+    def windows(self, x: GraphTensor, pads, fill: float) -> GraphTensor:
+        """(N, C, *S_out, *kernel): `x` padded with `fill` by `pads`, as sliding windows."""
+        flat = self.flat_pads(pads)
+        xp = x.pad(flat, value=fill) if any(flat) else x
+        return _windows(xp, self.kernel, self.stride, self.dilation, self.spatial)
+
+
+def _batched(x: GraphTensor, spatial: int, name: str) -> tuple[GraphTensor, bool]:
+    """`x` as (N, C, *S), and whether it came without the batch axis."""
     if x.ndim not in (spatial + 1, spatial + 2):
-        raise ValueError(f"{name}: expected {spatial + 2}-D input, got {show_shape(x.view.shape)}")
+        raise ValueError(f"{name}: expected {spatial + 2}-D input, got "
+                         f"{show_shape(x.layout.shape)}")
     unbatched = x.ndim == spatial + 1
-    if unbatched:
-        x = x.unsqueeze(0)
-    kernel = _tuple(kernel_size, spatial, "kernel_size")
-    stride = _tuple(stride if stride is not None and stride != [] else kernel, spatial, "stride")
-    padding = _tuple(padding, spatial, "padding")
-    dilation = _tuple(dilation, spatial, "dilation")
-    pads = []
-    for k in reversed(range(spatial)):
-        extra = 0
-        if ceil_mode:
-            size = x.view.shape[2 + k].value + 2 * padding[k]
-            span = dilation[k] * (kernel[k] - 1) + 1
-            out = -(-(size - span) // stride[k]) + 1
-            if (out - 1) * stride[k] >= size - padding[k]:
-                out -= 1
-            extra = max((out - 1) * stride[k] + span - size, 0)
-        pads += [padding[k], padding[k] + extra]
-    xp = x.pad(pads, value=fill) if any(pads) else x
-    win = _windows(xp, kernel, stride, dilation, spatial)
-    return win, x, kernel, stride, padding, pads, unbatched
+    return (x.unsqueeze(0) if unbatched else x), unbatched
+
+
+def _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, spatial, name):
+    x, unbatched = _batched(x, spatial, name)
+    geo = _PoolGeometry(x, kernel_size, stride, padding, dilation, ceil_mode, spatial)
+    out = geo.windows(x, geo.pads, -math.inf).amax(tuple(range(-spatial, 0)))
+    return out.squeeze(0) if unbatched else out
 
 
 def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    win, *_, unbatched = _pool(x, kernel_size, stride, padding, dilation, ceil_mode, 1,
-                               -math.inf, "max_pool1d")
-    out = win.amax(-1)
-    return out.squeeze(0) if unbatched else out
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 1, "max_pool1d")
 
 
 def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    win, *_, unbatched = _pool(x, kernel_size, stride, padding, dilation, ceil_mode, 2,
-                               -math.inf, "max_pool2d")
-    out = win.amax((-2, -1))
-    return out.squeeze(0) if unbatched else out
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 2, "max_pool2d")
 
 
 def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
               spatial, name):
-    win, xb, kernel, stride, padding, pads, unbatched = _pool(
-        x, kernel_size, stride, padding, 1, ceil_mode, spatial, 0.0, name)
+    x, unbatched = _batched(x, spatial, name)
+    geo = _PoolGeometry(x, kernel_size, stride, padding, 1, ceil_mode, spatial)
     axes = tuple(range(-spatial, 0))
-    total = win._float().sum(axes)
+    total = geo.windows(x._float(), geo.pads, 0.0).sum(axes)
     if divisor_override:
         out = total / divisor_override
     elif count_include_pad and not ceil_mode:
-        out = total / math.prod(kernel)
+        out = total / math.prod(geo.kernel)
     else:
-        # count the window elements inside the (explicitly) padded input or the real input
-        ones = xb.graph.constant(1.0, float32).expand(xb.view.shape)
-        if count_include_pad:
-            sym = []
-            for k in reversed(range(spatial)):
-                sym += [padding[k], padding[k]]
-            ones = ones.pad(sym).contiguous()
-            extra = [max(p - q, 0) for p, q in zip(pads, sym)]
-            ones = ones.pad([0 if i % 2 == 0 else e for i, e in enumerate(extra)])
-        else:
-            ones = ones.pad(pads)
-        count = _windows(ones, kernel, stride, (1,) * spatial, spatial).sum(axes)
-        out = total / count
+        out = total / _window_counts(x, geo, count_include_pad)
     return out.squeeze(0) if unbatched else out
+
+
+def _window_counts(x: GraphTensor, geo: _PoolGeometry, count_include_pad: bool) -> GraphTensor:
+    """How many elements each window averages: those inside the input, plus the explicit
+    padding with `count_include_pad`, never the extra right padding of `ceil_mode`."""
+    sizes = [d.value for d in x.layout.shape[2:]]
+    if count_include_pad:
+        sizes = [n + 2 * p for n, p in zip(sizes, geo.padding)]
+        pads = [(0, right - left) for left, right in geo.pads]
+    else:
+        pads = geo.pads
+    ones = x.graph.constant(1.0, float32).expand((1, 1, *sizes))
+    return geo.windows(ones, pads, 0.0).sum(tuple(range(-geo.spatial, 0)))
 
 
 def avg_pool1d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
@@ -300,17 +322,19 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
         raise NotImplementedError(f"interpolate: mode {mode!r} (only 'nearest' is supported)")
     spatial = x.ndim - 2
     if spatial < 1:
-        raise ValueError(f"interpolate: expected (N, C, ...) input, got {show_shape(x.view.shape)}")
+        raise ValueError(
+            f"interpolate: expected (N, C, ...) input, got {show_shape(x.layout.shape)}"
+        )
     if (size is None) == (scale_factor is None):
         raise ValueError("interpolate: give exactly one of size and scale_factor")
-    ins = [d.value for d in x.view.shape[2:]]
+    ins = [d.value for d in x.layout.shape[2:]]
     if size is not None:
         outs = list(_tuple(size, spatial, "size"))
         scales = [i / o for i, o in zip(ins, outs)]
     else:
         factors = _tuple(scale_factor, spatial, "scale_factor") if not isinstance(
             scale_factor, float) else (scale_factor,) * spatial
-        outs = [int(math.floor(i * f)) for i, f in zip(ins, factors)]
+        outs = [math.floor(i * f) for i, f in zip(ins, factors)]
         scales = [1.0 / f for f in factors]
     out = x
     for k, (i, o, s) in enumerate(zip(ins, outs, scales)):
@@ -330,15 +354,15 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     """softmax(q @ k^T * scale + mask) @ v, PyTorch semantics (causal mask is top-left)."""
     if dropout_p:
         raise NotImplementedError("scaled_dot_product_attention: dropout_p must be 0")
-    d = q.view.shape[-1]
+    d = q.layout.shape[-1]
     scale = scale if scale is not None else 1.0 / math.sqrt(d.value)
-    if enable_gqa and not q.view.shape[-3] == k.view.shape[-3]:
-        rep = q.view.shape[-3].value // k.view.shape[-3].value
+    if enable_gqa and q.layout.shape[-3] != k.layout.shape[-3]:
+        rep = q.layout.shape[-3].value // k.layout.shape[-3].value
         k = k.repeat_interleave(rep, -3)
         v = v.repeat_interleave(rep, -3)
     scores = matmul(q, k.transpose(-1, -2)) * scale
     if is_causal:
-        rows, cols = scores.view.shape[-2:]
+        rows, cols = scores.layout.shape[-2:]
         i = IOTA_INDEX
         keep = iota(q.graph, lt(i % cols, (i // cols) % rows + 1), (rows, cols), bool_)
         scores = where(keep, scores, -math.inf)

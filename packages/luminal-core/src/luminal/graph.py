@@ -144,7 +144,7 @@ class Graph:
             raise TypeError("assign(): the target must be an input tensor made by Graph.tensor()")
         if len(value.shape) != len(tnode.shape) or value.dtype != tnode.dtype:
             raise ValueError(
-                f"assign(): value {value.dtype.name}{show_shape(value.view.shape)} does not "
+                f"assign(): value {value.dtype.name}{show_shape(value.layout.shape)} does not "
                 f"match target {tnode.dtype.name}{show_shape(tnode.shape)}"
             )
         value = value.contiguous_if_view()
@@ -325,7 +325,7 @@ class Graph:
 
 
 def edges_of(tensors: Iterable[GraphTensor]) -> list[Edge]:
-    return [Edge(t.id, t.view) for t in tensors]
+    return [Edge(t.id, t.layout) for t in tensors]
 
 
 def check_same_shape(name: str, a: Sequence[Expr], b: Sequence[Expr]) -> None:

@@ -39,7 +39,6 @@ from .dtypes import DType, bool_, compute_dtype
 from .shape import Shape
 from .symbolic import Expr
 
-
 IOTA_VAR = "_iota"  # names starting with "_" are reserved for luminal
 
 
@@ -188,17 +187,19 @@ class Recip(Unary):
 
 
 class Binary(Unary):
-    pass
+    fn = staticmethod(lambda a, b: a)
+
+    def reference(self, xs, dtype, dims):
+        with np.errstate(all="ignore"):  # inf * 0 is NaN by definition, not a warning
+            return type(self).fn(xs[0], xs[1])
 
 
 class Add(Binary):
-    def reference(self, xs, dtype, dims):
-        return xs[0] + xs[1]
+    fn = staticmethod(np.add)  # on bools: or
 
 
 class Mul(Binary):
-    def reference(self, xs, dtype, dims):
-        return xs[0] * xs[1]
+    fn = staticmethod(np.multiply)  # on bools: and
 
 
 class Mod(Binary):
@@ -212,11 +213,10 @@ class Mod(Binary):
 
 
 class LessThan(Binary):
+    fn = staticmethod(np.less)
+
     def output_dtype(self, dtypes):
         return bool_
-
-    def reference(self, xs, dtype, dims):
-        return xs[0] < xs[1]
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ reshape is too whenever the strides allow it, otherwise the caller materialises 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -35,7 +36,9 @@ def as_shape(dims: Sequence[ExprLike]) -> Shape:
 
 
 def show_shape(shape: Sequence[Expr]) -> str:
-    return "(" + ", ".join(str(const_or_expr(d)) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+    """A shape as text, like a Python tuple: (2, seq, 4) or (5,)."""
+    inner = ", ".join(str(const_or_expr(d)) for d in shape)
+    return f"({inner},)" if len(shape) == 1 else f"({inner})"
 
 
 def row_major_strides(shape: Shape) -> Shape:
@@ -84,7 +87,7 @@ class View:
         """Contiguous except for stride-0 (expanded) axes."""
         if self.mask is not None or self.offset != 0:
             return False
-        real = [(d, s) for d, s in zip(self.shape, self.strides) if not s == 0]
+        real = [(d, s) for d, s in zip(self.shape, self.strides) if s != 0]
         strides = row_major_strides(tuple(d for d, _ in real))
         return all(s == r or d == 1 for (d, s), r in zip(real, strides))
 
@@ -107,8 +110,9 @@ class View:
         )
         mask = None
         if self.mask is not None:
+            # an expanded axis repeats its one element: all valid or all padding
             mask = tuple(
-                m if new == old else (Expr.const(0), new)
+                m if new == old else (Expr.const(0), mul(new, _reads_index_zero(m)))
                 for m, old, new in zip(self.mask, self.shape, shape)
             )
         return View(shape, strides, self.offset, mask)
@@ -191,33 +195,44 @@ class View:
         strides: list[Expr] = []
         mask: list[tuple[Expr, Expr]] = []
         for old_axes, new_axes in groups:
-            old_dims = [self.shape[a] for a in old_axes]
-            old_strides = [self.strides[a] for a in old_axes]
-            non_unit = [k for k, d in enumerate(old_dims) if not d == 1]
-            for k, k_next in zip(non_unit, non_unit[1:]):
-                if not old_strides[k] == mul(old_strides[k_next], old_dims[k_next]):
+            non_unit = [a for a in old_axes if self.shape[a] != 1]
+            for a, a_next in itertools.pairwise(non_unit):
+                if self.strides[a] != mul(self.strides[a_next], self.shape[a_next]):
                     return None
-            inner = old_strides[non_unit[-1]] if non_unit else Expr.const(0)
-            group_masked = self.mask is not None and any(
-                not (self.mask[a][0] == 0 and self.mask[a][1] == self.shape[a])
-                for a in old_axes
-            )
-            if group_masked:
-                if not new_axes or len(non_unit) > 1 or len([n for n in new_axes if not shape[n] == 1]) > 1:
-                    return None
-            acc = inner
+            acc = self.strides[non_unit[-1]] if non_unit else Expr.const(0)
             group_strides = []
             for n in reversed(new_axes):
                 group_strides.append(acc)
                 acc = mul(acc, shape[n])
             strides.extend(reversed(group_strides))
-            for n in new_axes:
-                if group_masked and not shape[n] == 1:
-                    mask.append(self.mask[old_axes[non_unit[0]]])
-                else:
-                    mask.append((Expr.const(0), shape[n]))
+            group_mask = self._reshape_group_mask(old_axes, non_unit, [shape[n] for n in new_axes])
+            if group_mask is None:
+                return None
+            mask.extend(group_mask)
         has_mask = self.mask is not None
         return View(shape, tuple(strides), self.offset, tuple(mask) if has_mask else None)
+
+    def _reshape_group_mask(self, old_axes: list[int], non_unit: list[int],
+                            new_dims: list[Expr]) -> list[tuple[Expr, Expr]] | None:
+        """Masks of the new axes that replace `old_axes`, or None when a mask cannot follow.
+
+        A mask survives a reshape only where the group has at most one non-unit axis on each
+        side: that axis keeps its range, and the size-1 axes (valid or padding as a whole) fold
+        into it as a 0/1 factor.
+        """
+        full = [(Expr.const(0), d) for d in new_dims]
+        if self.mask is None or not any(self.axis_masked(a) for a in old_axes):
+            return full
+        big_new = [k for k, d in enumerate(new_dims) if d != 1]
+        if len(non_unit) > 1 or len(big_new) > 1 or not new_dims:
+            return None
+        unit_valid = logical_and(
+            *(_reads_index_zero(self.mask[a]) for a in old_axes if a not in non_unit)
+        )
+        lo, hi = self.mask[non_unit[0]] if non_unit else (Expr.const(0), Expr.const(1))
+        k = big_new[0] if big_new else 0
+        full[k] = (mul(lo, unit_valid), mul(hi, unit_valid))
+        return full
 
     # ----- index expressions --------------------------------------------------------------
     def index(self, idx: Sequence[Expr]) -> Expr:
@@ -239,7 +254,7 @@ class View:
         out = []
         stride = Expr.const(1)
         for d in reversed(self.shape):
-            out.append((flat // stride) % d if not d == 1 else Expr.const(0))
+            out.append((flat // stride) % d if d != 1 else Expr.const(0))
             stride = mul(stride, d)
         return list(reversed(out))
 
@@ -254,6 +269,12 @@ class View:
     def span(self) -> Expr:
         """One past the largest buffer position any valid element reads (buffer size needed)."""
         return add(self.offset, *(mul(add(d, -1), s) for d, s in zip(self.shape, self.strides)), 1)
+
+
+def _reads_index_zero(mask: tuple[Expr, Expr]) -> Expr:
+    """1 when an axis masked [lo, hi) reads real data at index 0, else 0."""
+    lo, hi = mask
+    return logical_and(lt(lo, 1), lt(0, hi))
 
 
 def _match_groups(old: Shape, new: Shape) -> list[tuple[list[int], list[int]]] | None:
@@ -280,7 +301,7 @@ def _match_groups(old: Shape, new: Shape) -> list[tuple[list[int], list[int]]] |
         ng.append(j)
         np_ = new[j]
         j += 1
-        while not op_ == np_:
+        while op_ != np_:
             if op_.is_const and np_.is_const:
                 if op_.value < np_.value:
                     if i >= len(old):

@@ -27,7 +27,7 @@ _interned: dict[tuple, Expr] = {}
 class Expr:
     """An immutable, interned integer expression. Build with `Expr.var`, `Expr.const`, operators."""
 
-    __slots__ = ("__weakref__", "__dict__", "args", "op")
+    __slots__ = ("__dict__", "__weakref__", "args", "op")
 
     op: str  # num var add mul floordiv mod min max lt and
     args: tuple
@@ -52,7 +52,8 @@ class Expr:
 
     @staticmethod
     def var(name: str, lo: int = 1, hi: int = INF) -> Expr:
-        """A named integer. Shape dims default to the range [1, INF); index vars pass a range."""
+        """A named integer in [lo, hi] (both inclusive). Shape dims default to [1, INF); index
+        variables pass their range, which the simplifier relies on."""
         return Expr("var", (name, lo, hi))
 
     # ----- inspection ---------------------------------------------------------------------
@@ -170,13 +171,13 @@ class Expr:
     @cached_property
     def _python_fn(self) -> Callable[[Mapping[str, int]], int]:
         src = render(self, lambda n: f"env[{n!r}]", _PY_SYNTAX)
-        return eval(f"lambda env: {src}", {"_min": min, "_max": max})  # noqa: S307
+        return eval(f"lambda env: {src}", {"_min": min, "_max": max})
 
     @cached_property
     def numpy_fn(self) -> Callable[[Mapping[str, Any]], Any]:
         """Like `evaluate`, but variables may be NumPy integer arrays (vectorised)."""
         src = render(self, lambda n: f"env[{n!r}]", _NP_SYNTAX)
-        return eval(f"lambda env: {src}", {"np": np})  # noqa: S307
+        return eval(f"lambda env: {src}", {"np": np})
 
     def render_c(self, names: Mapping[str, str] | None = None) -> str:
         """C-family source; named variables map through `names` (default: their own names)."""
@@ -366,13 +367,38 @@ def floordiv(x: ExprLike, d: ExprLike) -> Expr:
                 inner, m = remainder.args
                 if m.is_const and m.args[0] % dv == 0:
                     return mod(floordiv(inner, dv), m.args[0] // dv)
-    elif x == d:
-        return Expr.const(1)
-    elif x.op == "mul" and d in x.args:
-        rest = list(x.args)
-        rest.remove(d)
-        return mul(*rest)
+    else:
+        quotient = _exact_quotient(x, d)
+        if quotient is not None:
+            return quotient
     return Expr("floordiv", (x, d))
+
+
+def _monomial(e: Expr) -> tuple[int, list[Expr]]:
+    """A term as (coefficient, factors): 6*n*m -> (6, [m, n])."""
+    c, body = _split_coeff(e)
+    if body == 1:
+        return c, []
+    return c, list(body.args) if body.op == "mul" else [body]
+
+
+def _exact_quotient(x: Expr, d: Expr) -> Expr | None:
+    """x / d when every term of x is a multiple of the monomial d (so // and % are exact),
+    else None: (6*n*m + 3*n) // (3*n) == 2*m + 1."""
+    dc, dfactors = _monomial(d)
+    if dc == 0:
+        return None
+    parts = []
+    for term in _terms(x):
+        c, factors = _monomial(term)
+        for f in dfactors:
+            if f not in factors:
+                return None
+            factors.remove(f)
+        if c % dc:
+            return None
+        parts.append(mul(c // dc, *factors))
+    return add(*parts)
 
 
 def mod(x: ExprLike, d: ExprLike) -> Expr:
@@ -392,11 +418,9 @@ def mod(x: ExprLike, d: ExprLike) -> Expr:
                 return x
             if x.op == "mod" and x.args[1].is_const and x.args[1].args[0] % dv == 0:
                 return mod(x.args[0], dv)
-    elif x == d:
-        return Expr.const(0)
     elif x.vmin >= 0 and x.vmax < d.vmin:
         return x
-    elif x.op == "mul" and d in x.args:
+    elif _exact_quotient(x, d) is not None:
         return Expr.const(0)
     return Expr("mod", (x, d))
 
@@ -410,13 +434,16 @@ def _minmax(op: str, pick: Callable[[Iterable[int]], int], items: tuple[ExprLike
     rest = sorted({e for e in flat if e.op != "num"}, key=lambda p: p._sort_key)
     if consts:
         rest.append(Expr.const(pick(consts)))
-    if op == "min":  # drop operands that can never be the minimum
-        best = min(e.vmax for e in rest)
-        rest = [e for e in rest if e.vmin <= best]
-    else:
-        best = max(e.vmin for e in rest)
-        rest = [e for e in rest if e.vmax >= best]
-    return rest[0] if len(rest) == 1 else Expr(op, tuple(rest))
+    # drop an operand when another one is always at least as good (min: <=, max: >=)
+    kept: list[Expr] = []
+    for k, e in enumerate(rest):
+        others = kept + rest[k + 1 :]
+        if op == "min" and any(f.vmax <= e.vmin for f in others):
+            continue
+        if op == "max" and any(f.vmin >= e.vmax for f in others):
+            continue
+        kept.append(e)
+    return kept[0] if len(kept) == 1 else Expr(op, tuple(kept))
 
 
 def smin(*items: ExprLike) -> Expr:
@@ -521,8 +548,12 @@ _C_SYNTAX = _Syntax(
 )
 
 C_PRELUDE = """\
-static inline long lm_floordiv(long a, long b) { long q = a / b; return q - ((a % b != 0) & ((a < 0) != (b < 0))); }
-static inline long lm_floormod(long a, long b) { long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+static inline long lm_floordiv(long a, long b) {
+    long q = a / b; return q - ((a % b != 0) & ((a < 0) != (b < 0)));
+}
+static inline long lm_floormod(long a, long b) {
+    long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
 static inline long lm_min(long a, long b) { return a < b ? a : b; }
 static inline long lm_max(long a, long b) { return a > b ? a : b; }
 """

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import ops
-from .dtypes import DType, dtype_of
+from .dtypes import DType, bfloat16, dtype_of
 from .graph import Edge, Graph
 from .hl_ops.binary import BinaryOps
 from .hl_ops.matmul import MatmulOps
@@ -25,17 +25,23 @@ from .symbolic import Expr, UnboundDimError, const_or_expr
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
+_HOST_FLOATS = (bfloat16.numpy,)  # float types NumPy does not know as kind "f"
+
 
 class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps):
-    """A lazy tensor in a `Graph`. Nothing runs until the graph is compiled and executed."""
+    """A lazy tensor in a `Graph`. Nothing runs until the graph is compiled and executed.
 
-    __slots__ = ("_id", "dtype", "graph", "view")
+    `layout` is the `View` through which this tensor reads its node's output buffer (its
+    `shape` is `layout.shape`); `view(*shape)` is PyTorch's reshape-as-a-view.
+    """
+
+    __slots__ = ("_id", "dtype", "graph", "layout")
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
 
     def __init__(self, graph: Graph, node_id: int, view: View, dtype: DType):
         self.graph = graph
         self._id = node_id
-        self.view = view
+        self.layout = view
         self.dtype = dtype
 
     # ----- identity -----------------------------------------------------------------------
@@ -51,11 +57,11 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps):
     @property
     def shape(self) -> tuple[int | Expr, ...]:
         """Dims as ints, or symbolic `Expr`s for dims that depend on named dims."""
-        return tuple(const_or_expr(d) for d in self.view.shape)
+        return tuple(const_or_expr(d) for d in self.layout.shape)
 
     @property
     def ndim(self) -> int:
-        return len(self.view.shape)
+        return len(self.layout.shape)
 
     def dim(self) -> int:
         return self.ndim
@@ -64,7 +70,7 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps):
         return self.shape if dim is None else self.shape[dim]
 
     def numel(self) -> int | Expr:
-        return const_or_expr(self.view.numel)
+        return const_or_expr(self.layout.numel)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -81,10 +87,10 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps):
 
     def _new(self, op: ops.Op, *inputs: GraphTensor) -> GraphTensor:
         """Add a node computing `op` on `inputs` (read through their views)."""
-        shapes = [t.view.shape for t in inputs]
+        shapes = [t.layout.shape for t in inputs]
         node = self.graph.add_node(
             op,
-            [Edge(t.id, t.view) for t in inputs],
+            [Edge(t.id, t.layout) for t in inputs],
             op.output_shape(shapes),
             op.output_dtype([t.dtype for t in inputs]),
         )
@@ -100,48 +106,10 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps):
                 f"set() works on inputs made by Graph.tensor(), not on the result of {node.op.name}"
             )
         name = node.op.label_name
-        arr = np.asarray(data)
-        if arr.dtype == object:
-            raise TypeError(f"input {name!r}: cannot convert {type(data).__name__} to an array")
-        shape = node.shape
-        if arr.ndim != len(shape):
-            raise ValueError(
-                f"input {name!r} expects shape {show_shape(shape)} but got an array of shape "
-                f"{arr.shape} (rank {arr.ndim} instead of {len(shape)})"
-            )
-        bound: dict[str, int] = {}
-        for want, have in zip(shape, arr.shape):
-            if want.is_const:
-                if want.value != have:
-                    raise ValueError(
-                        f"input {name!r} expects shape {show_shape(shape)} but got an array "
-                        f"of shape {arr.shape}"
-                    )
-            elif want.op == "var":
-                prev = bound.get(want.name)
-                if prev is not None and prev != have:
-                    raise ValueError(
-                        f"input {name!r}: dim {want.name!r} would be both {prev} and {have} "
-                        f"in array of shape {arr.shape}"
-                    )
-                bound[want.name] = have
-        self.graph.dims.update(bound)
-        for want, have in zip(shape, arr.shape):
-            if not want.is_const and want.op != "var":
-                try:
-                    ok = want.evaluate(self.graph.dims) == have
-                except UnboundDimError as e:
-                    raise ValueError(f"input {name!r}: {e}") from None
-                if not ok:
-                    raise ValueError(
-                        f"input {name!r}: dim {want} does not match {have} in shape {arr.shape}"
-                    )
-        host = self.dtype.numpy
-        if self.dtype.is_float and not (
-            np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_ or arr.dtype == host
-        ):
-            arr = arr.astype(np.float32)
-        self.graph.set_data(node.id, np.ascontiguousarray(arr, dtype=host))
+        arr = _host_array(data, self.dtype, name)
+        dims = _bind_dims(name, node.shape, arr.shape, self.graph.dims)
+        self.graph.dims.update(dims)  # only once every dim agrees: a failed set() binds nothing
+        self.graph.set_data(node.id, arr)
         return self
 
     def retrieve(self) -> GraphTensor:
@@ -162,10 +130,10 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps):
 
         node = self.node
         flat = self.graph.fetch(self.id)
-        if self.view.is_contiguous and self.view.shape == node.shape:
+        if self.layout.is_contiguous and self.layout.shape == node.shape:
             dims = self.graph.dims
-            return flat.reshape(tuple(d.evaluate(dims) for d in self.view.shape))
-        return read_view(flat.reshape(-1), self.view, self.graph.dims)
+            return flat.reshape(tuple(d.evaluate(dims) for d in self.layout.shape))
+        return read_view(flat.reshape(-1), self.layout, self.graph.dims)
 
     def __array__(self, dtype=None, copy=None):
         out = self.numpy()
@@ -205,12 +173,12 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps):
 
     def contiguous_if_view(self) -> GraphTensor:
         """Self when it reads its node's buffer as is, else `contiguous()`."""
-        if self.view.is_contiguous and self.view.shape == self.node.shape:
+        if self.layout.is_contiguous and self.layout.shape == self.node.shape:
             return self
         return self.contiguous()
 
     def __repr__(self) -> str:
-        return f"GraphTensor(node={self.id}, shape={show_shape(self.view.shape)}, {self.dtype!r})"
+        return f"GraphTensor(node={self.id}, shape={show_shape(self.layout.shape)}, {self.dtype!r})"
 
     def __bool__(self) -> bool:
         raise TypeError(
@@ -224,3 +192,51 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps):
 
 def as_tensors(graph: Graph, items: Sequence) -> list[GraphTensor]:
     return [t if isinstance(t, GraphTensor) else graph.constant(t) for t in items]
+
+
+def _host_array(data: ArrayLike, dtype: DType, name: str) -> np.ndarray:
+    """`data` as a C-contiguous NumPy array of `dtype`'s host type."""
+    arr = np.asarray(data)
+    numeric = arr.dtype.kind in "biuf" or arr.dtype in _HOST_FLOATS
+    if not numeric:
+        raise TypeError(
+            f"input {name!r}: cannot use {type(data).__name__} data of dtype {arr.dtype} as "
+            f"{dtype.name}: pass numbers (a NumPy array, a list, a scalar)"
+        )
+    # ascontiguousarray alone would turn a 0-d array into shape (1,)
+    return arr.astype(dtype.numpy, order="C", copy=False).reshape(arr.shape)
+
+
+def _bind_dims(name: str, shape: tuple[Expr, ...], have: tuple[int, ...],
+               dims: dict[str, int]) -> dict[str, int]:
+    """The symbolic dim values that array shape `have` implies for an input of `shape`
+    (checked against constant dims and compound dim expressions)."""
+
+    def mismatch(detail: str = "") -> ValueError:
+        return ValueError(
+            f"input {name!r} expects shape {show_shape(shape)} but got an array of shape "
+            f"{have}{detail}"
+        )
+
+    if len(have) != len(shape):
+        raise mismatch(f" (rank {len(have)} instead of {len(shape)})")
+    bound: dict[str, int] = {}
+    for want, size in zip(shape, have):
+        if want.is_const and want.value != size:
+            raise mismatch()
+        if want.op == "var" and bound.setdefault(want.name, size) != size:
+            raise mismatch(f": dim {want.name!r} would be both {bound[want.name]} and {size}")
+    env = {**dims, **bound}
+    for want, size in zip(shape, have):
+        if not want.is_const and want.op != "var":
+            try:
+                value = want.evaluate(env)
+            except UnboundDimError as e:
+                raise ValueError(f"input {name!r}: {e}") from None
+            if value != size:
+                raise mismatch(f": dim {want} is {value} with {_show_env(want, env)}")
+    return bound
+
+
+def _show_env(e: Expr, env: dict[str, int]) -> str:
+    return ", ".join(f"{k}={env[k]}" for k in sorted(e.free_vars))

@@ -126,7 +126,8 @@ class ReferenceRuntime:
             out = np.asarray(out)
             if out.shape != shape:
                 out = np.broadcast_to(out, shape)
-            values[node.id] = np.ascontiguousarray(out, dtype=node.dtype.numpy).reshape(-1)
+            with np.errstate(over="ignore"):  # float16 rounding overflows to inf, as on devices
+                values[node.id] = np.ascontiguousarray(out, dtype=node.dtype.numpy).reshape(-1)
             for nid in step.free_after:
                 values.pop(nid, None)
         self.values = values
@@ -142,10 +143,29 @@ class ReferenceRuntime:
         axis = red.op.axis
         letters = "abcdefghijklmnopqrstuvwxyz"[: a.ndim]
         out = letters[:axis] + letters[axis + 1 :]
-        return np.einsum(f"{letters},{letters}->{out}", a, b, optimize=True)
+        # Expanded (stride-0) axes are dropped from the operand that only broadcasts along
+        # them: einsum then sees a plain contraction (a matmul) and hands it to BLAS instead
+        # of looping over the whole broadcast product.
+        a_axes, b_axes = _unbroadcast_axes(a), _unbroadcast_axes(b)
+        both = set(range(a.ndim)) - a_axes - b_axes
+        a_axes |= both
+        a, sa = _take_axes(a, a_axes, letters)
+        b, sb = _take_axes(b, b_axes, letters)
+        return np.einsum(f"{sa},{sb}->{out}", a, b, optimize=True)
 
     def fetch(self, node_id: int) -> np.ndarray:
         return self.values[node_id]
+
+
+def _unbroadcast_axes(x: np.ndarray) -> set[int]:
+    """Axes along which `x` really varies (size > 1, not a stride-0 expansion)."""
+    return {i for i, (n, st) in enumerate(zip(x.shape, x.strides)) if st != 0 and n > 1}
+
+
+def _take_axes(x: np.ndarray, axes: set[int], letters: str) -> tuple[np.ndarray, str]:
+    """`x` indexed at 0 along the axes not in `axes`, and the einsum letters of the rest."""
+    index = tuple(slice(None) if i in axes else 0 for i in range(x.ndim))
+    return x[index], "".join(letters[i] for i in sorted(axes))
 
 
 def node_dtype(graph: Graph, node_id: int):
@@ -157,6 +177,7 @@ class ReferenceBackend(Backend):
 
     name = "reference"
     priority = 0
+    dtypes = ("float32", "float16", "bfloat16", "int32", "bool")
 
     def probe(self) -> BackendStatus:
         return BackendStatus(True, device=f"NumPy {np.__version__} (host)")

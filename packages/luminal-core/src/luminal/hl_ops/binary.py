@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 from .. import ops
 from ..dtypes import bool_, float32, int32, promote
@@ -13,7 +13,7 @@ from ..symbolic import Expr, to_expr
 if TYPE_CHECKING:
     from ..tensor import GraphTensor
 
-    Operand = Union["GraphTensor", float, int, bool]
+    Operand = GraphTensor | float | int | bool
 
 
 def broadcast_shape(name: str, a, b) -> tuple[Expr, ...]:
@@ -56,15 +56,15 @@ def lift(like: GraphTensor, value) -> GraphTensor:
 def broadcast_to(t: GraphTensor, shape) -> GraphTensor:
     """View `t` at `shape` (PyTorch broadcasting: prepend 1s, expand size-1 axes)."""
     shape = tuple(map(to_expr, shape))
-    if tuple(t.view.shape) == shape:
+    if tuple(t.layout.shape) == shape:
         return t
     if t.ndim > len(shape):
-        raise ValueError(f"cannot broadcast {show_shape(t.view.shape)} to {show_shape(shape)}")
+        raise ValueError(f"cannot broadcast {show_shape(t.layout.shape)} to {show_shape(shape)}")
     lead = len(shape) - t.ndim
     if lead:
-        t = t.reshape((1,) * lead + tuple(t.view.shape))
-    broadcast_shape("expand", t.view.shape, shape)
-    return t._with_view(t.view.expand(shape))
+        t = t.reshape((1,) * lead + tuple(t.layout.shape))
+    broadcast_shape("expand", t.layout.shape, shape)
+    return t._with_view(t.layout.expand(shape))
 
 
 def binary(name: str, op: ops.Op, a: Operand, b: Operand, dtype=None) -> GraphTensor:
@@ -79,39 +79,56 @@ def binary(name: str, op: ops.Op, a: Operand, b: Operand, dtype=None) -> GraphTe
         raise ValueError(f"{name}: operands belong to different graphs")
     common = dtype or promote(a.dtype, b.dtype)
     a, b = a.to(common), b.to(common)
-    shape = broadcast_shape(name, a.view.shape, b.view.shape)
+    shape = broadcast_shape(name, a.layout.shape, b.layout.shape)
     return a._new(op, broadcast_to(a, shape), broadcast_to(b, shape))
 
 
 def where(cond: Operand, x: Operand, y: Operand) -> GraphTensor:
     """`x` where `cond` is true, else `y` (PyTorch `torch.where`).
 
-    Composed as `x*c + y*(1-c)`; an infinite constant on either side becomes `log2(c)`
-    arithmetic instead, so masking with -inf stays exact (0 * inf would be NaN).
+    Composed as `x*c + y*(1-c)`, which is exact for finite values. A non-finite scalar branch
+    (`-inf` for masking, `nan`) is built from the mask instead, so it never meets a `0 *`; a
+    non-finite value inside a tensor branch that is not selected still turns the result into
+    NaN (0 * inf), because the primitives have no select.
     """
     from ..tensor import GraphTensor
 
-    anchor = next(t for t in (cond, x, y) if isinstance(t, GraphTensor))
-    cond = lift(anchor, cond) if not isinstance(cond, GraphTensor) else cond
-    if not isinstance(x, GraphTensor) and not isinstance(y, GraphTensor):
-        x = lift(anchor, float(x) if isinstance(y, float) else x)
-    # log2 of a 0/1 mask is 0/-inf: adding it selects an infinity without computing 0 * inf
-    if isinstance(y, (int, float)) and math.isinf(y) and isinstance(x, GraphTensor):
-        mask = cond.to(bool_).to(_float_of(x)).log2()
-        return x + mask if y < 0 else x - mask
-    if isinstance(x, (int, float)) and math.isinf(x) and isinstance(y, GraphTensor):
-        mask = cond.to(bool_).logical_not().to(_float_of(y)).log2()
-        return y + mask if x < 0 else y - mask
-    if not isinstance(x, GraphTensor):
-        x = lift(y, x)
-    if not isinstance(y, GraphTensor):
-        y = lift(x, y)
-    common = promote(x.dtype, y.dtype)
+    anchor = next((t for t in (cond, x, y) if isinstance(t, GraphTensor)), None)
+    if anchor is None:
+        raise TypeError("where: at least one argument must be a GraphTensor")
+    c = lift(anchor, cond).to(bool_)
+    x, y = _where_operand(anchor, x, y), _where_operand(anchor, y, x)
+    dtypes = [t.dtype for t in (x, y) if isinstance(t, GraphTensor)]
+    common = promote(*dtypes) if len(dtypes) == 2 else dtypes[0] if dtypes else float32
+    if any(isinstance(v, float) for v in (x, y)) and not common.is_float:
+        common = float32
     if common == bool_:
-        c = cond.to(bool_)
         return (c & x) | (c.logical_not() & y)
-    c = cond.to(common)
-    return x.to(common) * c + y.to(common) * (1 - c)
+    return _select(c, x, common) + _select(c.logical_not(), y, common)
+
+
+def _where_operand(anchor: GraphTensor, value: Operand, other: Operand):
+    """A where() branch: tensors stay, non-finite floats stay Python floats (see `_select`),
+    other scalars become constants (floats when the other branch is a float)."""
+    from ..tensor import GraphTensor
+
+    if isinstance(value, GraphTensor) or (isinstance(value, float) and not math.isfinite(value)):
+        return value
+    if isinstance(value, int) and isinstance(other, float):
+        value = float(value)
+    return lift(other if isinstance(other, GraphTensor) else anchor, value)
+
+
+def _select(mask: GraphTensor, value, dtype) -> GraphTensor:
+    """`value` where `mask`, else 0. A non-finite scalar comes from the mask itself:
+    log2(1 - m) is -inf where m and 0 elsewhere, sqrt(-m) is NaN where m and 0 elsewhere."""
+    m = mask.to(dtype)
+    if not isinstance(value, float):
+        return value.to(dtype) * m
+    if math.isnan(value):
+        return (-m).sqrt()
+    minus_inf = (1 - m).log2()
+    return minus_inf if value < 0 else -minus_inf
 
 
 def maximum(a: Operand, b: Operand) -> GraphTensor:
@@ -123,7 +140,7 @@ def maximum(a: Operand, b: Operand) -> GraphTensor:
     if not isinstance(b, GraphTensor):
         b = lift(a, b)
     common = promote(a.dtype, b.dtype)
-    shape = broadcast_shape("maximum", a.view.shape, b.view.shape)
+    shape = broadcast_shape("maximum", a.layout.shape, b.layout.shape)
     a = broadcast_to(a.to(common), shape).unsqueeze(-1)
     b = broadcast_to(b.to(common), shape).unsqueeze(-1)
     from .movement import cat
@@ -177,7 +194,9 @@ class BinaryOps:
         fix = ((r != 0) & ((r < 0) != (other < 0))).to(r.dtype)
         q = (self - r).to(_float_of(self)) / other.to(_float_of(other)) - fix
         q = q.round()
-        return q if self.dtype.is_float or other.dtype.is_float else q.to(promote(self.dtype, other.dtype))
+        if self.dtype.is_float or other.dtype.is_float:
+            return q
+        return q.to(promote(self.dtype, other.dtype))
 
     def __rfloordiv__(self, other: Operand) -> GraphTensor:
         return lift(self, other) // self
@@ -217,16 +236,16 @@ class BinaryOps:
         return binary("gt", ops.LessThan(), other, self)
 
     def __le__(self, other: Operand) -> GraphTensor:
-        return (self > other).logical_not()
+        return _less_or_equal(self, other)
 
     def __ge__(self, other: Operand) -> GraphTensor:
-        return (self < other).logical_not()
+        return _less_or_equal(lift(self, other), self)
 
     def __eq__(self, other: Operand) -> GraphTensor:  # type: ignore[override]
-        return ((self < other) | (self > other)).logical_not()
+        return _equal(self, other)
 
     def __ne__(self, other: Operand) -> GraphTensor:  # type: ignore[override]
-        return (self < other) | (self > other)
+        return _equal(self, other).logical_not()
 
     def lt(self, other):
         return self < other
@@ -303,7 +322,7 @@ class BinaryOps:
     def minimum(self, other):
         return minimum(self, other)
 
-    def clamp(self, min=None, max=None):  # noqa: A002 (PyTorch names)
+    def clamp(self, min=None, max=None):
         out = self
         if min is not None:
             out = maximum(out, min)
@@ -321,33 +340,90 @@ class BinaryOps:
         return where(mask, value, self)
 
     def pow(self, exponent: Operand) -> GraphTensor:
-        """`self ** exponent` with PyTorch semantics, including negative bases with integral
-        exponents and 0 ** 0 == 1."""
+        """`self ** exponent` with PyTorch semantics: negative bases with integral exponents,
+        NaN for negative bases with fractional ones, 0 ** 0 == 1, 0 ** -1 == inf."""
+        if not self.dtype.is_float and _integral_exponent(exponent):
+            return _pow_int(self, exponent)
         x = self.to(_float_of(self))
         if not _is_tensor(exponent):
-            e = float(exponent)
-            if e == int(e) and abs(e) <= 4:
-                k = int(abs(e))
-                out = x.graph.constant(1.0, x.dtype).expand_as(x) if k == 0 else x
-                for _ in range(k - 1):
-                    out = out * x
-                return out.reciprocal() if e < 0 else out
-            if e == 0.5:
-                return x.sqrt()
-            mag = (x.abs().log2() * e).exp2()
-            if e == int(e):
-                return mag * (1 - 2 * (x < 0).to(x.dtype)) if int(e) % 2 else mag
-            return where(x < 0, math.nan, mag)
-        y = exponent.to(promote(x.dtype, exponent.dtype)) if exponent.dtype.is_float else (
-            exponent.to(x.dtype)
-        )
-        mag = (x.abs().log2() * y).exp2()
-        integral = y == y.trunc()
-        odd = (y.abs() % 2) == 1
+            return _pow_scalar(x, float(exponent))
+        y = exponent.to(promote(x.dtype, exponent.dtype) if exponent.dtype.is_float else x.dtype)
+        zero_exp = y == 0
+        # |x| ** y as exp2(y * log2|x|); a zero exponent reads base 1 so that 0 ** 0 == 1
+        base = x.abs() + zero_exp.to(x.dtype) * (1 - x.abs())
+        mag = (base.log2() * y).exp2()
         neg = x < 0
+        odd = y.abs().fmod(2.0) == 1
+        fractional = y != y.trunc()
         sign = 1 - 2 * (neg & odd).to(x.dtype)
-        out = where(neg & integral.logical_not(), math.nan, mag * sign)
-        return where(y == 0, 1.0, out)
+        return where(neg & fractional, math.nan, mag * sign)
+
+
+def _integral_exponent(exponent: Operand) -> bool:
+    """An exponent that keeps an integer base integer, as in PyTorch (an int or int tensor)."""
+    if _is_tensor(exponent):
+        return not exponent.dtype.is_float
+    return isinstance(exponent, int)
+
+
+def _pow_int(x: GraphTensor, exponent: Operand) -> GraphTensor:
+    """Integer power: exact by multiplication for small constant exponents, else computed in
+    float32 and rounded (exact while the result fits float32's 24-bit mantissa)."""
+    if not _is_tensor(exponent):
+        exponent = int(exponent)
+        if exponent < 0:
+            raise ValueError("pow: integers to negative integer powers are not allowed")
+    dtype = promote(x.dtype, exponent.dtype) if _is_tensor(exponent) else x.dtype
+    dtype = int32 if dtype == bool_ else dtype
+    x = x.to(dtype)
+    if not _is_tensor(exponent) and exponent <= 4:
+        out = lift(x, 1).expand_as(x) if exponent == 0 else x
+        for _ in range(exponent - 1):
+            out = out * x
+        return out
+    return x.to(float32).pow(exponent.to(float32) if _is_tensor(exponent) else float(exponent)
+                             ).round().to(dtype)
+
+
+def _pow_scalar(x: GraphTensor, e: float) -> GraphTensor:
+    """x ** e for a Python exponent: repeated multiplication for small whole exponents
+    (exact, and fine for negative bases), sqrt for 0.5, exp2/log2 otherwise."""
+    if e == int(e) and abs(e) <= 4:
+        k = int(abs(e))
+        out = x.graph.constant(1.0, x.dtype).expand_as(x) if k == 0 else x
+        for _ in range(k - 1):
+            out = out * x
+        return out.reciprocal() if e < 0 else out
+    if e == 0.5:
+        return x.sqrt()
+    mag = (x.abs().log2() * e).exp2()
+    if e != int(e):
+        return where(x < 0, math.nan, mag)
+    return mag * (1 - 2 * (x < 0).to(x.dtype)) if int(e) % 2 else mag
+
+
+def _equal(a: Operand, b: Operand) -> GraphTensor:
+    """a == b: neither is less than the other, and no NaN is involved (NaN compares unequal to
+    everything, itself included; a NaN operand makes a + b NaN, which `not_nan` sees)."""
+    a, b = (lift(b, a), b) if not _is_tensor(a) else (a, lift(a, b))
+    unordered = ((a < b) | (a > b)).logical_not()
+    if not promote(a.dtype, b.dtype).is_float:
+        return unordered
+    return unordered & not_nan(a + b)
+
+
+def _less_or_equal(a: Operand, b: Operand) -> GraphTensor:
+    """a <= b; not `not (a > b)`, which would hold for NaN."""
+    a, b = (lift(b, a), b) if not _is_tensor(a) else (a, lift(a, b))
+    if not promote(a.dtype, b.dtype).is_float:
+        return (a > b).logical_not()
+    return (a < b) | _equal(a, b)
+
+
+def not_nan(x: GraphTensor) -> GraphTensor:
+    """True where x is a number (possibly infinite): NaN is the only value that is neither
+    below +inf nor above -inf."""
+    return (x < math.inf) | (x > -math.inf)
 
 
 def _is_tensor(x) -> bool:

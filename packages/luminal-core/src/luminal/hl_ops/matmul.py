@@ -23,14 +23,14 @@ def matmul(a: GraphTensor, b: GraphTensor) -> GraphTensor:
         a = a.unsqueeze(0)
     if squeeze_b:
         b = b.unsqueeze(1)
-    m, k = a.view.shape[-2:]
-    k2, n = b.view.shape[-2:]
+    m, k = a.layout.shape[-2:]
+    k2, n = b.layout.shape[-2:]
     if not k == k2:
         raise ValueError(
-            f"matmul: shapes {show_shape(a.view.shape)} and {show_shape(b.view.shape)} "
+            f"matmul: shapes {show_shape(a.layout.shape)} and {show_shape(b.layout.shape)} "
             f"cannot be multiplied ({k} != {k2})"
         )
-    batch = broadcast_shape("matmul", a.view.shape[:-2], b.view.shape[:-2])
+    batch = broadcast_shape("matmul", a.layout.shape[:-2], b.layout.shape[:-2])
     dtype = promote(a.dtype, b.dtype)
     a = a.to(dtype).unsqueeze(-2)  # (..., m, 1, k)
     bt = b.to(dtype).transpose(-1, -2).unsqueeze(-3)  # (..., 1, n, k)

@@ -35,11 +35,11 @@ def cat(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
     axis = _axis(dim, first.ndim)
     for t in tensors[1:]:
         ok = t.ndim == first.ndim and all(
-            a == b for i, (a, b) in enumerate(zip(t.view.shape, first.view.shape)) if i != axis
+            a == b for i, (a, b) in enumerate(zip(t.layout.shape, first.layout.shape)) if i != axis
         )
         if not ok:
             raise ValueError(
-                f"cat: shapes {show_shape(first.view.shape)} and {show_shape(t.view.shape)} "
+                f"cat: shapes {show_shape(first.layout.shape)} and {show_shape(t.layout.shape)} "
                 f"differ outside dim {dim}"
             )
     if len(tensors) == 1:
@@ -49,14 +49,14 @@ def cat(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
         dtype = promote(dtype, t.dtype)
     total = to_expr(0)
     for t in tensors:
-        total = total + t.view.shape[axis]
+        total = total + t.layout.shape[axis]
     before = to_expr(0)
     out = None
     for t in tensors:
-        after = total - before - t.view.shape[axis]
+        after = total - before - t.layout.shape[axis]
         padded = t.to(dtype)._pad_axis(axis, before, after)
         out = padded if out is None else out + padded
-        before = before + t.view.shape[axis]
+        before = before + t.layout.shape[axis]
     return out
 
 
@@ -66,10 +66,10 @@ def stack(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
         raise ValueError("stack: expected a non-empty list of tensors")
     axis = _axis(dim, tensors[0].ndim + 1)
     for t in tensors[1:]:
-        if tuple(t.view.shape) != tuple(tensors[0].view.shape):
+        if tuple(t.layout.shape) != tuple(tensors[0].layout.shape):
             raise ValueError(
-                f"stack: shapes {show_shape(tensors[0].view.shape)} and "
-                f"{show_shape(t.view.shape)} differ"
+                f"stack: shapes {show_shape(tensors[0].layout.shape)} and "
+                f"{show_shape(t.layout.shape)} differ"
             )
     return cat([t.unsqueeze(axis) for t in tensors], dim=axis)
 
@@ -80,7 +80,7 @@ class MovementOps:
         """A new shape with the same elements; one dim may be -1. A view when the strides
         allow it, otherwise the data is made contiguous first."""
         shape = list(_sizes(shape))
-        numel = self.view.numel
+        numel = self.layout.numel
         if sum(1 for d in shape if isinstance(d, int) and d == -1) > 1:
             raise ValueError(f"reshape: only one dim can be -1 in {tuple(shape)}")
         if -1 in [d for d in shape if isinstance(d, int)]:
@@ -91,7 +91,7 @@ class MovementOps:
             inferred = numel // known
             if not inferred * known == numel:
                 raise ValueError(
-                    f"reshape: cannot view {show_shape(self.view.shape)} as {tuple(shape)}"
+                    f"reshape: cannot view {show_shape(self.layout.shape)} as {tuple(shape)}"
                 )
             shape = [inferred if isinstance(d, int) and d == -1 else d for d in shape]
         new = tuple(map(to_expr, shape))
@@ -100,20 +100,20 @@ class MovementOps:
             total = total * d
         if not total == numel:
             raise ValueError(
-                f"reshape: shape {show_shape(self.view.shape)} ({numel} elements) cannot "
+                f"reshape: shape {show_shape(self.layout.shape)} ({numel} elements) cannot "
                 f"become {show_shape(new)} ({total} elements)"
             )
-        if tuple(new) == tuple(self.view.shape):
+        if tuple(new) == tuple(self.layout.shape):
             return self
-        view = self.view.reshape(new)
+        view = self.layout.reshape(new)
         if view is None:
             base = self.contiguous()
-            view = base.view.reshape(new)
+            view = base.layout.reshape(new)
             return base._with_view(view)
         return self._with_view(view)
 
     def view_as(self, other: GraphTensor) -> GraphTensor:
-        return self.reshape(other.view.shape)
+        return self.reshape(other.layout.shape)
 
     def view(self, *shape) -> GraphTensor:
         return self.reshape(*shape)
@@ -123,9 +123,9 @@ class MovementOps:
         if sorted(dims) != list(range(self.ndim)):
             raise ValueError(
                 f"permute: {tuple(dims)} is not a permutation of the dims of a tensor with "
-                f"shape {show_shape(self.view.shape)}"
+                f"shape {show_shape(self.layout.shape)}"
             )
-        return self._with_view(self.view.permute(dims))
+        return self._with_view(self.layout.permute(dims))
 
     def transpose(self, dim0: int, dim1: int) -> GraphTensor:
         perm = list(range(self.ndim))
@@ -139,11 +139,11 @@ class MovementOps:
         return self if self.ndim < 2 else self.transpose(0, 1)
 
     @property
-    def T(self) -> GraphTensor:  # noqa: N802 (PyTorch name)
+    def T(self) -> GraphTensor:
         return self.permute(list(reversed(range(self.ndim))))
 
     @property
-    def mT(self) -> GraphTensor:  # noqa: N802
+    def mT(self) -> GraphTensor:
         return self.transpose(-2, -1)
 
     def movedim(self, source: int, destination: int) -> GraphTensor:
@@ -156,10 +156,10 @@ class MovementOps:
         sizes = list(_sizes(sizes))
         if len(sizes) < self.ndim:
             raise ValueError(
-                f"expand: {tuple(sizes)} has fewer dims than {show_shape(self.view.shape)}"
+                f"expand: {tuple(sizes)} has fewer dims than {show_shape(self.layout.shape)}"
             )
         lead = len(sizes) - self.ndim
-        cur = (to_expr(1),) * lead + tuple(self.view.shape)
+        cur = (to_expr(1),) * lead + tuple(self.layout.shape)
         target = []
         for i, s in enumerate(sizes):
             if isinstance(s, int) and s == -1:
@@ -170,8 +170,8 @@ class MovementOps:
                 s = to_expr(s)
                 if not (cur[i] == s or cur[i] == 1):
                     raise ValueError(
-                        f"expand: cannot expand shape {show_shape(self.view.shape)} to "
-                        f"{show_shape([to_expr(x) if x != -1 else cur[j] for j, x in enumerate(sizes)])}"
+                        f"expand: cannot expand shape {show_shape(self.layout.shape)} to "
+                        f"{show_shape([to_expr(x) for x in sizes])}"
                     )
                 target.append(s)
         from .binary import broadcast_to
@@ -179,43 +179,43 @@ class MovementOps:
         return broadcast_to(self, target)
 
     def expand_as(self, other: GraphTensor) -> GraphTensor:
-        return self.expand(other.view.shape)
+        return self.expand(other.layout.shape)
 
     def broadcast_to(self, shape) -> GraphTensor:
         return self.expand(*shape)
 
     def unsqueeze(self, dim: int) -> GraphTensor:
         axis = _axis(dim, self.ndim + 1)
-        shape = list(self.view.shape)
+        shape = list(self.layout.shape)
         shape.insert(axis, to_expr(1))
         return self.reshape(shape)
 
     def squeeze(self, dim: int | Sequence[int] | None = None) -> GraphTensor:
         if dim is None:
-            axes = {i for i, d in enumerate(self.view.shape) if d == 1}
+            axes = {i for i, d in enumerate(self.layout.shape) if d == 1}
         else:
             dims = [dim] if isinstance(dim, int) else dim
-            axes = {_axis(d, self.ndim) for d in dims if self.view.shape[_axis(d, self.ndim)] == 1}
-        return self.reshape([d for i, d in enumerate(self.view.shape) if i not in axes])
+            axes = {a for a in (_axis(d, self.ndim) for d in dims) if self.layout.shape[a] == 1}
+        return self.reshape([d for i, d in enumerate(self.layout.shape) if i not in axes])
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> GraphTensor:
         if self.ndim == 0:
             return self.reshape(1)
         a, b = _axis(start_dim, self.ndim), _axis(end_dim, self.ndim)
-        shape = list(self.view.shape)
+        shape = list(self.layout.shape)
         merged = to_expr(1)
         for d in shape[a : b + 1]:
             merged = merged * d
-        return self.reshape(shape[:a] + [merged] + shape[b + 1 :])
+        return self.reshape([*shape[:a], merged, *shape[b + 1:]])
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> GraphTensor:
         a = _axis(dim, self.ndim)
-        shape = list(self.view.shape)
+        shape = list(self.layout.shape)
         return self.reshape(shape[:a] + list(sizes) + shape[a + 1 :])
 
     def _slice_axis(self, axis: int, start, stop, step: int = 1) -> GraphTensor:
         """Python slice semantics (clamped, negative indices from the end) on one axis."""
-        n = self.view.shape[axis]
+        n = self.layout.shape[axis]
         if step == 0:
             raise ValueError("slice step cannot be zero")
 
@@ -233,10 +233,10 @@ class MovementOps:
         else:
             lo = smin(smax(norm(start, n - 1), -1), n - 1)
             hi = smin(smax(norm(stop, to_expr(-1)), -1), lo)
-        view = self.view
+        view = self.layout
         if view.axis_masked(axis) and step != 1:
             base = self.contiguous()
-            return base._with_view(base.view.slice(axis, lo, hi, step))
+            return base._with_view(base.layout.slice(axis, lo, hi, step))
         return self._with_view(view.slice(axis, lo, hi, step))
 
     def narrow(self, dim: int, start: ExprLike, length: ExprLike) -> GraphTensor:
@@ -253,7 +253,7 @@ class MovementOps:
             raise IndexError("an index can only have a single ellipsis")
         if n_real > self.ndim:
             raise IndexError(
-                f"too many indices ({n_real}) for a tensor of shape {show_shape(self.view.shape)}"
+                f"too many indices ({n_real}) for a tensor of shape {show_shape(self.layout.shape)}"
             )
         expanded: list = []
         for i in index:
@@ -275,11 +275,11 @@ class MovementOps:
             elif isinstance(i, GraphTensor):
                 if i.dtype == bool_:
                     raise IndexError("boolean mask indexing has a data-dependent shape")
-                out = out.index_select(axis, i.flatten()).unflatten(axis, i.view.shape) if (
+                out = out.index_select(axis, i.flatten()).unflatten(axis, i.layout.shape) if (
                     i.ndim != 1) else out.index_select(axis, i)
                 axis += i.ndim
             else:
-                size = out.view.shape[axis]
+                size = out.layout.shape[axis]
                 k = to_expr(i)
                 if k.is_const and k.value < 0:
                     k = size + k
@@ -287,11 +287,13 @@ class MovementOps:
                     raise IndexError(
                         f"index {i} is out of bounds for dim {axis} with size {size.value}"
                     )
-                out = out._slice_axis(axis, k, k + 1)
+                # an integer index is in range (checked above when static): no clamping, so
+                # the axis has size exactly 1 even when its size is symbolic
+                out = out._with_view(out.layout.slice(axis, k, k + 1))
                 drop.append(axis)
                 axis += 1
         if drop:
-            shape = [d for a, d in enumerate(out.view.shape) if a not in drop]
+            shape = [d for a, d in enumerate(out.layout.shape) if a not in drop]
             out = out.reshape(shape)
         return out
 
@@ -299,7 +301,7 @@ class MovementOps:
         before, after = to_expr(before), to_expr(after)
         if before == 0 and after == 0:
             return self
-        return self._with_view(self.view.pad(axis, before, after))
+        return self._with_view(self.layout.pad(axis, before, after))
 
     def pad(self, pad: Sequence[int], mode: str = "constant", value: float = 0.0):
         """PyTorch `F.pad`: pairs (left, right) from the last dim backwards; negative pads
@@ -313,7 +315,7 @@ class MovementOps:
             axis = self.ndim - 1 - k
             left, right = pad[2 * k], pad[2 * k + 1]
             if (isinstance(left, int) and left < 0) or (isinstance(right, int) and right < 0):
-                n = out.view.shape[axis]
+                n = out.layout.shape[axis]
                 out = out._slice_axis(axis, max(-left, 0) if isinstance(left, int) else 0,
                                       n - max(-right, 0) if isinstance(right, int) else n)
                 left = max(left, 0) if isinstance(left, int) else left
@@ -322,7 +324,7 @@ class MovementOps:
         if value != 0:
             from .binary import where
 
-            inside = self.graph.constant(True, bool_).expand(self.view.shape).pad(pad)
+            inside = self.graph.constant(True, bool_).expand(self.layout.shape).pad(pad)
             out = where(inside, out, value)
         return out
 
@@ -334,7 +336,7 @@ class MovementOps:
 
     def roll(self, shifts: int, dim: int) -> GraphTensor:
         a = _axis(dim, self.ndim)
-        n = self.view.shape[a]
+        n = self.layout.shape[a]
         if not n.is_const:
             raise ValueError("roll: needs a static size on the rolled dim")
         s = shifts % n.value
@@ -347,8 +349,8 @@ class MovementOps:
         sizes = _sizes(sizes)
         if len(sizes) < self.ndim:
             raise ValueError(f"repeat: needs at least {self.ndim} sizes, got {len(sizes)}")
-        x = self.reshape((1,) * (len(sizes) - self.ndim) + tuple(self.view.shape))
-        shape = list(x.view.shape)
+        x = self.reshape((1,) * (len(sizes) - self.ndim) + tuple(self.layout.shape))
+        shape = list(x.layout.shape)
         inter = []
         for d in shape:
             inter += [to_expr(1), d]
@@ -362,19 +364,19 @@ class MovementOps:
     def repeat_interleave(self, repeats: int, dim: int) -> GraphTensor:
         a = _axis(dim, self.ndim)
         x = self.unsqueeze(a + 1)
-        shape = list(x.view.shape)
+        shape = list(x.layout.shape)
         shape[a + 1] = to_expr(repeats)
         return x.expand(shape).flatten(a, a + 1)
 
     def unfold(self, dimension: int, size: int, step: int) -> GraphTensor:
         """Sliding windows as a view (PyTorch `Tensor.unfold`)."""
         a = _axis(dimension, self.ndim)
-        x = self.contiguous() if self.view.axis_masked(a) else self
-        return x._with_view(x.view.unfold(a, size, step))
+        x = self.contiguous() if self.layout.axis_masked(a) else self
+        return x._with_view(x.layout.unfold(a, size, step))
 
     def split(self, split_size_or_sections, dim: int = 0) -> list[GraphTensor]:
         a = _axis(dim, self.ndim)
-        n = self.view.shape[a]
+        n = self.layout.shape[a]
         if isinstance(split_size_or_sections, int):
             if not n.is_const:
                 raise ValueError("split: needs a static size on the split dim")
@@ -393,7 +395,7 @@ class MovementOps:
 
     def chunk(self, chunks: int, dim: int = 0) -> list[GraphTensor]:
         a = _axis(dim, self.ndim)
-        n = self.view.shape[a]
+        n = self.layout.shape[a]
         if not n.is_const:
             raise ValueError("chunk: needs a static size on the chunked dim")
         step = -(-n.value // chunks)
@@ -405,8 +407,10 @@ class MovementOps:
         it into a gather)."""
         a = _axis(dim, self.ndim)
         if index.ndim != 1:
-            raise ValueError(f"index_select: index must be 1-D, got {show_shape(index.view.shape)}")
-        n = self.view.shape[a]
+            raise ValueError(
+                f"index_select: index must be 1-D, got {show_shape(index.layout.shape)}"
+            )
+        n = self.layout.shape[a]
         onehot = _one_hot(index, n, self.dtype)  # (k, n)
         moved = self.movedim(a, -1).unsqueeze(-2)  # (..., 1, n)
         picked = (moved * onehot).sum(-1)  # (..., k)
@@ -417,14 +421,14 @@ class MovementOps:
         a = _axis(dim, self.ndim)
         if index.ndim != self.ndim:
             raise ValueError(
-                f"gather: index {show_shape(index.view.shape)} and input "
-                f"{show_shape(self.view.shape)} need the same number of dims"
+                f"gather: index {show_shape(index.layout.shape)} and input "
+                f"{show_shape(self.layout.shape)} need the same number of dims"
             )
         x = self
-        for ax, (di, dx) in enumerate(zip(index.view.shape, self.view.shape)):
-            if ax != a and not di == dx:
+        for ax, (di, dx) in enumerate(zip(index.layout.shape, self.layout.shape)):
+            if ax != a and di != dx:
                 x = x._slice_axis(ax, 0, di)
-        n = self.view.shape[a]
+        n = self.layout.shape[a]
         onehot = _one_hot(index, n, self.dtype)  # index.shape + (n,)
         xs = x.movedim(a, -1).unsqueeze(a)  # shape with 1 at a, n last
         return (onehot * xs).sum(-1)
@@ -442,7 +446,7 @@ def _one_hot(index: GraphTensor, n: Expr, dtype) -> GraphTensor:
 
     idx = index.to(int32).unsqueeze(-1)
     ar = iota(index.graph, IOTA_INDEX, (n,), int32)
-    shape = (*index.view.shape, n)
+    shape = (*index.layout.shape, n)
     return (idx.expand(shape) == ar.expand(shape)).to(dtype)
 
 
@@ -450,10 +454,10 @@ def _tri_mask(x: GraphTensor, k: int, lower: bool) -> GraphTensor:
     from .creation import IOTA_INDEX, iota
 
     if x.ndim < 2:
-        raise ValueError(f"tril/triu expect at least 2 dims, got {show_shape(x.view.shape)}")
-    rows, cols = x.view.shape[-2], x.view.shape[-1]
+        raise ValueError(f"tril/triu expect at least 2 dims, got {show_shape(x.layout.shape)}")
+    rows, cols = x.layout.shape[-2], x.layout.shape[-1]
     i = IOTA_INDEX
     col, row = i % cols, (i // cols) % rows
     keep = lt(col - row, k + 1) if lower else lt(row - col, 1 - k)
     mask = iota(x.graph, keep, (rows, cols), bool_)
-    return mask.expand(x.view.shape).to(x.dtype)
+    return mask.expand(x.layout.shape).to(x.dtype)

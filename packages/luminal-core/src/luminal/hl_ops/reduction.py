@@ -42,7 +42,7 @@ def _reduce(x: GraphTensor, op_type, dim, keepdim: bool) -> GraphTensor:
     for a in reversed(axes):  # from the back so earlier axis numbers stay valid
         out = out._new(op_type(a), out)
     if keepdim:
-        shape = [to_expr(1) if i in axes else d for i, d in enumerate(x.view.shape)]
+        shape = [to_expr(1) if i in axes else d for i, d in enumerate(x.layout.shape)]
         out = out.reshape(shape)
     return out
 
@@ -50,7 +50,7 @@ def _reduce(x: GraphTensor, op_type, dim, keepdim: bool) -> GraphTensor:
 def _count(x: GraphTensor, axes: Sequence[int]) -> GraphTensor | float:
     n = to_expr(1)
     for a in axes:
-        n = n * x.view.shape[a]
+        n = n * x.layout.shape[a]
     return float(n.value) if n.is_const else x.graph.constant(n, float32)
 
 
@@ -101,14 +101,15 @@ class ReductionOps:
 
     def prod(self, dim: int | None = None, keepdim: bool = False) -> GraphTensor:
         """Product via exp(sum(log|x|)), with the sign from the count of negatives and an exact
-        zero where any factor is zero."""
+        zero where any factor is zero. Integer (and bool) inputs give int32, rounded."""
         x = self._float()
         axes = _axes(x, dim)
         mag = x.abs().log2().sum(axes, keepdim).exp2()
         negatives = (x < 0).to(float32).sum(axes, keepdim)
         sign = 1 - 2 * negatives.fmod(2.0)
         has_zero = (x == 0).to(float32).amax(axes, keepdim)
-        return mag * sign * (1 - has_zero)
+        out = mag * sign * (1 - has_zero)
+        return out if self.dtype.is_float else out.round().to(int32)
 
     def _arg_extreme(self, dim, keepdim: bool, largest: bool) -> GraphTensor:
         """Index of the first max (min): max over (n - i) where x equals its max, then n - it."""
@@ -117,12 +118,12 @@ class ReductionOps:
         x = self if dim is not None else self.flatten()
         a = 0 if dim is None else _axes(x, dim)[0]
         best = x.amax(a, keepdim=True) if largest else x.amin(a, keepdim=True)
-        hit = x == best.expand(x.view.shape)
-        n = x.view.shape[a]
+        hit = x == best.expand(x.layout.shape)
+        n = x.layout.shape[a]
         countdown = iota(x.graph, n - IOTA_INDEX, (n,), int32)
         shape = [1] * x.ndim
         shape[a] = n
-        countdown = countdown.reshape(shape).expand(x.view.shape)
+        countdown = countdown.reshape(shape).expand(x.layout.shape)
         first = (hit.to(int32) * countdown).amax(a, keepdim=keepdim)
         out = -first + n.value if n.is_const else x.graph.constant(n, int32) - first
         if dim is None and keepdim:
@@ -165,7 +166,7 @@ class ReductionOps:
         if x.dtype == bool_:
             x = x.to(int32)
         a = _axes(x, dim)[0]
-        n = x.view.shape[a]
+        n = x.layout.shape[a]
         moved = x.movedim(a, -1)
         padded = moved._pad_axis(moved.ndim - 1, n - 1, 0)
         windows = padded.unfold(-1, n, 1)  # (..., n, n)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from .. import ops
 from ..dtypes import bool_, float32
+from .binary import not_nan, where
 
 if TYPE_CHECKING:
     from ..tensor import GraphTensor
@@ -124,13 +125,13 @@ class UnaryOps:
     def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> GraphTensor:
         x = self._float()
         soft = ((x * beta).exp() + 1).log() * (1.0 / beta)
-        return (x * beta > threshold).where(x, soft)
+        return where(x * beta > threshold, x, soft)
 
     def leaky_relu(self, negative_slope: float = 0.01) -> GraphTensor:
         return self.maximum(0.0) + self.minimum(0.0) * negative_slope
 
     def elu(self, alpha: float = 1.0) -> GraphTensor:
-        return (self > 0).where(self, (self.minimum(0.0).exp() - 1) * alpha)
+        return where(self > 0, self, (self.minimum(0.0).exp() - 1) * alpha)
 
     def gelu(self, approximate: str = "none") -> GraphTensor:
         x = self._float()
@@ -161,7 +162,9 @@ class UnaryOps:
         return self * self.softplus().tanh()
 
     def isnan(self) -> GraphTensor:
-        return self != self
+        if not self.dtype.is_float:
+            return self.to(bool_) & False
+        return not_nan(self).logical_not()
 
     def isinf(self) -> GraphTensor:
         return self.abs() == math.inf
