@@ -66,3 +66,22 @@ def test_fresh_interpreter_discovers_and_runs_it(installed):
 def test_never_preferred_over_builtin_backends(installed):
     best = _run(installed, "import luminal as lm; print(lm.backend().name)").strip()
     assert best != "pylist"
+
+
+def _pylist_backend():
+    sys.path.insert(0, str(FIXTURE / "src"))
+    try:
+        from luminal_example_backend.plugin import PyListBackend
+    finally:
+        sys.path.remove(str(FIXTURE / "src"))
+    return PyListBackend()
+
+
+def _conformance():
+    from luminal.testing import conformance_tests
+
+    return conformance_tests(_pylist_backend(), variants=["base", "permuted", "symbolic"])
+
+
+# the documented one-liner, run on the documented example backend
+test_example_backend_conformance = _conformance()
