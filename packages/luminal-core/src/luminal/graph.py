@@ -60,6 +60,8 @@ class Graph:
         self.runtime: Runtime | None = None
         self._compilers: Any = None
         self._version = 0  # bumped when nodes change
+        self._free_dims_cache: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._input_shapes_cache: tuple[int, list] = (-1, [])
         self._compiled_version = -1
 
     # ----- building -----------------------------------------------------------------------
@@ -190,21 +192,38 @@ class Graph:
 
     def replace(self, old: int, new: int) -> None:
         """Route every consumer of `old` to `new` (same logical output) and drop `old`."""
-        if old == new:
+        self.replace_many({old: new})
+
+    def replace_many(self, mapping: dict[int, int]) -> None:
+        """`replace(old, new)` for every pair of `mapping` in one pass over the graph.
+
+        A target may itself be replaced (chains are followed). Passes that merge many nodes
+        (CSE) call this once: replacing one node at a time scans the graph per node, which is
+        quadratic on graphs of tens of thousands of nodes.
+        """
+        def final(node_id: int) -> int:
+            while node_id in mapping and mapping[node_id] != node_id:
+                node_id = mapping[node_id]
+            return node_id
+
+        moved = {old: final(old) for old in mapping}
+        moved = {old: new for old, new in moved.items() if old != new}
+        if not moved:
             return
         for n in self.nodes.values():
             for e in n.inputs:
-                if e.src == old:
-                    e.src = new
+                if e.src in moved:
+                    e.src = moved[e.src]
         for s in (self.retrieved, self.kept):
-            if old in s:
+            for old in s & moved.keys():
                 s.discard(old)
-                s.add(new)
-        for k, v in list(self.assignments.items()):
-            if v == old:
-                self.assignments[k] = new
-        self._forward[old] = new
-        self.remove(old)
+                s.add(moved[old])
+        for k, v in self.assignments.items():
+            if v in moved:
+                self.assignments[k] = moved[v]
+        for old, new in moved.items():
+            self._forward[old] = new
+            self.remove(old)
 
     def remove(self, node_id: int) -> None:
         self.nodes.pop(node_id, None)
@@ -215,6 +234,15 @@ class Graph:
         return [n for n in self.nodes.values() if isinstance(n.op, ops.Input)]
 
     def free_dims(self) -> set[str]:
+        """Names of the symbolic dims the graph uses (cached until the graph changes: it is
+        consulted on every `execute()`, and walking every view costs milliseconds)."""
+        version, names = self._free_dims_cache
+        if version != self._version:
+            names = self._collect_free_dims()
+            self._free_dims_cache = (self._version, names)
+        return set(names)
+
+    def _collect_free_dims(self) -> frozenset[str]:
         names: set[str] = set()
         for n in self.nodes.values():
             for d in n.shape:
@@ -224,7 +252,17 @@ class Graph:
                     names |= d.free_vars
             if isinstance(n.op, ops.Constant) and isinstance(n.op.value, Expr):
                 names |= n.op.value.free_vars
-        return names
+        return frozenset(names)
+
+    def _input_shapes(self) -> list[tuple[Node, tuple[int, ...] | None]]:
+        """Every input with its shape when it is static (None when it has symbolic dims),
+        cached until the graph changes."""
+        version, shapes = self._input_shapes_cache
+        if version != self._version:
+            shapes = [(n, tuple(d.value for d in n.shape) if all(d.is_const for d in n.shape)
+                       else None) for n in self.input_nodes()]
+            self._input_shapes_cache = (self._version, shapes)
+        return shapes
 
     # ----- compile & execute --------------------------------------------------------------
     def compile(self, compilers: Any = ()) -> Graph:
@@ -266,13 +304,13 @@ class Graph:
         missing = sorted(self.free_dims() - self.dims.keys())
         if missing:
             raise UnboundDimError(missing)
-        for n in self.input_nodes():
+        for n, static in self._input_shapes():
             if n.id not in self.data:
                 raise ValueError(
                     f"input {n.op.label_name!r} {show_shape(n.shape)} was never set(): "
                     f"bind data with tensor.set(array) before execute()"
                 )
-            want = tuple(d.evaluate(self.dims) for d in n.shape)
+            want = static if static is not None else tuple(d.evaluate(self.dims) for d in n.shape)
             have = self.data[n.id].shape
             if have != want:
                 bound = ", ".join(f"{k}={self.dims[k]}" for k in sorted(

@@ -35,15 +35,18 @@ class CSE:
 
     def compile(self, graph: Graph) -> None:
         seen: dict[tuple, int] = {}
+        merged: dict[int, int] = {}  # applied in one pass at the end (see Graph.replace_many)
         for node in graph.toposort():
             if isinstance(node.op, ops.Input):
                 continue
-            key = (node.op, tuple((e.src, e.view) for e in node.inputs), node.dtype, node.shape)
+            key = (node.op, tuple((merged.get(e.src, e.src), e.view) for e in node.inputs),
+                   node.dtype, node.shape)
             other = seen.get(key)
             if other is None:
                 seen[key] = node.id
             else:
-                graph.replace(node.id, other)
+                merged[node.id] = other
+        graph.replace_many(merged)
 
 
 def _is_identity_edge(graph: Graph, node: Node, k: int) -> bool:
@@ -64,12 +67,12 @@ class ArithmeticSimplify:
     """x+0, x*1, recip(recip(x)), log2(exp2(x)), contiguous(contiguous x), cast to own dtype."""
 
     def compile(self, graph: Graph) -> None:
+        survivors: dict[int, int] = {}  # applied in one pass (see Graph.replace_many)
         for node in graph.toposort():
-            if node.id not in graph.nodes:
-                continue
             keep = self._survivor(graph, node)
             if keep is not None and keep != node.id:
-                graph.replace(node.id, keep)
+                survivors[node.id] = keep
+        graph.replace_many(survivors)
 
     def _survivor(self, graph: Graph, node: Node) -> int | None:
         op = node.op

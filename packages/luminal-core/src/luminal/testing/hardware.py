@@ -1,7 +1,8 @@
 """Cheap hardware probes for test markers: no vendor SDK or Python package is imported.
 
 `cuda` asks the NVIDIA driver API (libcuda) for a device, `rocm` the AMD HIP runtime
-(libamdhip64), `metal` looks for the Metal framework on macOS. `LUMINAL_REQUIRE_HW` (a comma
+(libamdhip64) or, failing that, the OpenCL ICD loader for any OpenCL device (the rocm backend
+runs on OpenCL, so PoCL on a CPU counts: that is how CI tests it for real), `metal` looks for the Metal framework on macOS. `LUMINAL_REQUIRE_HW` (a comma
 list of these names, or `all`) says which hardware must be present: there, a missing device
 fails a test instead of skipping it, so a GPU runner that lost its driver cannot pass.
 """
@@ -36,10 +37,34 @@ def has_cuda() -> bool:
                          "cuDeviceGetCount") > 0
 
 
+def _opencl_device_count() -> int:
+    """Devices on the first OpenCL platform that has any (0 without an ICD loader)."""
+    for name in ("libOpenCL.so.1", "libOpenCL.so", "OpenCL.dll"):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        n_platforms = ctypes.c_uint(0)
+        if lib.clGetPlatformIDs(0, None, ctypes.byref(n_platforms)) != 0 or not n_platforms.value:
+            return 0
+        platforms = (ctypes.c_void_p * n_platforms.value)()
+        if lib.clGetPlatformIDs(n_platforms.value, platforms, None) != 0:
+            return 0
+        all_devices = ctypes.c_ulonglong(0xFFFFFFFF)
+        for platform in platforms:
+            n = ctypes.c_uint(0)
+            if lib.clGetDeviceIDs(ctypes.c_void_p(platform), all_devices, 0, None,
+                                  ctypes.byref(n)) == 0 and n.value:
+                return n.value
+        return 0
+    return 0
+
+
 @functools.cache
 def has_rocm() -> bool:
-    return _device_count(("libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"), None,
-                         "hipGetDeviceCount") > 0
+    hip = _device_count(("libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"), None,
+                        "hipGetDeviceCount")
+    return hip > 0 or _opencl_device_count() > 0
 
 
 @functools.cache

@@ -1,0 +1,363 @@
+"""Lowering a primitive graph to a `Program` of kernels.
+
+Fusion policy (decided once per node, in topological order):
+
+- a node gets a buffer ("materialises") when it is an input, an output (retrieved, kept or
+  assigned), read by several nodes, an operand of a matmul, or read through a broadcast when
+  recomputing it per read would be costly (it contains a reduction or transcendental math);
+- everything else is inlined into the kernel of the node that reads it: elementwise chains
+  fuse with each other and into the reductions that consume them, and a reduction fuses into
+  the elementwise ops after it as long as they read each result once;
+- views never copy: a read through a permute, broadcast, slice or pad becomes index and
+  validity expressions; `Contiguous` is the identity, so it copies only when it materialises;
+- constants and iotas are always inlined; matmuls, quantized matmuls and one-hot gathers are
+  recognised (`patterns`) and become `Matmul` kernels or `Bind` gathers.
+
+Kernels compare structurally, so the program keeps one copy of each distinct kernel: the 30
+identical layers of a transformer share their kernels and differ only in their calls. Building
+a kernel is memoized on the structure of the region it fuses (`_signature`), so the repeated
+layers are also built only once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .. import ops
+from ..dtypes import float32
+from ..graph import Edge, Graph, Node
+from ..symbolic import Expr, logical_and, prod
+from . import patterns
+from .indexing import flat_index, source_axes
+from .ir import (
+    Binary,
+    BufferSpec,
+    Call,
+    Cast,
+    Const,
+    Index,
+    Kernel,
+    KernelLike,
+    Load,
+    Matmul,
+    MatOperand,
+    Param,
+    Program,
+    QuantOperand,
+    Reduce,
+    Store,
+    Unary,
+    Value,
+    Where,
+    kernel_dims,
+    loop_var,
+    reduce_var,
+)
+from .simplify import merge_axes
+
+UNARY_NAMES = {ops.Log2: "log2", ops.Exp2: "exp2", ops.Sin: "sin", ops.Sqrt: "sqrt",
+               ops.Recip: "recip"}
+BINARY_NAMES = {ops.Add: "add", ops.Mul: "mul", ops.Mod: "mod", ops.LessThan: "lt"}
+_OP_COST = {ops.Log2: 8, ops.Exp2: 8, ops.Sin: 8, ops.Sqrt: 2, ops.Recip: 2}
+_REDUCE_COST = 1000
+# Most arithmetic a node may cost and still be recomputed at every broadcast read.
+BROADCAST_INLINE_LIMIT = 4
+
+
+def _zero(dtype) -> Const:
+    return Const(False if dtype.name == "bool" else 0.0 if dtype.is_float else 0, dtype)
+
+
+class ValueBuilder:
+    """Builds the value tree of a node at a symbolic index, inlining every node that has no
+    buffer. `params` lists the nodes whose buffers the tree loads (parameter order)."""
+
+    def __init__(self, graph: Graph, has_buffer: Callable[[Node], bool], params: list[int]):
+        self.graph = graph
+        self.has_buffer = has_buffer
+        self.params = params
+        self._param_index = {n: k for k, n in enumerate(params)}
+        self._memo: dict[tuple, Value] = {}
+        self._reductions = 0
+
+    def param(self, node_id: int) -> int:
+        k = self._param_index.get(node_id)
+        if k is None:
+            k = self._param_index[node_id] = len(self.params)
+            self.params.append(node_id)
+        return k
+
+    def read(self, edge: Edge, axes: tuple[Expr, ...], ctx: Expr) -> Value:
+        """The value an edge delivers at `axes` of its view; `ctx` is the validity of the
+        enclosing reads, so that no load happens where an outer pad reads zero."""
+        src = self.graph.nodes[edge.src]
+        view = edge.view
+        valid = view.valid(axes)
+        if valid == 0:
+            return _zero(src.dtype)
+        inner = logical_and(ctx, valid)
+        if self.has_buffer(src):
+            return Load(self.param(src.id), view.index(axes), inner, src.dtype)
+        value = self.value(src, tuple(source_axes(view, src.shape, axes)), inner)
+        return value if valid == 1 else Where(valid, value, value.dtype)
+
+    def value(self, node: Node, axes: tuple[Expr, ...], ctx: Expr) -> Value:
+        """`compute`, memoized: a node read twice at one index is one subtree."""
+        key = (node.id, axes, ctx)
+        got = self._memo.get(key)
+        if got is None:
+            got = self._memo[key] = self.compute(node, axes, ctx)
+        return got
+
+    def compute(self, node: Node, axes: tuple[Expr, ...], ctx: Expr) -> Value:
+        """The value of `node` itself (even if it has a buffer) at per-axis index `axes`."""
+        op, dt = node.op, node.dtype
+        if isinstance(op, ops.Constant):
+            if isinstance(op.value, Expr):
+                return Index(op.value, dt)
+            return Const(op.value, dt)
+        if isinstance(op, ops.Iota):
+            return Index(op.expr.substitute({ops.IOTA_VAR: flat_index(op.shape, axes)}), dt)
+        if isinstance(op, ops.Input):
+            return Load(self.param(node.id), flat_index(node.shape, axes), ctx, dt)
+        if isinstance(op, ops.Contiguous):
+            return self.read(node.inputs[0], axes, ctx)
+        if isinstance(op, ops.Cast):
+            x = self.read(node.inputs[0], axes, ctx)
+            return x if x.dtype == dt else Cast(x, dt)
+        if type(op) in UNARY_NAMES:
+            return Unary(UNARY_NAMES[type(op)], self.read(node.inputs[0], axes, ctx), dt)
+        if type(op) in BINARY_NAMES:
+            a, b = (self.read(e, axes, ctx) for e in node.inputs)
+            return Binary(BINARY_NAMES[type(op)], a, b, dt)
+        if isinstance(op, (ops.SumReduce, ops.MaxReduce)):
+            return self._reduce(node, axes, ctx)
+        raise NotImplementedError(
+            f"cannot generate code for op {op.name}: only the primitive ops (and Cast, "
+            f"Constant, Iota) are supported; run device compilers of other backends elsewhere"
+        )
+
+    def _reduce(self, node: Node, axes: tuple[Expr, ...], ctx: Expr) -> Value:
+        op, edge = node.op, node.inputs[0]
+        size = edge.view.shape[op.axis]
+        var = reduce_var(self._reductions, size)
+        self._reductions += 1
+        body = self.read(edge, (*axes[: op.axis], var, *axes[op.axis :]), ctx)
+        kind = "sum" if isinstance(op, ops.SumReduce) else "max"
+        if kind == "sum" and isinstance(body, Binary) and body.op == "mul" and (
+            body.dtype.is_float and body.dtype != float32
+        ):
+            # the reference sums half-precision products unrounded (in float32)
+            body = Binary("mul", body.a, body.b, float32)
+        reduced = Reduce(kind, var, size, body, node.dtype)
+        return patterns.as_gather(reduced) or reduced
+
+
+class Lowering:
+    """Decides fusion for one graph and builds its `Program` (see the module docstring)."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.order = graph.toposort()
+        self.pos = {n.id: k for k, n in enumerate(self.order)}
+        self.users = graph.consumers()
+        self.outputs = {n for n in graph.outputs() if n in graph.nodes}
+        self.matmuls: dict[int, patterns.MatmulMatch] = {}
+        self.gather_muls: set[int] = set()  # the Mul of each one-hot gather
+        self.one_hot: set[int] = set()  # nodes of those one-hots: inlined, never computed
+        self.materialised: set[int] = set()
+        self._built: dict[tuple, KernelLike] = {}
+        self._find_matmuls()
+        self._decide_buffers()
+
+    # ----- decisions ----------------------------------------------------------------------
+    def _is_gather(self, node: Node) -> bool:
+        mul = self.graph.nodes[node.inputs[0].src]
+        if not isinstance(mul.op, ops.Mul) or not any(
+            patterns.might_be_one_hot(self.graph, self.graph.nodes[e.src]) for e in mul.inputs
+        ):
+            return False
+        # probe with every non-reduction inlined: a one-hot is made of elementwise ops only
+        probe = ValueBuilder(
+            self.graph,
+            lambda n: isinstance(n.op, (ops.Input, ops.SumReduce, ops.MaxReduce)) and n is not node,
+            [],
+        )
+        axes = tuple(loop_var(k, d) for k, d in enumerate(node.shape))
+        return not isinstance(probe.compute(node, axes, Expr.const(1)), Reduce)
+
+    def _one_hot_region(self, mul: Node) -> set[int]:
+        """The comparison nodes building the one-hot operand of a gather's Mul."""
+        region: set[int] = set()
+        stack = [e.src for e in mul.inputs]
+        while stack:
+            node = self.graph.nodes[stack.pop()]
+            if node.id not in region and isinstance(node.op, (ops.Cast, ops.LessThan, ops.Add)):
+                region.add(node.id)
+                stack.extend(e.src for e in node.inputs)
+        return region
+
+    def _find_matmuls(self) -> None:
+        for node in self.order:
+            if not isinstance(node.op, ops.SumReduce):
+                continue
+            if self._is_gather(node):
+                mul = self.graph.nodes[node.inputs[0].src]
+                self.gather_muls.add(mul.id)
+                self.one_hot |= self._one_hot_region(mul)
+                continue
+            match = patterns.match_matmul(self.graph, node, self.users)
+            if match is not None:
+                self.matmuls[match.out] = match
+
+    def _decide_buffers(self) -> None:
+        forced = set(self.outputs) | set(self.matmuls)
+        for m in self.matmuls.values():
+            forced.add(m.a.node)
+            forced.add(m.b.node)
+        cost: dict[int, int] = {}
+        mat = self.materialised
+        nodes = self.graph.nodes
+        for node in self.order:
+            op = node.op
+            if isinstance(op, ops.Input) or node.id in forced:
+                mat.add(node.id)
+                continue
+            if isinstance(op, (ops.Constant, ops.Iota)):
+                cost[node.id] = 0
+                continue
+            own = _REDUCE_COST if isinstance(op, (ops.SumReduce, ops.MaxReduce)) else (
+                _OP_COST.get(type(op), 1))
+            cost[node.id] = own + sum(cost.get(e.src, 0) for e in node.inputs)
+            readers = set(self.users[node.id])
+            if node.id in self.one_hot:
+                pass  # shared by several gathers perhaps, but each gather reads indices only
+            elif len(readers) > 1:
+                mat.add(node.id)
+            elif len(readers) == 1:
+                reader = nodes[next(iter(readers))]
+                # the one-hot of a gather is never computed: it must stay inline to be seen
+                broadcast = reader.id not in self.gather_muls and any(
+                    e.src == node.id and patterns.expands(e.view) for e in reader.inputs
+                )
+                if broadcast and cost[node.id] > BROADCAST_INLINE_LIMIT:
+                    mat.add(node.id)
+            if node.id in mat:
+                cost[node.id] = 0
+
+    # ----- building -----------------------------------------------------------------------
+    def _has_buffer(self, node: Node) -> bool:
+        return node.id in self.materialised
+
+    def _signature(self, root: Node) -> tuple[tuple, list[int]]:
+        """What the kernel of `root` depends on: the ops, dtypes, shapes and views of the region
+        it inlines, and which buffers it reads (in the order the builder binds them)."""
+        nodes, mat = self.graph.nodes, self.materialised
+        params, index = [root.id], {root.id: 0}
+        seen: dict[int, int] = {}
+
+        def edge(e: Edge) -> tuple:
+            src = nodes[e.src]
+            if src.id in mat:
+                k = index.get(src.id)
+                if k is None:
+                    k = index[src.id] = len(params)
+                    params.append(src.id)
+                return (e.view, k, src.dtype, src.shape)
+            return (e.view, inlined(src))
+
+        def inlined(n: Node) -> tuple:
+            ref = seen.get(n.id)
+            if ref is not None:
+                return (ref,)
+            out = (n.op, n.dtype, n.shape, tuple(edge(e) for e in n.inputs))
+            seen[n.id] = len(seen)
+            return out
+
+        sig = (root.op, root.dtype, root.shape, tuple(edge(e) for e in root.inputs))
+        return sig, params
+
+    def build_kernel(self, node: Node) -> tuple[KernelLike, list[int]]:
+        """The kernel computing `node` and the nodes bound to its parameters, in order."""
+        match = self.matmuls.get(node.id)
+        if match is not None:
+            return self._build_matmul(node, match)
+        sig, sig_params = self._signature(node)
+        kernel = self._built.get(sig)
+        if kernel is not None:
+            return kernel, sig_params
+        kernel, params = self._build_kernel(node)
+        if params == sig_params:
+            self._built[sig] = kernel
+        return kernel, params
+
+    def _build_kernel(self, node: Node) -> tuple[Kernel, list[int]]:
+        params = [node.id]
+        builder = ValueBuilder(self.graph, self._has_buffer, params)
+        domain = tuple(node.shape)
+        axes = tuple(loop_var(k, d) for k, d in enumerate(domain))
+        value = builder.compute(node, axes, Expr.const(1))
+        graph = self.graph
+        kparams = tuple(
+            Param(graph.nodes[n].dtype, output=(k == 0)) for k, n in enumerate(params)
+        )
+        kernel = Kernel(kparams, domain, Store(0, flat_index(node.shape, axes), value))
+        return merge_axes(kernel), params
+
+    def _build_matmul(self, node: Node, match: patterns.MatmulMatch) -> tuple[Matmul, list[int]]:
+        nodes = self.graph.nodes
+        a, b = match.a, match.b
+        params = [node.id, a.node, b.node]
+        kparams = (Param(node.dtype, True), Param(nodes[a.node].dtype), Param(nodes[b.node].dtype))
+        if isinstance(b, patterns.QuantWeight):
+            right = QuantOperand(2, b.qtype, b.rows, b.cols, b.k_contiguous)
+        else:
+            right = MatOperand(2, b.offset, b.stride_row, b.stride_k)
+        left = MatOperand(1, a.offset, a.stride_row, a.stride_k)
+        kernel = Matmul(kparams, match.batch, match.m, match.n, match.k, left, right, 0,
+                        match.out_offset, match.out_stride)
+        return kernel, params
+
+    def program(self) -> Program:
+        """Every kernel needed for the outputs, in a valid order, deduplicated."""
+        nodes = self.graph.nodes
+        built: dict[int, tuple[KernelLike, list[int]]] = {}
+        todo = [n for n in self.outputs if not isinstance(nodes[n].op, ops.Input)]
+        while todo:
+            nid = todo.pop()
+            if nid in built:
+                continue
+            kernel, params = self.build_kernel(nodes[nid])
+            built[nid] = (kernel, params)
+            todo.extend(p for p in params[1:] if p not in built and not isinstance(
+                nodes[p].op, ops.Input))
+        kernels: dict[KernelLike, int] = {}
+        buffers: dict[int, int] = {}
+        specs: list[BufferSpec] = []
+
+        def buffer(nid: int) -> int:
+            k = buffers.get(nid)
+            if k is None:
+                node = nodes[nid]
+                role = "input" if isinstance(node.op, ops.Input) else (
+                    "output" if nid in self.outputs else "temp")
+                k = buffers[nid] = len(specs)
+                specs.append(BufferSpec(nid, node.dtype, prod(node.shape), role))
+            return k
+
+        calls = []
+        for nid in sorted(built, key=self.pos.__getitem__):
+            kernel, params = built[nid]
+            kid = kernels.setdefault(kernel, len(kernels))
+            calls.append(Call(kid, tuple(buffer(p) for p in params)))
+        names: set[str] = set()
+        for kernel in kernels:
+            names.update(kernel_dims(kernel))
+        for spec in specs:
+            names |= spec.numel.free_vars
+        return Program(list(kernels), calls, specs, tuple(sorted(names)))
+
+
+def lower(graph: Graph) -> Program:
+    """Lower a graph of primitive ops to a `Program` (see the module docstring)."""
+    return Lowering(graph).program()

@@ -1,0 +1,73 @@
+"""Memory planning: intermediate buffers share arena slots when their lifetimes do not overlap.
+
+Sizes are symbolic, so the plan is made at compile time in terms of slots (which buffers share
+memory) and the layout (how big each slot is, where it starts) is computed at run time from the
+dim values: `MemoryPlan.layout(dims)`. A buffer's lifetime runs from the call that writes it to
+the last call that reads it; a call's output never shares a slot with any of its inputs, so
+kernels may assume their arguments do not alias.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..symbolic import Expr
+from .ir import Program
+
+ALIGN = 64  # bytes: a cache line, and the widest vector load
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """`slots[s]` lists the temp buffers (indices into `Program.buffers`) that share slot `s`."""
+
+    slots: tuple[tuple[int, ...], ...]
+    sizes: tuple[tuple[Expr, ...], ...]  # bytes of each member, per slot
+
+    @property
+    def slot_of(self) -> dict[int, int]:
+        return {b: s for s, members in enumerate(self.slots) for b in members}
+
+    def layout(self, dims: dict[str, int]) -> tuple[list[int], int]:
+        """Byte offset of every slot in the arena, and the arena's size, for these dims."""
+        offsets, total = [], 0
+        for sizes in self.sizes:
+            offsets.append(total)
+            need = max((s.evaluate(dims) for s in sizes), default=0)
+            total += (need + ALIGN - 1) // ALIGN * ALIGN
+        return offsets, total
+
+
+def plan_memory(program: Program) -> MemoryPlan:
+    """Assign every "temp" buffer of `program` to a slot (greedy, in call order)."""
+    last_read: dict[int, int] = {}
+    writes: dict[int, list[int]] = {}
+    for c, call in enumerate(program.calls):
+        params = program.kernels[call.kernel].params
+        for p, b in zip(params, call.args):
+            if p.output:
+                writes.setdefault(c, []).append(b)
+            else:
+                last_read[b] = c
+    temp = {k for k, spec in enumerate(program.buffers) if spec.role == "temp"}
+    nbytes = {b: program.buffers[b].numel * program.buffers[b].dtype.itemsize for b in temp}
+    members: list[list[int]] = []
+    free: list[int] = []
+    dying: dict[int, list[int]] = {}
+    for c in range(len(program.calls)):
+        for b in writes.get(c, []):
+            if b not in temp:
+                continue
+            # prefer a slot that already held a buffer of exactly this size
+            same = [s for s in free if any(nbytes[m] is nbytes[b] for m in members[s])]
+            if same or free:
+                slot = (same or free)[-1]
+                free.remove(slot)
+            else:
+                slot = len(members)
+                members.append([])
+            members[slot].append(b)
+            dying.setdefault(last_read.get(b, c), []).append(slot)
+        free.extend(dying.pop(c, []))
+    sizes = tuple(tuple(nbytes[b] for b in m) for m in members)
+    return MemoryPlan(tuple(tuple(m) for m in members), sizes)

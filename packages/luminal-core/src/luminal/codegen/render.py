@@ -1,0 +1,477 @@
+"""One renderer for every C-family language: kernel IR -> source text.
+
+`render_kernel(kernel, name, dialect)` writes a `Kernel` as a function. Everything that
+differs between C, CUDA C, OpenCL C and Metal lives in the `Dialect` (see `dialects.py`):
+type names, half-precision conversions, math function names, the signature and qualifiers, and
+how the parallel domain is walked (OpenMP loops on a CPU, one thread per point on a GPU).
+
+The body is emitted as straight-line code: every value becomes one local variable, placed in
+the outermost loop its inputs allow (loop-invariant work is hoisted out of reduction loops,
+and a subtree used twice is computed once). Loads of padding are guarded, so no index is ever
+dereferenced where a view reads zero.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..dtypes import DType
+from ..symbolic import C_PRELUDE, Expr
+from .ir import (
+    Binary,
+    Bind,
+    Cast,
+    Const,
+    Index,
+    Kernel,
+    Load,
+    Reduce,
+    Unary,
+    Value,
+    Where,
+    affine,
+    children,
+    kernel_dims,
+    walk,
+)
+
+_BOUND_PREFIXES = ("_r", "_g")  # variables bound inside a kernel body (reductions, gathers)
+
+
+class Dialect:
+    """The language-specific parts of rendering. The defaults are C99 with float32 math;
+    subclasses override what their language spells differently."""
+
+    name = "c"
+    helper_qualifier = "static inline"
+    restrict = "restrict"
+    half_storage = "_Float16"
+
+    # ----- types --------------------------------------------------------------------------
+    def storage_type(self, dt: DType) -> str:
+        """Element type of a buffer of `dt`."""
+        return {
+            "float32": "float",
+            "float16": self.half_storage,
+            "bfloat16": "unsigned short",
+            "int32": "int",
+            "bool": "unsigned char",
+            "uint8": "unsigned char",
+        }[dt.name]
+
+    def compute_type(self, dt: DType) -> str:
+        """Type values of `dt` are computed in (float32 for every float dtype)."""
+        return "float" if dt.is_float else "int"
+
+    def load(self, dt: DType, ref: str) -> str:
+        """Convert the buffer element `ref` to its compute type."""
+        if dt.name == "float16":
+            return f"((float){ref})"
+        if dt.name == "bfloat16":
+            return f"lm_bf16_to_f32({ref})"
+        if dt.name in ("bool", "uint8"):
+            return f"((int){ref})"
+        return ref
+
+    def store(self, dt: DType, value: str) -> str:
+        """Convert a computed value to the buffer element type."""
+        if dt.name == "float16":
+            return f"(({self.half_storage})({value}))"
+        if dt.name == "bfloat16":
+            return f"lm_f32_to_bf16({value})"
+        if dt.name in ("bool", "uint8"):
+            return f"((unsigned char)({value}))"
+        return value
+
+    def store_statement(self, dt: DType, buf: str, index: str, value: str) -> str:
+        """The statement writing `value` to element `index` of buffer `buf`."""
+        return f"{buf}[{index}] = {self.store(dt, value)};"
+
+    def round(self, dt: DType, value: str) -> str:
+        """Round a float32 value to `dt` (identity for float32)."""
+        if dt.name == "float16":
+            return f"((float)({self.half_storage})({value}))"
+        if dt.name == "bfloat16":
+            return f"lm_bf16_round({value})"
+        return value
+
+    # ----- math ---------------------------------------------------------------------------
+    def unary(self, op: str, x: str) -> str:
+        if op == "recip":
+            return f"(1.0f / {x})"
+        return {"log2": "log2f", "exp2": "exp2f", "sin": "sinf", "sqrt": "sqrtf"}[op] + f"({x})"
+
+    def fmod(self, a: str, b: str) -> str:
+        return f"fmodf({a}, {b})"
+
+    def float_literal(self, v: float) -> str:
+        if math.isnan(v):
+            return "NAN"
+        if math.isinf(v):
+            return "INFINITY" if v > 0 else "(-INFINITY)"
+        text = repr(float(v))
+        if "e" not in text and "." not in text:
+            text += ".0"
+        return f"{text}f" if v >= 0 else f"({text}f)"
+
+    # ----- structure ----------------------------------------------------------------------
+    def signature(self, name: str, params: list[tuple[str, str, bool]], dims: list[str]) -> str:
+        """`params`: (element type, name, written?) per buffer; dims are `long` scalars."""
+        args = [
+            f"{'' if out else 'const '}{t} *{self.restrict} {n}" for t, n, out in params
+        ] + [f"long {d}" for d in dims]
+        return f"static void {name}({', '.join(args)})"
+
+    def domain(self, extents: list[str], names: list[str], body: list[str],
+               simd_last: bool = False) -> list[str]:
+        """Code running `body` once per point of the domain (loop variables `names`).
+        `simd_last`: vectorise across the last axis (its reductions read memory strided, so
+        lanes of neighbouring outputs make contiguous loads)."""
+        raise NotImplementedError
+
+    # >0: the dialect can reduce this many neighbouring outputs side by side (`reduce_lanes`)
+    lanes = 0
+
+    def reduce_lanes(self, extents: list[str], names: list[str], declare: list[str],
+                     reset: list[str], loop: str, body: list[str], final: list[str]) -> list[str]:
+        """Code for a kernel whose one reduction reads memory strided while its last domain
+        axis reads it contiguously: for each run of `lanes` outputs along the last axis, `reset`
+        the accumulators (`declare`d as arrays indexed by `lm_j`), run `loop` (the reduction
+        loop header) around `body` for every lane, then `final` per lane."""
+        raise NotImplementedError
+
+    def reduce_pragma(self, op: str, dt: DType) -> str | None:
+        """A line placed before a reduction loop (e.g. a vectorisation hint), or None."""
+        return None
+
+    def prelude(self) -> str:
+        """Helper functions every kernel may call."""
+        q = self.helper_qualifier
+        return C_PRELUDE.replace("static inline", q) + _HELPERS.replace("QUAL", q)
+
+
+_HELPERS = """\
+QUAL int lm_imod(int a, int b) { return (b == 0 || b == -1) ? 0 : a % b; }
+QUAL int lm_f2i(float x) {
+  return (x > -2147483649.0f && x < 2147483648.0f) ? (int)x : (int)0x80000000u;
+}
+QUAL float lm_bf16_to_f32(unsigned short h) {
+  union { unsigned int u; float f; } c; c.u = (unsigned int)h << 16; return c.f;
+}
+QUAL unsigned short lm_f32_to_bf16(float x) {
+  union { unsigned int u; float f; } c; c.f = x;
+  if ((c.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((c.u >> 16) | 0x40u);
+  return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
+}
+QUAL float lm_bf16_round(float x) { return lm_bf16_to_f32(lm_f32_to_bf16(x)); }
+"""
+
+
+@dataclass
+class _Scope:
+    depth: int
+    lines: list[str] = field(default_factory=list)
+    names: dict[Value, str] = field(default_factory=dict)
+
+
+def _bound(name: str) -> bool:
+    return name.startswith(_BOUND_PREFIXES)
+
+
+class _BodyWriter:
+    """Emits the statements computing a value tree (see the module docstring)."""
+
+    def __init__(self, dialect: Dialect, names: dict[str, str], reduce_pragmas: bool = True):
+        self.d = dialect
+        self.reduce_pragmas = reduce_pragmas
+        self.names = names
+        self.root = _Scope(0)
+        self.scope_of: dict[str, _Scope] = {}
+        self._deps: dict[int, frozenset[str]] = {}
+        self._count = 0
+
+    def expr(self, e: Expr) -> str:
+        return e.render_c(self.names)
+
+    def deps(self, v: Value) -> frozenset[str]:
+        """The bound variables `v` depends on."""
+        got = self._deps.get(id(v))
+        if got is not None:
+            return got
+        own: set[str] = set()
+        if isinstance(v, (Load, Index, Where)):
+            for e in exprs_of_shallow(v):
+                own |= {n for n in e.free_vars if _bound(n)}
+        for c in children(v):
+            own |= self.deps(c)
+        if isinstance(v, (Reduce, Bind)):
+            own.discard(v.var.name)
+            if isinstance(v, Reduce):
+                own |= {n for n in v.size.free_vars if _bound(n)}
+        got = self._deps[id(v)] = frozenset(own)
+        return got
+
+    def target(self, v: Value) -> _Scope:
+        scopes = [self.scope_of[n] for n in self.deps(v)]
+        return max(scopes, key=lambda s: s.depth) if scopes else self.root
+
+    def fresh(self) -> str:
+        self._count += 1
+        return f"v{self._count - 1}"
+
+    def emit(self, v: Value) -> str:
+        """A C expression (usually a variable name) holding `v`."""
+        if isinstance(v, Const):
+            return self.const(v.value, v.dtype)
+        scope = self.target(v)
+        got = scope.names.get(v)
+        if got is not None:
+            return got
+        if isinstance(v, Reduce):
+            name = self.reduce(v, scope)
+        elif isinstance(v, Bind):
+            name = self.bind(v, scope)
+        else:
+            code = self.code(v)
+            name = self.fresh()
+            scope.lines.append(f"{self.d.compute_type(v.dtype)} {name} = {code};")
+        scope.names[v] = name
+        return name
+
+    def const(self, value, dt: DType) -> str:
+        if dt.is_float:
+            return self.d.float_literal(float(value))
+        return str(int(value))
+
+    def code(self, v: Value) -> str:
+        d = self.d
+        if isinstance(v, Load):
+            ref = d.load(v.dtype, f"p{v.buf}[{self.expr(v.index)}]")
+            if v.valid == 1:
+                return ref
+            return f"({self.expr(v.valid)} ? {ref} : {self.const(0, v.dtype)})"
+        if isinstance(v, Index):
+            e = self.expr(v.expr)
+            if v.dtype.name == "bool":
+                return f"(({e}) != 0)"
+            return f"(({d.compute_type(v.dtype)})({e}))"
+        if isinstance(v, Where):
+            x = self.emit(v.x)
+            return f"({self.expr(v.cond)} ? {x} : {self.const(0, v.dtype)})"
+        if isinstance(v, Unary):
+            return d.round(v.dtype, d.unary(v.op, self.emit(v.x)))
+        if isinstance(v, Binary):
+            return self.binary(v)
+        if isinstance(v, Cast):
+            return self.cast(v)
+        raise TypeError(f"cannot render {type(v).__name__}")
+
+    def binary(self, v: Binary) -> str:
+        a, b = self.emit(v.a), self.emit(v.b)
+        kind = v.a.dtype
+        if v.op == "lt":
+            return f"({a} < {b})"
+        if kind.is_float:
+            code = {"add": f"({a} + {b})", "mul": f"({a} * {b})"}.get(v.op) or self.d.fmod(a, b)
+            return self.d.round(v.dtype, code)
+        if kind.name == "bool":
+            return {"add": f"({a} | {b})", "mul": f"({a} & {b})"}.get(v.op) or f"lm_imod({a}, {b})"
+        if v.op == "mod":
+            return f"lm_imod({a}, {b})"
+        sym = "+" if v.op == "add" else "*"
+        # unsigned arithmetic wraps like NumPy's int32 instead of overflowing (undefined in C)
+        code = f"(int)((unsigned int){a} {sym} (unsigned int){b})"
+        return f"(({code}) & 255)" if kind.name == "uint8" else code
+
+    def cast(self, v: Cast) -> str:
+        x, src, dst = self.emit(v.x), v.x.dtype, v.dtype
+        if dst.name == "bool":
+            return f"({x} != 0)"
+        if dst.is_float:
+            return self.d.round(dst, f"((float){x})")
+        if src.is_float:
+            x = f"lm_f2i({x})"
+        return f"({x} & 255)" if dst.name == "uint8" else f"((int){x})"
+
+    def reduce(self, r: Reduce, scope: _Scope) -> str:
+        acc = _Accumulator(r, self.fresh())
+        inner = _Scope(scope.depth + 1)
+        self.scope_of[r.var.name] = inner
+        body = self.emit(r.body)
+        var, size = self.names.get(r.var.name, r.var.name), self.expr(r.size)
+        pragma = self.d.reduce_pragma(r.op, r.dtype) if self.reduce_pragmas else None
+        scope.lines.extend(acc.declare())
+        if pragma:
+            scope.lines.append(pragma.replace("ACC", acc.name))
+        scope.lines.append(f"for (long {var} = 0; {var} < {size}; {var}++) {{")
+        scope.lines.extend("  " + line for line in [*inner.lines, acc.update(body)])
+        scope.lines.append("}")
+        result = self.fresh()
+        value = self.d.round(r.dtype, acc.result())
+        scope.lines.append(f"{self.d.compute_type(r.dtype)} {result} = {value};")
+        return result
+
+    def bind(self, b: Bind, scope: _Scope) -> str:
+        var = self.names.get(b.var.name, b.var.name)
+        value = self.emit(b.value)
+        scope.lines.append(f"long {var} = (long)({value});")
+        self.scope_of[b.var.name] = scope
+        return self.emit(b.body)
+
+
+class _Accumulator:
+    """The C of one reduction's accumulator: a scalar, or with `lane` an array element per
+    output (`acc[lane]`) when outputs are reduced side by side."""
+
+    def __init__(self, r: Reduce, name: str, lane: str = ""):
+        self.r, self.name, self.lane = r, name, lane
+        dt = r.dtype
+        if dt.name == "bool":
+            self.kind, self.ctype, self.init = "or", "int", "0"
+        elif not dt.is_float:
+            self.kind = "sum_int" if r.op == "sum" else "max"
+            self.ctype = "unsigned int" if r.op == "sum" else "int"
+            self.init = "0u" if r.op == "sum" else "(int)0x80000000u"
+        else:
+            self.kind, self.ctype = ("sum" if r.op == "sum" else "max_nan"), "float"
+            self.init = "0.0f" if r.op == "sum" else "-INFINITY"
+
+    def ref(self, suffix: str = "") -> str:
+        return f"{self.name}{suffix}" + (f"[{self.lane}]" if self.lane else "")
+
+    def declare(self, lanes: int = 0) -> list[str]:
+        """Declarations: initialised scalars, or uninitialised arrays of `lanes` (see reset)."""
+        nan = self.kind == "max_nan"  # max propagates NaN like NumPy, through a flag
+        if lanes:
+            return [f"{self.ctype} {self.name}[{lanes}];"] + (
+                [f"int {self.name}_nan[{lanes}];"] if nan else [])
+        return [f"{self.ctype} {self.name} = {self.init};"] + (
+            [f"int {self.name}_nan = 0;"] if nan else [])
+
+    def reset(self) -> list[str]:
+        lines = [f"{self.ref()} = {self.init};"]
+        return lines + ([f"{self.ref('_nan')} = 0;"] if self.kind == "max_nan" else [])
+
+    def update(self, v: str) -> str:
+        acc = self.ref()
+        if self.kind == "or":
+            return f"{acc} |= {v};"
+        if self.kind in ("sum", "sum_int"):
+            return f"{acc} += {'(unsigned int)' if self.kind == 'sum_int' else ''}{v};"
+        update = f"{acc} = {v} > {acc} ? {v} : {acc};"
+        return update + (f" {self.ref('_nan')} |= {v} != {v};" if self.kind == "max_nan" else "")
+
+    def result(self) -> str:
+        acc = self.ref()
+        if self.kind == "max_nan":
+            return f"({self.ref('_nan')} ? NAN : {acc})"
+        return f"(int){acc}" if self.kind == "sum_int" else acc
+
+
+def exprs_of_shallow(v: Value):
+    """The symbolic expressions of `v` itself (not of its children)."""
+    if isinstance(v, Load):
+        return (v.index, v.valid)
+    if isinstance(v, Index):
+        return (v.expr,)
+    if isinstance(v, Where):
+        return (v.cond,)
+    return ()
+
+
+def dim_names(dims: tuple[str, ...]) -> dict[str, str]:
+    """C identifiers of a kernel's symbolic dims (their names may be any string)."""
+    return {name: f"d{k}" for k, name in enumerate(dims)}
+
+
+def _top_reductions(v: Value) -> list[Reduce]:
+    """The reductions of a tree that are not inside another reduction's body."""
+    out, stack, seen = [], [v], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Reduce):
+            out.append(x)
+        else:
+            stack.extend(children(x))
+    return out
+
+
+def _render_lanes(kernel: Kernel, r: Reduce, dialect: Dialect, names: dict[str, str],
+                  extents: list[str], loop_names: list[str]) -> list[str]:
+    """The domain of a strided reduction (see `Dialect.reduce_lanes`)."""
+    inner = _BodyWriter(dialect, names)
+    inner.scope_of[r.var.name] = inner.root  # nothing is hoisted out of the reduction loop
+    acc = _Accumulator(r, "lm_acc", lane="lm_j")
+    value = inner.emit(r.body)
+    body = [*inner.root.lines, acc.update(value)]
+    outer = _BodyWriter(dialect, names)
+    result = f"{dialect.compute_type(r.dtype)} lm_red = {dialect.round(r.dtype, acc.result())};"
+    outer.root.lines.append(result)
+    outer.root.names[r] = "lm_red"
+    stored = outer.emit(kernel.out.value)
+    out_dt = kernel.params[kernel.out.buf].dtype
+    final = [*outer.root.lines, dialect.store_statement(
+        out_dt, f"p{kernel.out.buf}", outer.expr(kernel.out.index), stored)]
+    var = names.get(r.var.name, r.var.name)
+    loop = f"for (long {var} = 0; {var} < {outer.expr(r.size)}; {var}++) {{"
+    return dialect.reduce_lanes(extents, loop_names, acc.declare(dialect.lanes), acc.reset(),
+                                loop, body, final)
+
+
+def _strided_reduction(kernel: Kernel) -> bool:
+    """Whether the kernel reduces along strided memory while its last domain axis walks memory
+    contiguously (e.g. a sum over rows): then vectorising across outputs beats vectorising the
+    reduction."""
+    if not kernel.domain:
+        return False
+    last = kernel.loop_vars[-1]
+    reductions = [v for v in walk(kernel.out.value) if isinstance(v, Reduce)]
+    if not reductions or any(isinstance(v, Bind) for v in walk(kernel.out.value)):
+        return False
+    strided = False
+    for v in walk(kernel.out.value):
+        if not isinstance(v, Load):
+            continue
+        split = affine(v.index, (last, *(r.var for r in reductions)))
+        if split is None or any(last.name in e.free_vars for e in (v.valid,)):
+            return False
+        coefs, _ = split
+        if not (coefs[0] == 1 or coefs[0] == 0):
+            return False
+        strided = strided or any(c != 0 and c != 1 for c in coefs[1:])
+    store = affine(kernel.out.index, (last,))
+    return strided and store is not None and store[0][0] == 1
+
+
+def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
+    """Source of one function computing `kernel` in `dialect`. Its arguments are the buffers
+    `p0, p1, ...` (in `kernel.params` order) then the dims of `kernel_dims(kernel)`."""
+    dims = kernel_dims(kernel)
+    names = dim_names(dims)
+    simd_last = _strided_reduction(kernel)
+    extents = [e.render_c(names) for e in kernel.domain]
+    loop_names = [v.name for v in kernel.loop_vars]
+    params = [
+        (dialect.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)
+    ]
+    lines = [dialect.signature(name, params, [names[d] for d in dims]) + " {"]
+    top = _top_reductions(kernel.out.value)
+    if simd_last and dialect.lanes and len(top) == 1:
+        code = _render_lanes(kernel, top[0], dialect, names, extents, loop_names)
+        return "\n".join([*lines, *("  " + x for x in code), "}"]) + "\n"
+    writer = _BodyWriter(dialect, names, reduce_pragmas=not simd_last)
+    value = writer.emit(kernel.out.value)
+    out_dt = kernel.params[kernel.out.buf].dtype
+    store = dialect.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index),
+                                    value)
+    body = [*writer.root.lines, store]
+    lines += ["  " + line for line in dialect.domain(extents, loop_names, body, simd_last)]
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["Dialect", "dim_names", "render_kernel"]
