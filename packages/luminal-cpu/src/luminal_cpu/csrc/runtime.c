@@ -1,0 +1,444 @@
+/* luminal-cpu runtime: the hand-written kernels generated programs call (API: runtime.h).
+ *
+ * lm_gemm:  batched C[b] = A[b] (M x K) * B[b]^T (N x K) over strided float32/float16/bfloat16
+ *           operands. Small M (decode) streams B once (GEMV); larger M packs panels of A and B
+ *           into contiguous tiles and runs a register-blocked micro-kernel.
+ * lm_qgemm: the same with B a GGUF block-quantized matrix (Q8_0, Q4_0, Q4_1) that stays
+ *           quantized in memory: blocks are decoded to float32 right before use.
+ *
+ * Every function is called by all threads of the program's parallel region and shares its
+ * work through orphaned `omp for` loops (each ends with a barrier). Math is float32 with
+ * explicit fmaf: the program is built with -ffp-contract=off so that generated elementwise
+ * code rounds exactly like the reference backend. */
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+static inline long lm_threads(void) { return omp_get_num_threads(); }
+#else
+static inline long lm_threads(void) { return 1; }
+#endif
+
+
+#define LM_MR 8
+#define LM_NR 32
+#define LM_MC 96
+#define LM_NC 256
+#define LM_KC 256
+#define LM_GEMV_MAX_M 4
+#define LM_GEMV_CHUNK 64
+
+static inline float lm_get(const void *p, int dt, long i) {
+  if (dt == LM_F16) return (float)((const _Float16 *)p)[i];
+  if (dt == LM_BF16) return lm_bf16_to_f32(((const unsigned short *)p)[i]);
+  return ((const float *)p)[i];
+}
+
+static inline void lm_put(void *p, int dt, long i, float v) {
+  if (dt == LM_F16) ((_Float16 *)p)[i] = (_Float16)v;
+  else if (dt == LM_BF16) ((unsigned short *)p)[i] = lm_f32_to_bf16(v);
+  else ((float *)p)[i] = v;
+}
+
+/* x[0..n) as float32: a pointer into p when it already is, else converted into tmp */
+static inline const float *lm_row_f32(const void *p, int dt, long off, long stride, long n,
+                                      float *restrict tmp) {
+  if (dt == LM_F32 && stride == 1) return (const float *)p + off;
+  for (long i = 0; i < n; i++) tmp[i] = lm_get(p, dt, off + i * stride);
+  return tmp;
+}
+
+/* ----- GGUF blocks ------------------------------------------------------------------------ */
+static inline float lm_half_at(const unsigned char *p) {
+  _Float16 h;
+  memcpy(&h, p, 2);
+  return (float)h;
+}
+
+static inline long lm_block_bytes(int q) { return q == LM_Q8_0 ? 34 : q == LM_Q4_0 ? 18 : 20; }
+
+/* The 32 values of one block, exactly as dequantize() defines them (q * d, or q * d + m: a
+ * product then a sum, each rounded, as the float32 decomposition computes them). */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+static inline void lm_dequant_vec(const unsigned char *restrict b, int q, __m512 *lo, __m512 *hi) {
+  const __m512 d = _mm512_set1_ps(lm_half_at(b));
+  if (q == LM_Q8_0) {
+    const __m128i *qs = (const __m128i *)(b + 2);
+    *lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(qs))), d);
+    *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(qs + 1))), d);
+    return;
+  }
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + (q == LM_Q4_0 ? 2 : 4))));
+  __m512 nlo = _mm512_cvtepi32_ps(_mm512_and_si512(bytes, _mm512_set1_epi32(15)));
+  __m512 nhi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4));
+  if (q == LM_Q4_0) {
+    const __m512 eight = _mm512_set1_ps(8.0f);
+    *lo = _mm512_mul_ps(_mm512_sub_ps(nlo, eight), d);
+    *hi = _mm512_mul_ps(_mm512_sub_ps(nhi, eight), d);
+  } else {
+    const __m512 m = _mm512_set1_ps(lm_half_at(b + 2));
+    *lo = _mm512_add_ps(_mm512_mul_ps(nlo, d), m);
+    *hi = _mm512_add_ps(_mm512_mul_ps(nhi, d), m);
+  }
+}
+
+static inline void lm_dequant_block(const unsigned char *restrict b, int q, float *restrict out) {
+  __m512 lo, hi;
+  lm_dequant_vec(b, q, &lo, &hi);
+  _mm512_storeu_ps(out, lo);
+  _mm512_storeu_ps(out + 16, hi);
+}
+#else
+static inline void lm_dequant_block(const unsigned char *restrict b, int q, float *restrict out) {
+  const float d = lm_half_at(b);
+  if (q == LM_Q8_0) {
+    for (int i = 0; i < 32; i++) out[i] = (float)(signed char)b[2 + i] * d;
+  } else if (q == LM_Q4_0) {
+    for (int i = 0; i < 16; i++) {
+      out[i] = (float)((int)(b[2 + i] & 15) - 8) * d;
+      out[i + 16] = (float)((int)(b[2 + i] >> 4) - 8) * d;
+    }
+  } else {
+    const float m = lm_half_at(b + 2);
+    for (int i = 0; i < 16; i++) {
+      out[i] = (float)(b[4 + i] & 15) * d + m;
+      out[i + 16] = (float)(b[4 + i] >> 4) * d + m;
+    }
+  }
+}
+#endif
+
+/* ----- micro-kernel ----------------------------------------------------------------------- */
+/* c[i][j] += sum_k a[k][i] * b[k][j] for an LM_MR x LM_NR tile of packed panels */
+#if defined(__AVX512F__)
+static inline void lm_ukernel(long kc, const float *restrict a, const float *restrict b,
+                              float *restrict c, long ldc) {
+  __m512 acc[LM_MR][2];
+  for (int i = 0; i < LM_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (long k = 0; k < kc; k++) {
+    const __m512 b0 = _mm512_load_ps(b + k * LM_NR), b1 = _mm512_load_ps(b + k * LM_NR + 16);
+    for (int i = 0; i < LM_MR; i++) {
+      const __m512 ai = _mm512_set1_ps(a[k * LM_MR + i]);
+      acc[i][0] = _mm512_fmadd_ps(ai, b0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(ai, b1, acc[i][1]);
+    }
+  }
+  for (int i = 0; i < LM_MR; i++) {
+    float *ci = c + i * ldc;
+    _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), acc[i][0]));
+    _mm512_storeu_ps(ci + 16, _mm512_add_ps(_mm512_loadu_ps(ci + 16), acc[i][1]));
+  }
+}
+#else
+static inline void lm_ukernel(long kc, const float *restrict a, const float *restrict b,
+                              float *restrict c, long ldc) {
+  float acc[LM_MR][LM_NR] = {{0}};
+  for (long k = 0; k < kc; k++)
+    for (int i = 0; i < LM_MR; i++)
+      for (int j = 0; j < LM_NR; j++) acc[i][j] = fmaf(a[k * LM_MR + i], b[k * LM_NR + j], acc[i][j]);
+  for (int i = 0; i < LM_MR; i++)
+    for (int j = 0; j < LM_NR; j++) c[i * ldc + j] += acc[i][j];
+}
+#endif
+
+/* ----- packing ---------------------------------------------------------------------------- */
+/* ap[k][i] = A(m0 + i, k0 + k), zero past mr rows */
+static void lm_pack_a(const lm_mat *A, long off, long m0, long mr, long k0, long kc,
+                      float *restrict ap) {
+  for (long i = 0; i < LM_MR; i++) {
+    if (i >= mr) {
+      for (long k = 0; k < kc; k++) ap[k * LM_MR + i] = 0.0f;
+      continue;
+    }
+    const long base = off + (m0 + i) * A->rs + k0 * A->ks;
+    if (A->dt == LM_F32 && A->ks == 1) {
+      const float *src = (const float *)A->p + base;
+      for (long k = 0; k < kc; k++) ap[k * LM_MR + i] = src[k];
+    } else {
+      for (long k = 0; k < kc; k++) ap[k * LM_MR + i] = lm_get(A->p, A->dt, base + k * A->ks);
+    }
+  }
+}
+
+/* bp[k][j] = B(n0 + j, k0 + k), zero past nr columns */
+static void lm_pack_b(const lm_mat *B, long off, long n0, long nr, long k0, long kc,
+                      float *restrict bp) {
+  if (B->dt == LM_F32 && B->rs == 1) {
+    for (long k = 0; k < kc; k++) {
+      const float *src = (const float *)B->p + off + n0 + (k0 + k) * B->ks;
+      float *dst = bp + k * LM_NR;
+      for (long j = 0; j < nr; j++) dst[j] = src[j];
+      for (long j = nr; j < LM_NR; j++) dst[j] = 0.0f;
+    }
+    return;
+  }
+  for (long j = 0; j < LM_NR; j++) {
+    if (j >= nr) {
+      for (long k = 0; k < kc; k++) bp[k * LM_NR + j] = 0.0f;
+      continue;
+    }
+    const long base = off + (n0 + j) * B->rs + k0 * B->ks;
+    if (B->dt == LM_F32 && B->ks == 1) {
+      const float *src = (const float *)B->p + base;
+      for (long k = 0; k < kc; k++) bp[k * LM_NR + j] = src[k];
+    } else {
+      for (long k = 0; k < kc; k++) bp[k * LM_NR + j] = lm_get(B->p, B->dt, base + k * B->ks);
+    }
+  }
+}
+
+/* the same panel decoded from a quantized matrix W (rows x cols, blocks along rows) */
+/* Panels start on block boundaries: k0 and n0 are multiples of 32 (LM_KC and LM_NR are), and
+ * so are K (k_contig) or N (otherwise), the lengths of quantized rows. */
+static void lm_pack_bq(const lm_qmat *W, long n0, long nr, long k0, long kc, float *restrict bp) {
+  const long bb = lm_block_bytes(W->q), row_bytes = W->cols / 32 * bb;
+  float blk[32] __attribute__((aligned(64)));
+  if (W->k_contig) { /* B(n, k) = W[n, k]: decode along k, transpose into the panel */
+    if (nr < LM_NR) memset(bp, 0, sizeof(float) * kc * LM_NR);
+    for (long j = 0; j < nr; j++) {
+      const unsigned char *row = W->w + (n0 + j) * row_bytes;
+      for (long k = 0; k < kc; k += 32) {
+        lm_dequant_block(row + (k0 + k) / 32 * bb, W->q, blk);
+        for (long t = 0; t < 32; t++) bp[(k + t) * LM_NR + j] = blk[t];
+      }
+    }
+  } else { /* B(n, k) = W[k, n]: one decoded block is a row of the panel */
+    for (long k = 0; k < kc; k++)
+      lm_dequant_block(W->w + (k0 + k) * row_bytes + n0 / 32 * bb, W->q, bp + k * LM_NR);
+  }
+}
+
+/* ----- tiled GEMM ------------------------------------------------------------------------- */
+/* packed panels and the C tile of one thread: on the heap, so small thread stacks suffice */
+typedef struct { float ap[LM_MC * LM_KC], bp[LM_NC * LM_KC], ct[LM_MC * LM_NC]; } lm_work;
+
+static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, long K,
+                    const lm_mat *A, const long *aoff, const lm_mat *B, const long *boff,
+                    const lm_qmat *W, const lm_out *C) {
+  float *restrict ap = work->ap, *restrict bp = work->bp, *restrict ct = work->ct;
+  memset(ct, 0, sizeof work->ct);
+  for (long k0 = 0; k0 < K; k0 += LM_KC) {
+    const long kc = K - k0 < LM_KC ? K - k0 : LM_KC;
+    for (long j = 0; j < nc; j += LM_NR) {
+      const long nr = nc - j < LM_NR ? nc - j : LM_NR;
+      if (W) lm_pack_bq(W, n0 + j, nr, k0, kc, bp + j * kc);
+      else lm_pack_b(B, boff[b], n0 + j, nr, k0, kc, bp + j * kc);
+    }
+    for (long i = 0; i < mc; i += LM_MR)
+      lm_pack_a(A, aoff[b], m0 + i, mc - i < LM_MR ? mc - i : LM_MR, k0, kc, ap + i * kc);
+    for (long j = 0; j < nc; j += LM_NR)
+      for (long i = 0; i < mc; i += LM_MR)
+        lm_ukernel(kc, ap + i * kc, bp + j * kc, ct + i * LM_NC + j, LM_NC);
+  }
+  for (long i = 0; i < mc; i++) {
+    const long row = C->off[b] + (m0 + i) * C->rs + n0;
+    if (C->dt == LM_F32) memcpy((float *)C->p + row, ct + i * LM_NC, sizeof(float) * nc);
+    else for (long j = 0; j < nc; j++) lm_put(C->p, C->dt, row + j, ct[i * LM_NC + j]);
+  }
+}
+
+/* tiles of at most LM_MC x LM_NC, evenly sized (no thin leftover tile), and at least one
+ * per thread when the matrix allows it, so both cores of a small matmul get work */
+static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, long N, long K,
+                          const lm_mat *A, const lm_mat *B, const lm_qmat *W, const lm_out *C) {
+  long tm = (M + LM_MC - 1) / LM_MC, tn = (N + LM_NC - 1) / LM_NC;
+  while (nb * tm * tn < lm_threads() && (N + tn) / (tn + 1) >= LM_NR) tn++;
+  const long mc = ((M + tm - 1) / tm + LM_MR - 1) / LM_MR * LM_MR;
+  const long nc = ((N + tn - 1) / tn + LM_NR - 1) / LM_NR * LM_NR;
+  tm = (M + mc - 1) / mc;
+  tn = (N + nc - 1) / nc;
+  lm_work *work = (lm_work *)aligned_alloc(64, sizeof(lm_work));
+  #pragma omp for schedule(dynamic, 1)
+  for (long t = 0; t < nb * tm * tn; t++) {
+    const long b = t / (tm * tn), m0 = t / tn % tm * mc, n0 = t % tn * nc;
+    lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, K, A, aoff,
+            B, boff, W, C);
+  }
+  free(work);
+}
+
+/* ----- GEMV paths (M <= LM_GEMV_MAX_M): B is read once, at memory bandwidth --------------- */
+/* The rows of A[b] as contiguous float32: pointers into A when it already is, else converted
+ * into `buf` (M * K floats). */
+static void lm_rows_f32(const lm_mat *A, long off, long M, long K, float *buf, const float **x) {
+  for (long m = 0; m < M; m++)
+    x[m] = lm_row_f32(A->p, A->dt, off + m * A->rs, A->ks, K, buf + m * K);
+}
+
+/* per-thread scratch for converted rows of A (freed at the end of the call) */
+static float *lm_scratch(const lm_mat *A, long M, long K) {
+  return (A->dt == LM_F32 && A->ks == 1) ? NULL : (float *)malloc(sizeof(float) * M * K);
+}
+
+/* B(n, k) contiguous along k: one dot product per (row of A, column n) */
+static void lm_gemv_dot(long nb, const long *aoff, const long *boff, long M, long N, long K,
+                        const lm_mat *A, const lm_mat *B, const lm_out *C) {
+  float *buf = lm_scratch(A, M, K), *wbuf = B->dt == LM_F32 ? NULL : (float *)malloc(sizeof(float) * K);
+  const float *x[LM_GEMV_MAX_M];
+  long xb = -1;
+  #pragma omp for schedule(static)
+  for (long t = 0; t < nb * N; t++) {
+    const long b = t / N, n = t % N;
+    if (b != xb) lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
+    const float *w = lm_row_f32(B->p, B->dt, boff[b] + n * B->rs, 1, K, wbuf);
+    for (long m = 0; m < M; m++) {
+      const float *xm = x[m];
+      float acc = 0.0f;
+      #pragma omp simd reduction(+:acc)
+      for (long k = 0; k < K; k++) acc = fmaf(xm[k], w[k], acc);
+      lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, acc);
+    }
+  }
+  free(buf);
+  free(wbuf);
+}
+
+/* B(n, k) contiguous along n: accumulate rows of B scaled by A(m, k), a chunk of n at a time */
+static void lm_gemv_axpy(long nb, const long *aoff, const long *boff, long M, long N, long K,
+                         const lm_mat *A, const lm_mat *B, const lm_out *C) {
+  const long chunks = (N + LM_GEMV_CHUNK - 1) / LM_GEMV_CHUNK;
+  float *buf = lm_scratch(A, M, K);
+  const float *x[LM_GEMV_MAX_M];
+  long xb = -1;
+  #pragma omp for schedule(static)
+  for (long t = 0; t < nb * chunks; t++) {
+    const long b = t / chunks, n0 = t % chunks * LM_GEMV_CHUNK;
+    const long nc = N - n0 < LM_GEMV_CHUNK ? N - n0 : LM_GEMV_CHUNK;
+    if (b != xb) lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
+    float acc[LM_GEMV_MAX_M][LM_GEMV_CHUNK] = {{0}};
+    float wtmp[LM_GEMV_CHUNK];
+    for (long k = 0; k < K; k++) {
+      const float *w = lm_row_f32(B->p, B->dt, boff[b] + k * B->ks + n0, 1, nc, wtmp);
+      for (long m = 0; m < M; m++) {
+        const float a = x[m][k];
+        #pragma omp simd
+        for (long j = 0; j < nc; j++) acc[m][j] = fmaf(a, w[j], acc[m][j]);
+      }
+    }
+    for (long m = 0; m < M; m++)
+      for (long j = 0; j < nc; j++) lm_put(C->p, C->dt, C->off[b] + m * C->rs + n0 + j, acc[m][j]);
+  }
+  free(buf);
+}
+
+/* C[b] (M x N) = A[b] * B[b]^T */
+void lm_gemm(long nb, const long *aoff, const long *boff, long M, long N, long K,
+             lm_mat A, lm_mat B, lm_out C) {
+  if (M <= LM_GEMV_MAX_M && B.ks == 1 && K > 0)
+    lm_gemv_dot(nb, aoff, boff, M, N, K, &A, &B, &C);
+  else if (M <= LM_GEMV_MAX_M && B.rs == 1)
+    lm_gemv_axpy(nb, aoff, boff, M, N, K, &A, &B, &C);
+  else
+    lm_gemm_tiled(nb, aoff, boff, M, N, K, &A, &B, NULL, &C);
+}
+
+/* ----- quantized ----------------------------------------------------------------------------- */
+/* W[n, k]: each output is a dot product of a row of A with a decoded row of W. Partial sums stay
+ * in a vector per row of A until the row of W ends. Inlined per format (q is a constant). */
+static inline __attribute__((always_inline)) void lm_qgemv_dot_q(
+    long nb, const long *aoff, long M, long N, long K, const lm_mat *A, const lm_qmat *W,
+    const lm_out *C, int q) {
+  const long bb = lm_block_bytes(q), row_bytes = K / 32 * bb;
+  float *buf = lm_scratch(A, M, K);
+  const float *x[LM_GEMV_MAX_M];
+  long xb = -1;
+  #pragma omp for schedule(static)
+  for (long t = 0; t < nb * N; t++) {
+    const long b = t / N, n = t % N;
+    if (b != xb) lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
+    const unsigned char *row = W->w + n * row_bytes;
+#if defined(__AVX512F__)
+    /* partial sums stay in registers for the whole row */
+    __m512 lo[LM_GEMV_MAX_M], hi[LM_GEMV_MAX_M];
+    for (int m = 0; m < LM_GEMV_MAX_M; m++) lo[m] = hi[m] = _mm512_setzero_ps();
+    for (long k0 = 0; k0 < K; k0 += 32) {
+      __m512 w0, w1;
+      lm_dequant_vec(row + k0 / 32 * bb, q, &w0, &w1);
+      for (int m = 0; m < LM_GEMV_MAX_M; m++) {
+        if (m >= M) break;
+        lo[m] = _mm512_fmadd_ps(_mm512_loadu_ps(x[m] + k0), w0, lo[m]);
+        hi[m] = _mm512_fmadd_ps(_mm512_loadu_ps(x[m] + k0 + 16), w1, hi[m]);
+      }
+    }
+    for (long m = 0; m < M; m++)
+      lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, _mm512_reduce_add_ps(_mm512_add_ps(lo[m], hi[m])));
+#else
+    float acc[LM_GEMV_MAX_M][32] = {{0}};
+    float blk[32];
+    for (long k0 = 0; k0 < K; k0 += 32) {
+      lm_dequant_block(row + k0 / 32 * bb, q, blk);
+      for (long m = 0; m < M; m++) {
+        const float *xm = x[m] + k0;
+        #pragma omp simd
+        for (int i = 0; i < 32; i++) acc[m][i] = fmaf(xm[i], blk[i], acc[m][i]);
+      }
+    }
+    for (long m = 0; m < M; m++) {
+      float s = 0.0f;
+      for (int i = 0; i < 32; i++) s += acc[m][i];
+      lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, s);
+    }
+#endif
+  }
+  free(buf);
+}
+
+/* W[k, n]: decode a chunk of each row of W and accumulate it scaled by A(m, k) */
+static inline __attribute__((always_inline)) void lm_qgemv_axpy_q(
+    long nb, const long *aoff, long M, long N, long K, const lm_mat *A, const lm_qmat *W,
+    const lm_out *C, int q) {
+  const long bb = lm_block_bytes(q), row_bytes = N / 32 * bb;
+  const long parts = (N + LM_GEMV_CHUNK - 1) / LM_GEMV_CHUNK;
+  float *buf = lm_scratch(A, M, K);
+  const float *x[LM_GEMV_MAX_M];
+  long xb = -1;
+  #pragma omp for schedule(static)
+  for (long t = 0; t < nb * parts; t++) {
+    const long b = t / parts, n0 = t % parts * LM_GEMV_CHUNK;
+    const long nc = N - n0 < LM_GEMV_CHUNK ? N - n0 : LM_GEMV_CHUNK;
+    if (b != xb) lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
+    float acc[LM_GEMV_MAX_M][LM_GEMV_CHUNK] __attribute__((aligned(64))) = {{0}};
+    float w[LM_GEMV_CHUNK] __attribute__((aligned(64)));
+    for (long k = 0; k < K; k++) {
+      for (long j = 0; j < nc; j += 32)
+        lm_dequant_block(W->w + k * row_bytes + (n0 + j) / 32 * bb, q, w + j);
+      for (long m = 0; m < M; m++) {
+        const float a = x[m][k];
+        #pragma omp simd
+        for (long j = 0; j < nc; j++) acc[m][j] = fmaf(a, w[j], acc[m][j]);
+      }
+    }
+    for (long m = 0; m < M; m++)
+      for (long j = 0; j < nc; j++) lm_put(C->p, C->dt, C->off[b] + m * C->rs + n0 + j, acc[m][j]);
+  }
+  free(buf);
+}
+
+#define LM_PER_FORMAT(fn, ...)                         \
+  switch (W->q) {                                      \
+    case LM_Q8_0: fn(__VA_ARGS__, LM_Q8_0); break;     \
+    case LM_Q4_0: fn(__VA_ARGS__, LM_Q4_0); break;     \
+    default: fn(__VA_ARGS__, LM_Q4_1); break;          \
+  }
+
+static void lm_qgemv_dot(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+                         const lm_qmat *W, const lm_out *C) {
+  LM_PER_FORMAT(lm_qgemv_dot_q, nb, aoff, M, N, K, A, W, C)
+}
+
+static void lm_qgemv_axpy(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+                          const lm_qmat *W, const lm_out *C) {
+  LM_PER_FORMAT(lm_qgemv_axpy_q, nb, aoff, M, N, K, A, W, C)
+}
+
+/* C[b] (M x N) = A[b] * B^T with B decoded from the quantized W (shared by every batch) */
+void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W,
+              lm_out C) {
+  if (M <= LM_GEMV_MAX_M && W.k_contig)
+    lm_qgemv_dot(nb, aoff, M, N, K, &A, &W, &C);
+  else if (M <= LM_GEMV_MAX_M)
+    lm_qgemv_axpy(nb, aoff, M, N, K, &A, &W, &C);
+  else
+    lm_gemm_tiled(nb, aoff, aoff, M, N, K, &A, NULL, &W, &C);
+}

@@ -1,0 +1,22 @@
+/* luminal-cpu runtime API: what generated programs call (implementation: runtime.c, built
+ * once into its own cached shared library that every generated library links to). */
+
+enum { LM_F32 = 0, LM_F16 = 1, LM_BF16 = 2 };
+enum { LM_Q8_0 = 0, LM_Q4_0 = 1, LM_Q4_1 = 2 };
+
+/* element (row, k) of batch b is p[off[b] + row*rs + k*ks] */
+typedef struct { const void *p; int dt; long rs, ks; } lm_mat;
+
+/* a GGUF block-quantized matrix W (rows x cols, 32-element blocks along each row);
+ * k_contig: the product reads W[n, k] (x @ W.T), else W[k, n] (x @ W) */
+typedef struct { const unsigned char *w; int q; int k_contig; long rows, cols; } lm_qmat;
+
+/* where results go: element (m, n) of batch b is p[off[b] + m*rs + n], of element type dt */
+typedef struct { void *p; int dt; const long *off; long rs; } lm_out;
+
+/* C[b] (M x N) = A[b] (M x K) * B[b]^T, B[b] being N x K */
+void lm_gemm(long nb, const long *aoff, const long *boff, long M, long N, long K,
+             lm_mat A, lm_mat B, lm_out C);
+
+/* the same with B decoded from W, which every batch shares */
+void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W, lm_out C);

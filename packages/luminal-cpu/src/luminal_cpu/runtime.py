@@ -1,0 +1,132 @@
+"""Executing a compiled graph: one native call per `execute()`.
+
+Per run, Python only binds pointers: inputs are passed zero-copy from the arrays in
+`graph.data`, intermediates live in one arena laid out by the memory plan (recomputed, and
+the arena grown, only when the dim values change), and outputs get arrays of their own.
+Retrieved and assigned outputs get a fresh array per run (arrays handed out earlier never
+change under the user); assignments then swap the new array into the input. An output's
+arrays that no one references any more are recycled instead of reallocated, so a loop that
+keeps only the latest result alternates between two arrays (no allocation, no page faults).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+
+import numpy as np
+from luminal import ops
+from luminal.codegen import MemoryPlan, Program
+from luminal.graph import Graph
+
+from .source import ENTRY_POINT
+from .toolchain import Library
+
+_ALIGN = 64
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+class _Recycler:
+    """The arrays of one output, reused once nothing outside holds them."""
+
+    KEEP = 3
+
+    def __init__(self, dtype: np.dtype) -> None:
+        self.dtype = dtype
+        self._owned: list[np.ndarray] = []
+
+    def get(self, n: int) -> np.ndarray:
+        for k in range(len(self._owned)):
+            # 2 references when no one else holds it: the list and getrefcount's argument
+            if self._owned[k].size == n and sys.getrefcount(self._owned[k]) <= 2:
+                return self._owned.pop(k)
+        return np.empty(n, self.dtype)
+
+    def give(self, a: np.ndarray) -> None:
+        self._owned.append(a)
+        del self._owned[: -self.KEEP]
+
+
+class CpuRuntime:
+    """Runs a `Program` compiled into `library` (see the module docstring)."""
+
+    def __init__(self, graph: Graph, program: Program, plan: MemoryPlan, library: Library):
+        self.program, self.plan, self.library = program, plan, library
+        self._run = getattr(library.handle, ENTRY_POINT)
+        self._run.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+        self._run.restype = None
+        bufs = program.buffers
+        self._ptrs = (ctypes.c_void_p * max(len(bufs), 1))()
+        self._dims = (ctypes.c_long * max(len(program.dims), 1))()
+        self._inputs = [(k, b.node) for k, b in enumerate(bufs) if b.role == "input"]
+        self._bound: dict[int, np.ndarray] = {}  # the input arrays the pointers point into
+        fresh = graph.retrieved | set(graph.assignments.values())
+        self._fresh = [k for k, b in enumerate(bufs) if b.role == "output" and b.node in fresh]
+        self._kept = [k for k, b in enumerate(bufs) if b.role == "output" and b.node not in fresh]
+        self._numel: list[int] = [0] * len(bufs)
+        self._dims_key: tuple[int, ...] | None = None
+        self._arena = np.empty(0, np.uint8)
+        self._kept_arrays: dict[int, np.ndarray] = {}
+        self._recyclers = {k: _Recycler(bufs[k].dtype.numpy) for k in self._fresh}
+        self.values: dict[int, np.ndarray] = {}
+        self.stats: dict[str, object] = {}  # compile-time facts, filled in by the backend
+
+    def _bind_dims(self, dims: dict[str, int]) -> None:
+        key = tuple(dims[d] for d in self.program.dims)
+        if key == self._dims_key:
+            return
+        self._dims_key = key
+        for k, v in enumerate(key):
+            self._dims[k] = v
+        bufs = self.program.buffers
+        self._numel = [b.numel.evaluate(dims) for b in bufs]
+        offsets, total = self.plan.layout(dims)
+        if total + _ALIGN > self._arena.size:
+            self._arena = np.empty(total + _ALIGN, np.uint8)
+        base = -_address(self._arena) % _ALIGN + _address(self._arena)
+        for slot, members in enumerate(self.plan.slots):
+            for b in members:
+                self._ptrs[b] = base + offsets[slot]
+        for k in self._kept:
+            spec = bufs[k]
+            old = self._kept_arrays.get(k)
+            if old is None or old.size != self._numel[k]:
+                self._kept_arrays[k] = np.empty(self._numel[k], spec.dtype.numpy)
+            self._ptrs[k] = _address(self._kept_arrays[k])
+
+    def execute(self, graph: Graph, dims: dict[str, int]) -> None:
+        self._bind_dims(dims)
+        bufs = self.program.buffers
+        bound = self._bound
+        for k, node in self._inputs:
+            a = graph.data[node]
+            if a is bound.get(k):
+                continue  # same array object: the pointer is still right
+            if a.dtype != bufs[k].dtype.numpy or not a.flags.c_contiguous:
+                a = np.ascontiguousarray(a, dtype=bufs[k].dtype.numpy)
+                graph.set_data(node, a)
+            bound[k] = a
+            self._ptrs[k] = _address(a)
+        self.values = {}  # drop last run's references so its arrays can be recycled
+        values = {bufs[k].node: a for k, a in self._kept_arrays.items()}
+        for k in self._fresh:
+            recycler = self._recyclers[k]
+            a = recycler.get(self._numel[k])
+            recycler.give(a)
+            self._ptrs[k] = _address(a)
+            values[bufs[k].node] = a
+        self._run(self._ptrs, self._dims)
+        self.values = values
+        for target, src in graph.assignments.items():
+            node = graph.nodes[src]
+            shape = tuple(d.evaluate(dims) for d in node.shape)
+            if isinstance(node.op, ops.Input):
+                graph.set_data(target, graph.data[src].reshape(shape))
+            else:
+                graph.set_data(target, values[src].reshape(shape))
+
+    def fetch(self, node_id: int) -> np.ndarray:
+        return self.values[node_id]

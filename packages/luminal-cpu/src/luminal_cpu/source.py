@@ -1,0 +1,120 @@
+"""The C source of a whole compiled graph: one shared library with one entry point.
+
+    void lm_run(void **buffers, const long *dims);
+
+`lm_run` opens one OpenMP parallel region and calls every kernel in program order; kernels
+split their work with orphaned `omp for` loops, whose closing barriers order the kernels.
+Generic kernels are rendered by the backend-neutral renderer (`luminal.codegen`, C dialect);
+matmuls become calls into the hand-written runtime (`csrc/runtime.c`, API `csrc/runtime.h`),
+which is built once into a library of its own, so a graph's build compiles only its kernels.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import files
+
+from luminal.codegen import (
+    C,
+    Kernel,
+    Matmul,
+    Program,
+    QuantOperand,
+    dim_names,
+    kernel_dims,
+    render_kernel,
+)
+from luminal.symbolic import Expr
+
+ENTRY_POINT = "lm_run"
+_DTYPE_CODE = {"float32": "LM_F32", "float16": "LM_F16", "bfloat16": "LM_BF16"}
+_QTYPE_CODE = {"q8_0": "LM_Q8_0", "q4_0": "LM_Q4_0", "q4_1": "LM_Q4_1"}
+# Batches whose operand offsets fit on the stack; more are rare (and go to the heap).
+_STACK_BATCHES = 256
+
+
+def _csrc(name: str) -> str:
+    return files("luminal_cpu").joinpath("csrc", name).read_text()
+
+
+def runtime_source() -> str:
+    """The complete C source of the runtime library (GEMM, GEMV, quantized kernels)."""
+    return "\n".join((C.prelude(), _csrc("runtime.h"), _csrc("runtime.c")))
+
+
+def _render_matmul(mm: Matmul, name: str) -> str:
+    dims = kernel_dims(mm)
+    names = dim_names(dims)
+
+    def ex(e: Expr) -> str:
+        return e.render_c(names)
+
+    params = [(C.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(mm.params)]
+    lines = [C.signature(name, params, [names[d] for d in dims]) + " {"]
+    batch = " * ".join(f"({ex(b)})" for b in mm.batch) or "1"
+    bvars = [v.name for v in mm.batch_vars]
+    lines += [
+        f"  const long lm_nb = {batch};",
+        f"  long lm_sa[{_STACK_BATCHES}], lm_sb[{_STACK_BATCHES}], lm_sc[{_STACK_BATCHES}];",
+        f"  const int lm_heap = lm_nb > {_STACK_BATCHES};",
+        "  long *lm_ao = lm_heap ? (long *)malloc(sizeof(long) * lm_nb) : lm_sa;",
+        "  long *lm_bo = lm_heap ? (long *)malloc(sizeof(long) * lm_nb) : lm_sb;",
+        "  long *lm_co = lm_heap ? (long *)malloc(sizeof(long) * lm_nb) : lm_sc;",
+        "  for (long lm_t = 0; lm_t < lm_nb; lm_t++) {",
+    ]
+    stride = ""
+    for k in range(len(bvars) - 1, -1, -1):
+        q = f"(lm_t / ({stride}))" if stride else "lm_t"
+        extent = ex(mm.batch[k])
+        lines.append(f"    const long {bvars[k]} = {q if k == 0 else f'{q} % ({extent})'};")
+        stride = f"{stride} * ({extent})" if stride else f"({extent})"
+    b = mm.b
+    lines.append(f"    lm_ao[lm_t] = {ex(mm.a.offset)};")
+    lines.append(f"    lm_co[lm_t] = {ex(mm.out_offset)};")
+    if not isinstance(b, QuantOperand):
+        lines.append(f"    lm_bo[lm_t] = {ex(b.offset)};")
+    lines.append("  }")
+    a_dt = _DTYPE_CODE[mm.params[mm.a.buf].dtype.name]
+    c_dt = _DTYPE_CODE[mm.params[mm.out].dtype.name]
+    out = f"(lm_out){{p{mm.out}, {c_dt}, lm_co, {ex(mm.out_stride)}}}"
+    a = f"(lm_mat){{p{mm.a.buf}, {a_dt}, {ex(mm.a.stride_row)}, {ex(mm.a.stride_k)}}}"
+    shape = f"{ex(mm.m)}, {ex(mm.n)}, {ex(mm.k)}"
+    if isinstance(b, QuantOperand):
+        w = (f"(lm_qmat){{p{b.buf}, {_QTYPE_CODE[b.qtype]}, {int(b.k_contiguous)}, "
+             f"{ex(b.rows)}, {ex(b.cols)}}}")
+        lines.append(f"  lm_qgemm(lm_nb, lm_ao, {shape}, {a}, {w}, {out});")
+    else:
+        b_dt = _DTYPE_CODE[mm.params[b.buf].dtype.name]
+        bm = f"(lm_mat){{p{b.buf}, {b_dt}, {ex(b.stride_row)}, {ex(b.stride_k)}}}"
+        lines.append(f"  lm_gemm(lm_nb, lm_ao, lm_bo, {shape}, {a}, {bm}, {out});")
+    lines += ["  if (lm_heap) { free(lm_ao); free(lm_bo); free(lm_co); }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def kernel_source(kernel: Kernel | Matmul, name: str) -> str:
+    """One kernel as a C function."""
+    if isinstance(kernel, Matmul):
+        return _render_matmul(kernel, name)
+    return render_kernel(kernel, name, C)
+
+
+def program_source(program: Program, vector_math: str = "") -> str:
+    """The complete C translation unit of `program`; `vector_math` declares the vectorisable
+    math functions the toolchain found (`toolchain.VECTOR_MATH`), if any."""
+    parts = [C.prelude(), vector_math, _csrc("runtime.h")]
+    parts += [kernel_source(k, f"lm_k{i}") for i, k in enumerate(program.kernels)]
+    dim_index = {d: i for i, d in enumerate(program.dims)}
+    body = []
+    for call in program.calls:
+        kernel = program.kernels[call.kernel]
+        args = [
+            f"({C.storage_type(p.dtype)} *)b[{buf}]" for p, buf in zip(kernel.params, call.args)
+        ]
+        args += [f"d[{dim_index[d]}]" for d in kernel_dims(kernel)]
+        body.append(f"    lm_k{call.kernel}({', '.join(args)});")
+    parts.append(
+        f"void {ENTRY_POINT}(void **b, const long *d) {{\n"
+        "  (void)d;\n"
+        "  #pragma omp parallel\n"
+        "  {\n" + "\n".join(body) + "\n  }\n}\n"
+    )
+    return "\n".join(parts)

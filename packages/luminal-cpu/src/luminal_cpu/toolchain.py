@@ -1,0 +1,183 @@
+"""The system C compiler: finding it, building shared libraries, and the on-disk cache.
+
+Libraries are cached under `$LUMINAL_CACHE/cpu` (default `~/.cache/luminal/cpu`), named by a
+hash of the source, the compiler's version, the flags and the host CPU (`-march=native`
+depends on it). Each `.so` has a `.sha256` beside it; a library whose checksum does not match,
+or that fails to load, is rebuilt, never trusted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .device import cpu_signature
+
+# -ffast-math is deliberately absent: it breaks inf/nan semantics. -fno-math-errno lets libm
+# calls inline; -ffp-contract=off keeps a*b+c rounded twice, as the reference computes it.
+BASE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared")
+OPENMP_FLAG = "-fopenmp"
+CANDIDATES = ("gcc", "clang", "cc")
+
+
+class CompileError(RuntimeError):
+    """The C compiler rejected generated code (a luminal bug: please report it)."""
+
+
+# glibc's vector math library (libmvec, glibc >= 2.35 on x86-64): declaring these functions
+# `simd` lets gcc vectorise loops that call them (results within 4 ulp; inf/nan exact).
+VECTOR_MATH = "".join(
+    f'__attribute__((__simd__("notinbranch"))) float {fn}(float);\n'
+    for fn in ("exp2f", "log2f", "sinf")
+)
+_PROBE = "#include <math.h>\n" + VECTOR_MATH + """
+void lm_probe(const float *restrict x, float *restrict y, long n) {
+  #pragma omp parallel for
+  for (long i = 0; i < n; i++) y[i] = exp2f(x[i]) + log2f(x[i]) + sinf(x[i]);
+}
+"""
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """A C compiler command (argv prefix), its identity and what it supports here."""
+
+    argv: tuple[str, ...]
+    version: str
+    openmp: bool
+    vector_math: bool = False
+    error: str = ""  # why it cannot build shared libraries here (empty: it can)
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return BASE_FLAGS + ((OPENMP_FLAG,) if self.openmp else ())
+
+    @property
+    def libs(self) -> tuple[str, ...]:
+        return ("-lmvec", "-lm") if self.vector_math else ("-lm",)
+
+
+def find_compiler() -> tuple[str, ...] | None:
+    """The first working C compiler among $CC, gcc, clang and cc, or None."""
+    names = []
+    if os.environ.get("CC"):
+        names.append(shlex.split(os.environ["CC"]))
+    names += [[c] for c in CANDIDATES]
+    for argv in names:
+        if argv and shutil.which(argv[0]):
+            return (shutil.which(argv[0]), *argv[1:])
+    return None
+
+
+def _link_error(argv: tuple[str, ...], flags: tuple[str, ...], libs: tuple[str, ...]) -> str:
+    """The compiler's complaint when it cannot build the probe library, else ""."""
+    # GNU ld accepts a shared library with unresolved symbols unless told otherwise
+    strict = ("-Wl,--no-undefined",) if sys.platform.startswith("linux") else ()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run(
+            [*argv, *flags, *strict, "-x", "c", "-", "-o", f"{tmp}/probe.so", *libs],
+            input=_PROBE, capture_output=True, text=True, errors="replace", check=False,
+        )
+    return "" if proc.returncode == 0 else (proc.stderr.strip() or f"exit {proc.returncode}")
+
+
+@functools.lru_cache(maxsize=8)
+def _identify(argv: tuple[str, ...]) -> Compiler:
+    out = subprocess.run([*argv, "--version"], capture_output=True, text=True, check=False)
+    version = (out.stdout or out.stderr).splitlines()[0] if (out.stdout or out.stderr) else ""
+    # the best configuration that builds and links here: OpenMP and vector math, or less
+    for openmp, vector_math in ((True, True), (True, False), (False, False)):
+        cc = Compiler(argv, version, openmp, vector_math)
+        error = _link_error(argv, cc.flags, cc.libs)
+        if not error:
+            return cc
+    return Compiler(argv, version, openmp=False, error=error.splitlines()[-1])
+
+
+def compiler() -> Compiler | None:
+    """The compiler builds use (identified once per process), or None when there is none."""
+    argv = find_compiler()
+    return None if argv is None else _identify(argv)
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("LUMINAL_CACHE")
+    base = Path(root) if root else Path.home() / ".cache" / "luminal"
+    return base / "cpu"
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def cache_key(source: str, cc: Compiler, links: tuple[Path, ...] = ()) -> str:
+    ident = "\0".join((cc.version, " ".join(cc.flags + cc.libs), cpu_signature(),
+                       *map(str, links)))
+    return _digest(f"{ident}\0{source}".encode())[:40]
+
+
+def _compile(source: str, cc: Compiler, out: Path, links: tuple[Path, ...]) -> None:
+    # the source goes in on stdin, so no temporary file name ends up in the library; linked
+    # libraries are named by absolute path, which the loader then opens directly
+    proc = subprocess.run(
+        [*cc.argv, *cc.flags, "-x", "c", "-", "-x", "none", *map(str, links), "-o", str(out),
+         *cc.libs],
+        input=source, capture_output=True, text=True, errors="replace", check=False,
+    )
+    if proc.returncode != 0:
+        raise CompileError(f"C compiler failed ({' '.join(cc.argv)}):\n{proc.stderr[-4000:]}")
+
+
+def _load_verified(so: Path, checksum: Path) -> ctypes.CDLL | None:
+    try:
+        if checksum.read_text().strip() != _digest(so.read_bytes()):
+            return None
+        return ctypes.CDLL(str(so))
+    except OSError:
+        return None
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class Library:
+    """A loaded shared library and whether it came from the cache."""
+
+    handle: ctypes.CDLL
+    path: Path
+    cached: bool
+
+
+def build(source: str, cc: Compiler, links: tuple[Path, ...] = ()) -> Library:
+    """The shared library for `source` (linked to the libraries `links`): from the cache when
+    a verified copy exists, else compiled and stored (replacing a corrupt entry)."""
+    directory = cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    key = cache_key(source, cc, links)
+    so, checksum = directory / f"{key}.so", directory / f"{key}.sha256"
+    if so.exists() and checksum.exists():
+        lib = _load_verified(so, checksum)
+        if lib is not None:
+            return Library(lib, so, cached=True)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        built = Path(tmp) / "lib.so"
+        _compile(source, cc, built, links)
+        data = built.read_bytes()
+    _write_atomic(directory / f"{key}.c", source.encode())
+    _write_atomic(so, data)
+    _write_atomic(checksum, _digest(data).encode())
+    return Library(ctypes.CDLL(str(so)), so, cached=False)

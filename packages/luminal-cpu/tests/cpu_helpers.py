@@ -1,0 +1,38 @@
+"""Helpers of the luminal-cpu tests: run a graph on a backend, compare with the reference."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import luminal as lm
+import numpy as np
+from luminal.backends.reference import ReferenceBackend
+from luminal_cpu import CpuBackend
+
+
+def run_on(backend, build: Callable, datas: Sequence[Sequence[np.ndarray]]) -> list[list]:
+    """Build a graph with `build(g) -> (inputs, outputs)`, compile it once for `backend` and
+    execute it once per data set; the outputs of every execution."""
+    g = lm.Graph()
+    inputs, outputs = build(g)
+    outputs = [o.retrieve() for o in outputs]
+    g.compile((lm.GenericCompiler(), backend))
+    results = []
+    for data in datas:
+        for t, a in zip(inputs, data):
+            t.set(a)
+        g.execute()
+        results.append([np.array(o.numpy()) for o in outputs])
+    return results
+
+
+def check_vs_reference(build: Callable, datas, atol: float = 1e-5, rtol: float = 1e-5) -> None:
+    """The cpu backend gives the reference backend's results (same compiled graph for every
+    data set, so symbolic dims are exercised at several sizes)."""
+    got = run_on(CpuBackend(), build, datas)
+    want = run_on(ReferenceBackend(), build, datas)
+    for g_outs, w_outs in zip(got, want):
+        for g_out, w_out in zip(g_outs, w_outs):
+            assert g_out.shape == w_out.shape and g_out.dtype == w_out.dtype
+            np.testing.assert_allclose(g_out.astype(np.float64), w_out.astype(np.float64),
+                                       atol=atol, rtol=rtol)

@@ -1,0 +1,86 @@
+"""The backend-neutral code generator (luminal.codegen): fusion decisions, memory planning and
+the dialects of the C-family renderer."""
+
+from __future__ import annotations
+
+import luminal as lm
+import pytest
+from luminal.codegen import CUDA, METAL, OPENCL, C, Kernel, lower, plan_memory, render_kernel
+
+
+def lowered(build):
+    g = lm.Graph()
+    for t in build(g):
+        t.retrieve()
+    g.compile(lm.GenericCompiler())
+    return lower(g)
+
+
+def test_elementwise_chain_and_its_reduction_fuse_into_one_kernel():
+    program = lowered(lambda g: [((g.tensor((8, 16)) * 2 + 1).exp2().sqrt().sum(-1))])
+    assert len(program.kernels) == 1 and len(program.calls) == 1
+
+
+def test_views_never_copy():
+    def build(g):
+        a = g.tensor((4, 6))
+        return [(a.T[1:, ::2].pad((1, 1)) * a.T[:5].flip(0)).contiguous()]
+
+    (kernel,) = lowered(build).kernels
+    assert len(kernel.params) == 2  # one output, one input: both views read `a` in place
+
+
+def test_softmax_is_four_kernels_and_the_normalisation_broadcasts():
+    program = lowered(lambda g: [g.tensor((3, 10)).softmax(-1)])
+    assert len(program.calls) == 4
+
+
+def test_axes_merge_into_one_flat_loop_for_contiguous_elementwise():
+    (kernel,) = lowered(lambda g: [g.tensor((5, 6, 7)) * 3]).kernels
+    assert len(kernel.domain) == 1 and kernel.domain[0] == 210
+
+
+def test_memory_plan_reuses_slots_without_aliasing_a_calls_inputs():
+    def build(g):
+        x = g.tensor(("n", 32))
+        for _ in range(6):
+            x = (x.softmax(-1) + 1).contiguous()
+        return [x]
+
+    program = lowered(build)
+    plan = plan_memory(program)
+    temps = [k for k, b in enumerate(program.buffers) if b.role == "temp"]
+    assert len(plan.slots) < len(temps)
+    slot = plan.slot_of
+    for call in program.calls:
+        params = program.kernels[call.kernel].params
+        outs = {slot.get(b) for p, b in zip(params, call.args) if p.output} - {None}
+        ins = {slot.get(b) for p, b in zip(params, call.args) if not p.output} - {None}
+        assert not outs & ins
+    offsets, total = plan.layout({"n": 10})
+    assert total >= max(offsets) and all(o % 64 == 0 for o in offsets)
+
+
+@pytest.fixture
+def half_kernel() -> Kernel:
+    def build(g):
+        a = g.tensor(("n", 8), dtype=lm.float16)
+        return [(a * a).sum(-1).sqrt()]
+
+    (kernel,) = lowered(build).kernels
+    return kernel
+
+
+@pytest.mark.parametrize(("dialect", "expected"), [
+    (C, ["#pragma omp for", "_Float16", "sqrtf(", "#pragma omp simd reduction(+:"]),
+    (CUDA, ['extern "C" __global__', "__half2float(", "__float2half(", "blockIdx.x"]),
+    (OPENCL, ["__kernel void", "__global const half", "vload_half(", "vstore_half(",
+              "get_global_id(0)"]),
+    (METAL, ["kernel void", "[[buffer(0)]]", "constant long &d0", "thread_position_in_grid",
+             "precise::sqrt("]),
+])
+def test_dialects_render_the_same_kernel(half_kernel, dialect, expected):
+    source = render_kernel(half_kernel, "k", dialect)
+    for text in expected:
+        assert text in source, (text, source)
+    assert "lm_floordiv" in dialect.prelude()

@@ -1,0 +1,117 @@
+"""Matmul, attention and gather recognition: the special kernels compute what the primitive
+graph computes, and are used where they should be."""
+
+from __future__ import annotations
+
+import luminal as lm
+import luminal.functional as F
+import numpy as np
+import pytest
+from cpu_helpers import check_vs_reference
+from luminal.codegen import Kernel, Matmul, lower
+from luminal.codegen.ir import Bind, walk
+
+rng = np.random.default_rng(1)
+
+
+def randn(*shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def program_of(build):
+    g = lm.Graph()
+    _, outputs = build(g)
+    for o in outputs:
+        o.retrieve()
+    g.compile(lm.GenericCompiler())
+    return lower(g)
+
+
+@pytest.mark.parametrize("m", [1, 3, 4, 5, 37, 200])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_matmul_every_layout_and_size(m, layout):
+    k, n = 70, 45
+
+    def build(g):
+        a = g.tensor((k, m) if layout[0] == "t" else (m, k))
+        b = g.tensor((n, k) if layout[1] == "t" else (k, n))
+        x = a.T if layout[0] == "t" else a
+        y = b.T if layout[1] == "t" else b
+        return [a, b], [x @ y]
+
+    a = randn(*((k, m) if layout[0] == "t" else (m, k)))
+    b = randn(*((n, k) if layout[1] == "t" else (k, n)))
+    check_vs_reference(build, [[a, b]], atol=1e-4)
+    assert any(isinstance(kern, Matmul) for kern in program_of(build).kernels)
+
+
+def test_batched_broadcast_and_symbolic_matmul():
+    def build(g):
+        a = g.tensor((2, 3, "s", 24))
+        b = g.tensor((24, 17))
+        c = g.tensor((3, 17, "s"))
+        return [a, b, c], [(a @ b).relu(), (a @ b) @ c, a[:, :, ::2] @ b]
+
+    check_vs_reference(build, [[randn(2, 3, s, 24), randn(24, 17), randn(3, 17, s)]
+                               for s in (5, 11)], atol=1e-4)
+
+
+def test_half_operands_are_read_without_a_converted_copy():
+    def build(g):
+        x = g.tensor((6, 32))
+        w16 = g.tensor((20, 32), dtype=lm.float16)
+        wbf = g.tensor((32, 20), dtype=lm.bfloat16)
+        xh = x.half()
+        return [x, w16, wbf], [F.linear(x, w16.to(lm.float32)), x @ wbf.to(lm.float32),
+                               xh @ w16.T, xh[:1] @ w16.T, x[:2] @ wbf.to(lm.float32)]
+
+    bf16 = randn(32, 20).astype(lm.bfloat16.numpy)
+    data = [[randn(6, 32), randn(20, 32, dtype=np.float16), bf16]]
+    check_vs_reference(build, data, atol=2e-2, rtol=2e-2)
+    kernels = program_of(build).kernels
+    assert sum(isinstance(k, Matmul) for k in kernels) == 5
+    # the only other kernel rounds x to float16; the weights are never converted in memory
+    (other,) = [k for k in kernels if not isinstance(k, Matmul)]
+    assert [p.dtype for p in other.params] == [lm.float16, lm.float32]
+
+
+def test_grouped_query_attention_reads_kv_heads_without_copies():
+    def build(g):
+        q = g.tensor((6, "s", 16))
+        k = g.tensor((2, "s", 16))
+        v = g.tensor((2, "s", 16))
+        return [q, k, v], [F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                          enable_gqa=True)]
+
+    check_vs_reference(build, [[randn(6, s, 16), randn(2, s, 16), randn(2, s, 16)]
+                               for s in (1, 9)], atol=1e-5)
+    kernels = program_of(build).kernels
+    assert sum(isinstance(k, Matmul) for k in kernels) == 2
+    assert all(isinstance(k, Matmul) or len(k.domain) <= 3 for k in kernels)
+
+
+def test_embedding_becomes_a_row_gather():
+    def build(g):
+        idx = g.tensor(("s",), dtype=lm.int32)
+        w = g.tensor((50, 12))
+        v = g.tensor((50, 3))
+        # two tables indexed alike share their one-hot comparisons after CSE
+        return [idx, w, v], [lm.cat([F.embedding(idx, w) * 2, F.embedding(idx, v)], -1)]
+
+    ids = [np.array([3, 0, 49, 7], np.int32), np.array([-1, 50, 2], np.int32)]
+    check_vs_reference(build, [[i, randn(50, 12), randn(50, 3)] for i in ids])
+    (kernel,) = program_of(build).kernels
+    assert isinstance(kernel, Kernel)
+    assert any(isinstance(v, Bind) for v in walk(kernel.out.value))
+
+
+def test_matmul_stores_straight_into_a_permuting_copy():
+    def build(g):
+        p = g.tensor((4, "s", 5))
+        v = g.tensor((4, 5, 8))
+        heads = p @ v  # (4, s, 8)
+        return [p, v], [heads.permute(1, 0, 2).reshape(-1, 32) * 2]
+
+    check_vs_reference(build, [[randn(4, s, 5), randn(4, 5, 8)] for s in (1, 6)], atol=1e-5)
+    kinds = [type(k).__name__ for k in program_of(build).kernels]
+    assert kinds == ["Matmul", "Kernel"]  # the matmul writes rows; no separate copy

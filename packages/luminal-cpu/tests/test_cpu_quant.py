@@ -1,0 +1,90 @@
+"""Quantized weights (GGUF Q8_0 / Q4_0 / Q4_1) stay quantized: the matmul decodes blocks in
+registers, and matches NumPy's dequantize-then-matmul."""
+
+from __future__ import annotations
+
+import luminal as lm
+import numpy as np
+import pytest
+from luminal.codegen import Matmul, QuantOperand
+from luminal.codegen.ir import Bind, walk
+from luminal.quant import dequantize
+from luminal_cpu import CpuBackend
+
+gguf_quants = pytest.importorskip("gguf.quants")
+from gguf import GGMLQuantizationType  # noqa: E402
+
+QTYPES = {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0,
+          "q4_1": GGMLQuantizationType.Q4_1}
+rng = np.random.default_rng(2)
+
+
+def quantized(qtype: str, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """GGUF bytes of a random matrix, and the float32 matrix they decode to."""
+    w = rng.standard_normal((rows, cols)).astype(np.float32)
+    raw = gguf_quants.quantize(w, QTYPES[qtype])
+    return raw, gguf_quants.dequantize(raw, QTYPES[qtype]).astype(np.float32)
+
+
+@pytest.mark.parametrize("qtype", sorted(QTYPES))
+@pytest.mark.parametrize(("m", "n", "k"), [(1, 96, 160), (3, 96, 160), (17, 96, 160),
+                                           (40, 320, 544)])
+@pytest.mark.parametrize("transposed", [True, False])
+def test_quantized_matmul_matches_numpy(qtype, m, n, k, transposed):
+    rows, cols = (n, k) if transposed else (k, n)
+    raw, w = quantized(qtype, rows, cols)
+    x = rng.standard_normal((2, m, k)).astype(np.float32)
+    g = lm.Graph()
+    xt = g.tensor((2, m, k))
+    rt = g.tensor(raw.shape, dtype=lm.uint8)
+    wt = dequantize(rt, qtype, (rows, cols))
+    y = (xt @ (wt.T if transposed else wt)).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    xt.set(x)
+    rt.set(raw)
+    g.execute()
+    np.testing.assert_allclose(y.numpy(), x @ (w.T if transposed else w), atol=1e-4, rtol=1e-4)
+    # one kernel, reading the raw bytes: the float decomposition is dead code
+    (kernel,) = g.runtime.program.kernels
+    assert isinstance(kernel, Matmul) and isinstance(kernel.b, QuantOperand)
+    assert kernel.b.k_contiguous == transposed
+
+
+@pytest.mark.parametrize("qtype", sorted(QTYPES))
+def test_decomposition_matches_gguf_exactly(qtype):
+    raw, w = quantized(qtype, 4, 64)
+    g = lm.Graph()
+    rt = g.tensor(raw.shape, dtype=lm.uint8)
+    out = (dequantize(rt, qtype, (4, 64)) * 1).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    rt.set(raw)
+    g.execute()
+    np.testing.assert_array_equal(out.numpy(), w)
+
+
+def test_dequantize_rejects_wrong_shapes():
+    g = lm.Graph()
+    with pytest.raises(ValueError, match="uint8 of shape"):
+        dequantize(g.tensor((4, 30), dtype=lm.uint8), "q4_0", (4, 64))
+    with pytest.raises(ValueError, match="multiple of the block size"):
+        dequantize(g.tensor((4, 36), dtype=lm.uint8), "q4_0", (4, 60))
+    with pytest.raises(ValueError, match="unknown qtype"):
+        dequantize(g.tensor((4, 36), dtype=lm.uint8), "q5_0", (4, 64))
+
+
+def test_lookup_in_a_quantized_table_gathers_raw_rows():
+    raw, w = quantized("q8_0", 300, 64)
+    g = lm.Graph()
+    idx = g.tensor(("s",), dtype=lm.int32)
+    rt = g.tensor(raw.shape, dtype=lm.uint8)
+    rows = rt.index_select(0, idx)
+    out = dequantize(rows, "q8_0", (rows.shape[0], 64)).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    rt.set(raw)
+    for ids in ([5, 299, 0], [7]):
+        idx.set(np.array(ids, np.int32))
+        g.execute()
+        np.testing.assert_array_equal(out.numpy(), w[ids])
+    gathers = [k for k in g.runtime.program.kernels
+               if not isinstance(k, Matmul) and any(isinstance(v, Bind) for v in walk(k.out.value))]
+    assert len(gathers) == 1  # the bytes of the picked rows only, never a one-hot over 300

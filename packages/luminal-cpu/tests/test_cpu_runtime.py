@@ -1,0 +1,103 @@
+"""Execution semantics: zero-copy inputs, outputs that stay valid, assignments, kept state,
+symbolic dims that grow and shrink on one compiled program."""
+
+from __future__ import annotations
+
+import luminal as lm
+import numpy as np
+from luminal_cpu import CpuBackend
+
+
+def compiled(build):
+    g = lm.Graph()
+    handles = build(g)
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    return g, handles
+
+
+def test_outputs_handed_out_never_change_and_inputs_are_read_in_place():
+    g, (a, out) = compiled(lambda g: (a := g.tensor((3,)), (a * 2).retrieve()))
+    x = np.ones(3, np.float32)
+    a.set(x)
+    g.execute()
+    first = out.numpy()
+    x[:] = 5  # set() keeps this very array: the next run reads the new values, no copy
+    g.execute()
+    np.testing.assert_array_equal(first, [2, 2, 2])
+    np.testing.assert_array_equal(out.numpy(), [10, 10, 10])
+
+
+def test_assignment_carries_state_across_runs():
+    def build(g):
+        state = g.tensor((4,), name="state")
+        step = g.tensor((4,), name="step")
+        new = state * 2 + step
+        g.assign(state, new)
+        return state, step, new.retrieve()
+
+    g, (state, step, new) = compiled(build)
+    state.set(np.zeros(4, np.float32))
+    step.set(np.arange(4, dtype=np.float32))
+    values = []
+    for _ in range(5):
+        g.execute()
+        values.append(state.numpy().copy())
+    want, s = [], np.zeros(4)
+    for _ in range(5):
+        s = s * 2 + np.arange(4)
+        want.append(s.copy())
+    np.testing.assert_array_equal(values, want)
+    np.testing.assert_array_equal(new.numpy(), want[-1])
+
+
+def test_growing_cache_with_symbolic_length():
+    def build(g):
+        cache = g.tensor(("len", 2), name="cache")
+        row = g.tensor((1, 2), name="row")
+        grown = lm.cat([cache, row], 0)
+        g.assign(cache, grown)
+        return cache, row, (grown.sum(0)).retrieve()
+
+    g, (cache, row, total) = compiled(build)
+    cache.set(np.zeros((0, 2), np.float32))
+    rows = []
+    for k in range(6):
+        rows.append([k, 10 * k])
+        row.set(np.array([rows[-1]], np.float32))
+        g.execute()
+        g.set_dim("len", k + 1)
+        np.testing.assert_array_equal(cache.numpy(), np.array(rows, np.float32))
+    np.testing.assert_array_equal(total.numpy(), np.array(rows).sum(0))
+
+
+def test_dims_shrink_after_growing():
+    g, (a, out) = compiled(lambda g: (a := g.tensor(("n",)), (a.softmax(0) * a).retrieve()))
+    for n in (3, 1000, 2, 50):
+        x = np.linspace(-1, 1, n, dtype=np.float32)
+        a.set(x)
+        g.execute()
+        e = np.exp(x - x.max())
+        np.testing.assert_allclose(out.numpy(), e / e.sum() * x, rtol=1e-5, atol=1e-7)
+
+
+def test_kept_tensor_persists_and_can_be_read():
+    g, (a, kept, out) = compiled(lambda g: (a := g.tensor((2,)), (k := (a + 1).keep()),
+                                            (k * 3).retrieve()))
+    a.set(np.array([1, 2], np.float32))
+    g.execute()
+    np.testing.assert_array_equal(kept.numpy(), [2, 3])
+    np.testing.assert_array_equal(out.numpy(), [6, 9])
+
+
+def test_output_arrays_are_recycled_once_released():
+    g, (a, out) = compiled(lambda g: (a := g.tensor((1000,)), (a + 1).retrieve()))
+    a.set(np.zeros(1000, np.float32))
+    g.execute()
+    first = out.numpy()
+    g.execute()
+    second = out.numpy()  # `first` is still held: a different array
+    assert first.ctypes.data != second.ctypes.data
+    address = first.ctypes.data
+    del first
+    g.execute()  # the released array comes back instead of a new allocation
+    assert out.numpy().ctypes.data == address
