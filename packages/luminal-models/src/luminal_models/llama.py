@@ -1,0 +1,328 @@
+"""The Llama architecture (Llama 2/3, SmolLM2, Mistral-style): config, model, weight loading.
+
+The model is built from luminal_nn modules with Hugging Face parameter names
+(`model.layers.0.self_attn.q_proj.weight`, ...), so safetensors checkpoints load by name and
+GGUF tensors are renamed onto them (`GGUF_NAMES`). GGUF files converted from Hugging Face
+checkpoints store the Q and K projections with their rows permuted for llama.cpp's
+adjacent-pair RoPE; the loader undoes that permutation, so one model definition (half-split
+RoPE, as in transformers) serves both formats and its intermediate values line up with
+transformers'.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import luminal as lm
+import luminal_nn as nn
+import numpy as np
+from luminal import GraphTensor
+from tqdm.auto import tqdm
+
+from .errors import ModelFileError
+from .gguf_file import GGUFFile, TensorInfo
+
+__all__ = ["GGUF_NAMES", "Llama", "LlamaConfig", "load_llama"]
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """Hyperparameters of a Llama-family decoder.
+
+    `rope_scaling` is a Hugging Face `rope_scaling` dict (linear or llama3) or None;
+    `rope_freqs` holds explicit RoPE frequency divisors (GGUF `rope_freqs.weight`, which
+    llama.cpp uses for Llama 3.1 instead of scaling metadata).
+    """
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: Mapping[str, Any] | None = None
+    max_position_embeddings: int = 4096
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    rope_freqs: tuple[float, ...] | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile) -> LlamaConfig:
+        """Read the config from GGUF metadata (`{arch}.block_count`, ...)."""
+        meta = gguf.metadata
+        arch = gguf.architecture
+        if arch not in ("llama", "mistral"):
+            raise ModelFileError(
+                f"{gguf.path}: architecture {arch!r} is not a Llama-family model "
+                "(expected 'llama' or 'mistral')"
+            )
+
+        def get(key: str, default: Any = None) -> Any:
+            value = meta.get(f"{arch}.{key}", default)
+            if value is None:
+                raise ModelFileError(f"{gguf.path}: metadata has no {arch}.{key}")
+            return value
+
+        hidden, heads = int(get("embedding_length")), int(get("attention.head_count"))
+        head_dim = int(meta.get(f"{arch}.attention.key_length")
+                       or meta.get(f"{arch}.rope.dimension_count") or hidden // heads)
+        vocab = meta.get(f"{arch}.vocab_size") or gguf.info("token_embd.weight").shape[0]
+        scaling = None
+        kind = meta.get(f"{arch}.rope.scaling.type")
+        if kind == "linear":
+            scaling = {"rope_type": "linear", "factor": float(get("rope.scaling.factor"))}
+        elif kind not in (None, "none"):
+            raise ModelFileError(f"{gguf.path}: unsupported RoPE scaling type {kind!r}")
+        freqs = None
+        if "rope_freqs.weight" in gguf.tensors:
+            freqs = tuple(float(f) for f in gguf.tensor("rope_freqs.weight"))
+        return cls(
+            vocab_size=int(vocab),
+            hidden_size=hidden,
+            intermediate_size=int(get("feed_forward_length")),
+            num_layers=int(get("block_count")),
+            num_heads=heads,
+            num_kv_heads=int(meta.get(f"{arch}.attention.head_count_kv") or heads),
+            head_dim=head_dim,
+            rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+            rope_theta=float(get("rope.freq_base", 10000.0)),
+            rope_scaling=scaling,
+            max_position_embeddings=int(get("context_length", 4096)),
+            tie_word_embeddings="output.weight" not in gguf.tensors,
+            rope_freqs=freqs,
+        )
+
+    @classmethod
+    def from_hf(cls, config: Mapping[str, Any]) -> LlamaConfig:
+        """From a Hugging Face `config.json` dict (transformers 4 or 5 spelling of RoPE)."""
+        params = dict(config.get("rope_parameters") or {})
+        scaling = config.get("rope_scaling") or (
+            params if params.get("rope_type", "default") != "default" else None)
+        theta = config.get("rope_theta", params.get("rope_theta", 10000.0))
+        heads = int(config["num_attention_heads"])
+        return cls(
+            vocab_size=int(config["vocab_size"]),
+            hidden_size=int(config["hidden_size"]),
+            intermediate_size=int(config["intermediate_size"]),
+            num_layers=int(config["num_hidden_layers"]),
+            num_heads=heads,
+            num_kv_heads=int(config.get("num_key_value_heads") or heads),
+            head_dim=int(config.get("head_dim") or config["hidden_size"] // heads),
+            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(theta),
+            rope_scaling=scaling,
+            max_position_embeddings=int(config.get("max_position_embeddings", 4096)),
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+            attention_bias=bool(config.get("attention_bias", False)),
+            mlp_bias=bool(config.get("mlp_bias", False)),
+        )
+
+
+class LlamaModel(nn.Module):
+    """Embedding, decoder layers and the final norm (Hugging Face's `model.` prefix)."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        c = config
+        inv_freq = None
+        if c.rope_freqs is not None:
+            inv_freq = nn.rope_inv_freq(c.head_dim, c.rope_theta) / np.float32(c.rope_freqs)
+        rope = nn.RotaryEmbedding(c.head_dim, c.rope_theta, c.rope_scaling, inv_freq=inv_freq)
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList(
+            nn.TransformerBlock(
+                c.hidden_size, c.num_heads, c.intermediate_size, num_kv_heads=c.num_kv_heads,
+                head_dim=c.head_dim, norm_eps=c.rms_norm_eps, rope=rope,
+                attn_bias=c.attention_bias, mlp_bias=c.mlp_bias,
+            )
+            for _ in range(c.num_layers)
+        )
+        self.norm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+
+
+class Llama(nn.Module):
+    """A Llama-family causal language model.
+
+    Call it on int32 token ids (batch, seq) to get logits (batch, seq or 1, vocab). With a
+    `KVCache` (see `new_cache`) the ids continue the cached sequence.
+    """
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config)
+        self.lm_head = None if config.tie_word_embeddings else nn.Linear(
+            config.hidden_size, config.vocab_size, bias=False)
+
+    def new_cache(self, graph: lm.Graph, batch: int = 1, length: str = "past") -> nn.KVCache:
+        """An empty KV cache for this model in `graph` (its length is the dim `length`)."""
+        c = self.config
+        return nn.KVCache(graph, c.num_layers, batch, c.num_kv_heads, c.head_dim, length)
+
+    def forward(self, tokens: GraphTensor, cache: nn.KVCache | None = None,
+                last_only: bool = False) -> GraphTensor:
+        """Logits for `tokens` (batch, seq); `last_only` keeps only the last position, so the
+        LM head (the largest matrix) runs once per sequence instead of once per token."""
+        m = self.model
+        h = m.embed_tokens(tokens)
+        for i, layer in enumerate(m.layers):
+            h = layer(h, cache[i] if cache is not None else None)
+        if last_only:
+            h = h[:, -1:]
+        h = m.norm(h)
+        return self.lm_head(h) if self.lm_head is not None else m.embed_tokens.attend(h)
+
+    # ----- loading --------------------------------------------------------------------------
+    @classmethod
+    def from_gguf(cls, path: str | os.PathLike[str] | GGUFFile, quantized: bool = True,
+                  progress: bool = True) -> Llama:
+        """Build the model from a GGUF file.
+
+        With `quantized`, matrices stored as Q8_0 / Q4_0 / Q4_1 stay in that format (the
+        file's bytes, memory-mapped where possible) and are dequantized inside the graph,
+        where backends with quantized kernels never expand them; other tensors, or all of them
+        without `quantized`, are dequantized to float32 at load.
+        """
+        if not isinstance(path, GGUFFile):
+            # opened here, so closed here: that frees the parsed metadata (about 175 MB for a
+            # 49k-token vocabulary) while the weights keep the file's memory map alive
+            with GGUFFile(path) as opened:
+                return cls.from_gguf(opened, quantized, progress)
+        gguf = path
+        model = cls(LlamaConfig.from_gguf(gguf))
+        model.load_gguf(gguf, quantized, progress)
+        return model
+
+    def load_gguf(self, gguf: GGUFFile, quantized: bool = True, progress: bool = True) -> None:
+        """Load every weight of `gguf` (renamed by `GGUF_NAMES`; Q/K rows un-permuted)."""
+        params = dict(self.named_parameters())
+        infos = [i for i in gguf.tensors.values() if i.name != "rope_freqs.weight"]
+        loaded = set()
+        for info in tqdm(infos, desc=f"loading {gguf.path.name}", unit="tensor",
+                         disable=not progress, leave=False):
+            name = gguf_to_hf_name(info.name)
+            if name not in params:
+                raise ModelFileError(f"{gguf.path}: unexpected tensor {info.name!r} for a Llama "
+                                     f"model with {self.config.num_layers} layers")
+            keep = quantized and info.qtype.name.lower() in KEPT_QUANTIZED and len(info.shape) == 2
+            wanted = nn.QuantizedParameter(info.shape, info.qtype.name) if keep else (
+                nn.Parameter(info.shape))
+            if type(params[name]) is not type(wanted) or (
+                    keep and params[name].qtype != wanted.qtype):
+                # a quantized weight is a different kind of parameter (raw bytes in, float out)
+                module_path, _, attr = name.rpartition(".")
+                setattr(self.get_submodule(module_path), attr, wanted)
+                params[name] = wanted
+            params[name].data = self._gguf_weight(gguf, info, name, raw=keep)
+            loaded.add(name)
+        _check_complete(gguf.path, params, loaded)
+
+    def _gguf_weight(self, gguf: GGUFFile, info: TensorInfo, name: str,
+                     raw: bool) -> np.ndarray:
+        w = gguf.tensor(info.name, dequantize=not raw)
+        c = self.config
+        if name.endswith("self_attn.q_proj.weight"):
+            return unpermute_qk(w, c.num_heads)
+        if name.endswith("self_attn.k_proj.weight"):
+            return unpermute_qk(w, c.num_kv_heads)
+        return w
+
+    @classmethod
+    def from_safetensors(cls, path: str | os.PathLike[str], progress: bool = True) -> Llama:
+        """Build the model from a Hugging Face directory (config.json + *.safetensors)."""
+        from .safetensors_file import SafetensorsFile
+
+        folder = Path(path)
+        if folder.is_file():
+            folder = folder.parent
+        config_path = folder / "config.json"
+        if not config_path.is_file():
+            raise ModelFileError(f"{folder}: no config.json next to the safetensors weights")
+        model = cls(LlamaConfig.from_hf(json.loads(config_path.read_text())))
+        files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            raise ModelFileError(f"{folder}: no *.safetensors files")
+        params = dict(model.named_parameters())
+        loaded = set()
+        for file in files:
+            st = SafetensorsFile(file)
+            for name in tqdm(st.tensors, desc=f"loading {file.name}", unit="tensor",
+                             disable=not progress, leave=False):
+                if name in params:
+                    params[name].data = st.tensor(name).astype(np.float32, copy=False)
+                    loaded.add(name)
+                elif not (name.endswith("rotary_emb.inv_freq") or (
+                        name == "lm_head.weight" and model.lm_head is None)):
+                    raise ModelFileError(f"{file}: unexpected tensor {name!r} for this config")
+        _check_complete(folder, params, loaded)
+        return model
+
+
+def _check_complete(source: Any, params: Mapping[str, nn.Parameter], loaded: set[str]) -> None:
+    missing = [n for n in params if n not in loaded]
+    if missing:
+        shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        raise ModelFileError(f"{source}: {len(missing)} weights are missing: {shown}")
+
+
+# GGUF block formats that luminal.quant.dequantize reads (and backends fuse into matmuls).
+KEPT_QUANTIZED = ("q8_0", "q4_0", "q4_1")
+
+# GGUF tensor name -> Hugging Face name (`{i}` is the layer).
+GGUF_NAMES: dict[str, str] = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+    "blk.{i}.attn_norm.weight": "model.layers.{i}.input_layernorm.weight",
+    "blk.{i}.attn_q.weight": "model.layers.{i}.self_attn.q_proj.weight",
+    "blk.{i}.attn_k.weight": "model.layers.{i}.self_attn.k_proj.weight",
+    "blk.{i}.attn_v.weight": "model.layers.{i}.self_attn.v_proj.weight",
+    "blk.{i}.attn_output.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "blk.{i}.ffn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+    "blk.{i}.ffn_gate.weight": "model.layers.{i}.mlp.gate_proj.weight",
+    "blk.{i}.ffn_up.weight": "model.layers.{i}.mlp.up_proj.weight",
+    "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
+}
+_LAYER = re.compile(r"^blk\.(\d+)\.")
+
+
+def gguf_to_hf_name(name: str) -> str:
+    """The Hugging Face name of a GGUF tensor (unknown names come back unchanged)."""
+    m = _LAYER.match(name)
+    key = _LAYER.sub("blk.{i}.", name) if m else name
+    hf = GGUF_NAMES.get(key)
+    return name if hf is None else hf.replace("{i}", m.group(1) if m else "")
+
+
+def unpermute_qk(w: np.ndarray, heads: int) -> np.ndarray:
+    """Undo the GGUF converter's Q/K row permutation.
+
+    The converter reorders each head's rows from halves [x0..x(d/2-1), x(d/2)..] to adjacent
+    pairs [x0, x(d/2), x1, x(d/2+1), ...] for llama.cpp's RoPE. Rows are independent, so this
+    works on float rows and on rows of quantized blocks alike.
+    """
+    rows = w.shape[0]
+    return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def load_llama(path: str | os.PathLike[str], quantized: bool = True,
+               progress: bool = True) -> Llama:
+    """A Llama from a `.gguf` file or a Hugging Face safetensors directory / file
+    (`quantized` applies to GGUF, see `Llama.from_gguf`)."""
+    p = Path(path)
+    if p.suffix.lower() == ".gguf":
+        return Llama.from_gguf(p, quantized, progress)
+    if p.is_dir() or p.suffix.lower() == ".safetensors":
+        return Llama.from_safetensors(p, progress)
+    raise ModelFileError(f"{p}: expected a .gguf file or a safetensors directory")
+

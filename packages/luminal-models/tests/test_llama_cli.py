@@ -1,0 +1,112 @@
+"""`luminal generate` in a fresh interpreter, found through the plugin entry point.
+
+Distributions of this repository that are importable but not pip-installed (a source checkout
+on PYTHONPATH) get a metadata-only dist-info in a temporary directory, written from their
+pyproject.toml, so the subprocess discovers their entry points exactly as an installed copy.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+PACKAGES = Path(__file__).resolve().parents[2]
+CHAT_ANSWER = "The capital of France is Paris."
+
+
+def _stub_dist_info(site: Path, package: Path) -> None:
+    project = tomllib.loads((package / "pyproject.toml").read_text())["project"]
+    name, version = project["name"], project["version"]
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    lines = [f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items())
+             for group, eps in project.get("entry-points", {}).items()]
+    (info / "entry_points.txt").write_text("\n".join(lines))
+
+
+@pytest.fixture(scope="module")
+def cli_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Environment for a subprocess that sees every luminal distribution of the checkout."""
+    site = tmp_path_factory.mktemp("dev-site")
+    paths = [str(site)]
+    for package in sorted(PACKAGES.glob("luminal-*")):
+        if not (package / "pyproject.toml").is_file():
+            continue
+        paths.append(str(package / "src"))
+        name = tomllib.loads((package / "pyproject.toml").read_text())["project"]["name"]
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            _stub_dist_info(site, package)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LUMINAL_")}
+    # only what `generate` uses: the default backend is then cpu when present, else reference,
+    # whatever other backends this machine has installed
+    env["LUMINAL_PLUGINS"] = "luminal-nn,luminal-models,luminal-cpu"
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
+    return env
+
+
+def luminal(env: dict[str, str], *args: str, stdin: str | None = None):
+    return subprocess.run([sys.executable, "-m", "luminal", *args], env=env, input=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def model_available(smollm2_file: Path) -> Path:
+    return smollm2_file
+
+
+def test_llama_cli_generate_is_registered_by_the_plugin(cli_env):
+    out = luminal(cli_env, "plugins", "--json")
+    assert out.returncode == 0, out.stderr
+    models = next(p for p in json.loads(out.stdout) if p["name"] == "luminal-models")
+    assert models["registered"]["luminal_register_commands"] == ["generate"]
+    helped = luminal(cli_env, "generate", "--help")
+    assert helped.returncode == 0
+    assert "--temperature" in helped.stdout and "greedy" in helped.stdout
+
+
+def test_llama_cli_chat_streams_text_and_reports_speed(cli_env, model_available):
+    out = luminal(cli_env, "generate", "--chat", "What is the capital of France?",
+                  "--max-tokens", "16")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == CHAT_ANSWER + "\n"
+    assert "prefill 37 tokens" in out.stderr and "tok/s" in out.stderr
+
+
+def test_llama_cli_json(cli_env, model_available):
+    out = luminal(cli_env, "generate", "Once upon a time", "-n", "8", "--json",
+                  "--backend", "reference")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert set(result) >= {"text", "token_ids", "prompt_tokens", "prefill_tok_s",
+                           "decode_tok_s"}
+    assert result["token_ids"] == [28, 260, 2240, 282, 23324, 27108, 436, 253]
+    assert result["text"] == ", the city of Nova Haven was a"
+    assert result["prompt_tokens"] == 4 and result["stop_reason"] == "max_tokens"
+    assert result["prefill_tok_s"] > 0 and result["decode_tok_s"] > 0
+
+
+def test_llama_cli_seeded_sampling_from_stdin_is_reproducible(cli_env, model_available):
+    args = ("generate", "--temperature", "0.9", "--seed", "7", "-n", "6", "--json",
+            "--backend", "reference")
+    first, second = (luminal(cli_env, *args, stdin="Once upon a time") for _ in range(2))
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["token_ids"] == json.loads(second.stdout)["token_ids"]
+    assert json.loads(first.stdout)["prompt_tokens"] == 4
+
+
+def test_llama_cli_reports_errors(cli_env, tmp_path):
+    missing = luminal(cli_env, "generate", "hi", "--model", str(tmp_path / "nope.gguf"))
+    assert missing.returncode == 1
+    assert "luminal generate: error:" in missing.stderr and "nope.gguf" in missing.stderr
+    bad = luminal(cli_env, "generate", "hi", "--top-p", "0")
+    assert bad.returncode == 1 and "top_p must be in (0, 1]" in bad.stderr

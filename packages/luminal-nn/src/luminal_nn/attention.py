@@ -1,0 +1,170 @@
+"""Multi-head and grouped-query attention, with a KV cache that stays on the device.
+
+The cache of a layer is a pair of graph inputs of shape (batch, kv_heads, past, head_dim),
+where `past` is a symbolic dim. Each execution appends the new keys and values and assigns the
+result back to the inputs (`Graph.assign`), so after `execute()` the inputs hold the longer
+cache on the device and the host only advances the dim (`KVCache.advance`). Prefill (many new
+positions) and decode (one) run the same compiled graph with different dim values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import luminal as lm
+import numpy as np
+from luminal import Graph, GraphTensor
+from luminal.dtypes import DType
+from luminal.symbolic import Expr, ExprLike, to_expr
+
+from .linear import Linear
+from .module import Module
+from .rotary import RotaryEmbedding
+
+__all__ = ["KVCache", "LayerCache", "MultiHeadAttention", "causal_mask"]
+
+
+class LayerCache:
+    """Keys and values of one attention layer: two inputs (batch, kv_heads, length, head_dim)."""
+
+    def __init__(self, graph: Graph, shape: tuple, name: str, dtype: DType):
+        self.graph = graph
+        self.k = graph.tensor(shape, name=f"{name}.k", dtype=dtype)
+        self.v = graph.tensor(shape, name=f"{name}.v", dtype=dtype)
+
+    @property
+    def length(self) -> Expr:
+        """The number of cached positions (a symbolic dim)."""
+        return to_expr(self.k.shape[2])
+
+    def update(self, k_new: GraphTensor, v_new: GraphTensor) -> tuple[GraphTensor, GraphTensor]:
+        """Append (batch, kv_heads, seq, head_dim) keys and values; return the whole cache.
+
+        The result is assigned back to the cache inputs, so the next execution sees it.
+        """
+        k = lm.cat([self.k, k_new.to(self.k.dtype)], dim=2)
+        v = lm.cat([self.v, v_new.to(self.v.dtype)], dim=2)
+        self.graph.assign(self.k, k)
+        self.graph.assign(self.v, v)
+        return k, v
+
+
+class KVCache:
+    """The caches of every attention layer of a model, sharing one symbolic length dim.
+
+    Args:
+        graph: the graph the cache lives in.
+        num_layers: how many `LayerCache`s (`cache[i]` is layer i's).
+        batch, num_kv_heads, head_dim: the static dims of each layer's K and V.
+        length: name of the symbolic dim counting cached positions.
+    """
+
+    def __init__(self, graph: Graph, num_layers: int, batch: int, num_kv_heads: int,
+                 head_dim: int, length: str = "past", dtype: DType = lm.float32):
+        self.graph, self.length_dim = graph, length
+        shape = (batch, num_kv_heads, length, head_dim)
+        self.layers = [LayerCache(graph, shape, f"kv_cache.{i}", dtype)
+                       for i in range(num_layers)]
+        self._empty = np.zeros((batch, num_kv_heads, 0, head_dim), dtype.numpy)
+        self.reset()
+
+    def __getitem__(self, layer: int) -> LayerCache:
+        return self.layers[layer]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    @property
+    def length(self) -> int:
+        """Positions cached so far (the current value of the length dim)."""
+        return self.graph.dims.get(self.length_dim, 0)
+
+    def reset(self) -> None:
+        """Empty every layer's cache (binds the length dim to 0)."""
+        for layer in self.layers:
+            layer.k.set(self._empty)
+            layer.v.set(self._empty)
+
+    def advance(self, n: int) -> None:
+        """After an `execute()` that appended `n` positions, bump the length dim to match the
+        caches the graph assigned to the inputs."""
+        self.graph.set_dim(self.length_dim, self.length + n)
+
+
+def causal_mask(graph: Graph, seq: ExprLike, offset: ExprLike = 0) -> GraphTensor:
+    """Bool (seq, offset + seq): query i (at position offset + i) sees keys 0 .. offset + i."""
+    seq, offset = to_expr(seq), to_expr(offset)
+    rows = graph.arange(seq) + offset
+    cols = graph.arange(offset + seq)
+    return cols.unsqueeze(0) <= rows.unsqueeze(1)
+
+
+class MultiHeadAttention(Module):
+    """Self-attention with `num_heads` query heads sharing `num_kv_heads` key/value heads.
+
+    `num_kv_heads == num_heads` is classic multi-head attention; fewer is grouped-query
+    attention (each KV head serves `num_heads // num_kv_heads` query heads, without copying
+    the keys). Projections are named as in Hugging Face Llama checkpoints (`q_proj`, `k_proj`,
+    `v_proj`, `o_proj`).
+
+    Args:
+        embed_dim: model width.
+        num_heads, num_kv_heads: query and key/value head counts.
+        head_dim: per-head width (default `embed_dim // num_heads`).
+        bias: biases on the q/k/v projections; `out_bias` on the output projection (default:
+            the same as `bias`).
+        rope: rotary embedding applied to queries and keys (positions continue after the
+            cache).
+        causal: mask future positions.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int | None = None,
+                 head_dim: int | None = None, bias: bool = False, out_bias: bool | None = None,
+                 rope: RotaryEmbedding | None = None, causal: bool = True) -> None:
+        super().__init__()
+        kv = num_heads if num_kv_heads is None else num_kv_heads
+        if num_heads % kv:
+            raise ValueError(f"attention: num_heads ({num_heads}) must be a multiple of "
+                             f"num_kv_heads ({kv})")
+        self.num_heads, self.num_kv_heads = num_heads, kv
+        self.head_dim = head_dim or embed_dim // num_heads
+        self.causal = causal
+        d = self.head_dim
+        self.q_proj = Linear(embed_dim, num_heads * d, bias)
+        self.k_proj = Linear(embed_dim, kv * d, bias)
+        self.v_proj = Linear(embed_dim, kv * d, bias)
+        self.o_proj = Linear(num_heads * d, embed_dim, bias if out_bias is None else out_bias)
+        self.rope = rope
+
+    def forward(self, x: GraphTensor, cache: LayerCache | None = None,
+                mask: GraphTensor | None = None) -> GraphTensor:
+        """(batch, seq, embed_dim) -> (batch, seq, embed_dim).
+
+        `mask` (bool, broadcastable to (seq, keys)) is combined with the causal mask;
+        keys = cached positions + seq.
+        """
+        b, s = x.shape[0], x.shape[1]
+        h, kv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        q = self.q_proj(x).unflatten(-1, (h, d)).transpose(1, 2)  # (b, h, s, d)
+        k = self.k_proj(x).unflatten(-1, (kv, d)).transpose(1, 2)  # (b, kv, s, d)
+        v = self.v_proj(x).unflatten(-1, (kv, d)).transpose(1, 2)
+        offset = cache.length if cache is not None else to_expr(0)
+        if self.rope is not None:
+            q, k = self.rope(q, offset), self.rope(k, offset)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        # Group the query heads of each KV head on a new axis: keys broadcast over it as a
+        # stride-0 view instead of being repeated.
+        q = q.unflatten(1, (kv, h // kv))  # (b, kv, rep, s, d)
+        scores = (q @ k.unsqueeze(2).transpose(-1, -2)) * (1.0 / math.sqrt(d))
+        keep = causal_mask(x.graph, s, offset) if self.causal else None
+        if mask is not None:
+            keep = mask.to(lm.bool) if keep is None else keep & mask.to(lm.bool)
+        if keep is not None:
+            scores = lm.where(keep, scores, -math.inf)
+        out = scores.softmax(-1) @ v.unsqueeze(2)  # (b, kv, rep, s, d)
+        out = out.flatten(1, 2).transpose(1, 2).reshape((b, s, h * d))
+        return self.o_proj(out)
+
+    def extra_repr(self) -> str:
+        return f"heads={self.num_heads}, kv_heads={self.num_kv_heads}, head_dim={self.head_dim}"

@@ -1,0 +1,191 @@
+"""Rotary embeddings, attention, the KV cache and the transformer block against torch /
+transformers implementations with the same weights (reference backend)."""
+
+from __future__ import annotations
+
+import luminal as lm
+import luminal_nn as nn
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+ATOL = 2e-5
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(1)
+
+
+def rotate_half_reference(x: np.ndarray, inv_freq: np.ndarray, offset: int) -> np.ndarray:
+    """Hugging Face's apply_rotary_pos_emb on (..., seq, dim), in torch."""
+    t = torch.from_numpy(x)
+    pos = torch.arange(offset, offset + x.shape[-2], dtype=torch.float32)
+    freqs = pos[:, None] * torch.from_numpy(inv_freq)[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-t[..., half:], t[..., :half]], dim=-1)
+    return (t * emb.cos() + rotated * emb.sin()).numpy()
+
+
+def to_interleaved(x: np.ndarray) -> np.ndarray:
+    """Reorder the last axis from halves (HF) to adjacent pairs (llama.cpp): what the GGUF
+    converter does to the Q/K projection rows."""
+    d = x.shape[-1]
+    return x.reshape(*x.shape[:-1], 2, d // 2).swapaxes(-1, -2).reshape(x.shape)
+
+
+@pytest.mark.parametrize("offset", [0, 5])
+def test_nn_rope_matches_hugging_face(rng, offset):
+    rope = nn.RotaryEmbedding(16, theta=10000.0)
+    x = rng.standard_normal((2, 3, 7, 16)).astype(np.float32)
+    g = lm.Graph()
+    out = rope(g.tensor(x.shape).set(x), offset).retrieve()
+    g.execute()
+    want = rotate_half_reference(x, rope.inv_freq.data, offset)
+    np.testing.assert_allclose(out.numpy(), want, atol=ATOL)
+
+
+def test_nn_rope_interleaved_equals_permuted_halves(rng):
+    """Adjacent-pair RoPE on permuted features == half RoPE, permuted."""
+    x = rng.standard_normal((1, 2, 5, 8)).astype(np.float32)
+    g = lm.Graph()
+    half = nn.RotaryEmbedding(8, theta=500.0)(g.tensor(x.shape).set(x), 3).retrieve()
+    inter_in = g.tensor(x.shape).set(to_interleaved(x))
+    inter = nn.RotaryEmbedding(8, theta=500.0, interleaved=True)(inter_in, 3).retrieve()
+    g.execute()
+    np.testing.assert_allclose(inter.numpy(), to_interleaved(half.numpy()), atol=ATOL)
+
+
+@pytest.mark.parametrize("scaling", [
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 8192},
+    {"rope_type": "linear", "factor": 4.0},
+])
+def test_nn_rope_scaling_matches_transformers(scaling):
+    pytest.importorskip("transformers", reason="transformers is the oracle for RoPE scaling")
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = LlamaConfig(hidden_size=2048, num_attention_heads=16,
+                         rope_parameters={"rope_theta": 500000.0, **scaling})
+    want, _ = ROPE_INIT_FUNCTIONS[scaling["rope_type"]](config, "cpu")
+    got = nn.rope_inv_freq(128, 500000.0, scaling)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-6)
+
+
+def test_nn_rope_rejects_unknown_scaling():
+    with pytest.raises(ValueError, match="unsupported rope scaling type 'yarn'"):
+        nn.rope_inv_freq(8, scaling={"rope_type": "yarn", "factor": 2.0})
+
+
+def _attention_inputs(rng, embed=16, seq=6, batch=2):
+    return rng.standard_normal((batch, seq, embed)).astype(np.float32)
+
+
+def test_nn_mha_matches_torch_multihead_attention(rng):
+    ref = torch.nn.MultiheadAttention(16, 4, bias=True, batch_first=True)
+    mod = nn.MultiHeadAttention(16, 4, bias=True)
+    w, b = ref.in_proj_weight.detach().numpy(), ref.in_proj_bias.detach().numpy()
+    mod.load_state_dict({
+        "q_proj.weight": w[:16], "k_proj.weight": w[16:32], "v_proj.weight": w[32:],
+        "q_proj.bias": b[:16], "k_proj.bias": b[16:32], "v_proj.bias": b[32:],
+        "o_proj.weight": ref.out_proj.weight.detach().numpy(),
+        "o_proj.bias": ref.out_proj.bias.detach().numpy(),
+    })
+    x = _attention_inputs(rng)
+    g = lm.Graph()
+    out = mod(g.tensor(x.shape).set(x)).retrieve()
+    g.execute()
+    t = torch.from_numpy(x)
+    future = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)
+    with torch.no_grad():
+        want, _ = ref(t, t, t, attn_mask=future, need_weights=False)
+    np.testing.assert_allclose(out.numpy(), want.numpy(), atol=ATOL)
+
+
+def _gqa_reference(mod: nn.MultiHeadAttention, x: np.ndarray) -> np.ndarray:
+    """Grouped-query attention with HF-style RoPE in torch (repeat K/V, causal SDPA)."""
+    sd = {k: torch.from_numpy(v) for k, v in mod.state_dict().items()}
+    t = torch.from_numpy(x)
+    b, s, _ = x.shape
+    h, kv, d = mod.num_heads, mod.num_kv_heads, mod.head_dim
+    q = (t @ sd["q_proj.weight"].T).view(b, s, h, d).transpose(1, 2)
+    k = (t @ sd["k_proj.weight"].T).view(b, s, kv, d).transpose(1, 2)
+    v = (t @ sd["v_proj.weight"].T).view(b, s, kv, d).transpose(1, 2)
+    inv = mod.rope.inv_freq.data
+    q = torch.from_numpy(rotate_half_reference(q.numpy(), inv, 0))
+    k = torch.from_numpy(rotate_half_reference(k.numpy(), inv, 0))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                           enable_gqa=True)
+    return (out.transpose(1, 2).reshape(b, s, h * d) @ sd["o_proj.weight"].T).numpy()
+
+
+def test_nn_gqa_with_rope_matches_torch_sdpa(rng):
+    mod = nn.MultiHeadAttention(24, 6, num_kv_heads=2, head_dim=8,
+                                rope=nn.RotaryEmbedding(8, theta=100.0))
+    x = _attention_inputs(rng, embed=24, seq=5)
+    g = lm.Graph()
+    out = mod(g.tensor(x.shape).set(x)).retrieve()
+    g.execute()
+    np.testing.assert_allclose(out.numpy(), _gqa_reference(mod, x), atol=ATOL)
+
+
+def test_nn_kv_cache_decode_matches_full_recompute(rng):
+    """Prefill 4 positions, then decode 3 one at a time with one compiled graph: each step's
+    output equals the last rows of a full uncached forward over the whole sequence."""
+    mod = nn.MultiHeadAttention(24, 6, num_kv_heads=2, head_dim=8,
+                                rope=nn.RotaryEmbedding(8, theta=100.0))
+    x = _attention_inputs(rng, embed=24, seq=7, batch=1)
+
+    full_graph = lm.Graph()
+    full = mod(full_graph.tensor(x.shape).set(x)).retrieve()
+    full_graph.execute()
+    want = full.numpy()
+
+    g = lm.Graph()
+    cache = nn.KVCache(g, num_layers=1, batch=1, num_kv_heads=2, head_dim=8)
+    inp = g.tensor((1, "seq", 24))
+    out = mod(inp, cache[0]).retrieve()
+    g.compile(lm.GenericCompiler())
+    for start, stop in [(0, 4), (4, 5), (5, 6), (6, 7)]:
+        inp.set(x[:, start:stop])
+        g.execute()
+        cache.advance(stop - start)
+        np.testing.assert_allclose(out.numpy(), want[:, start:stop], atol=ATOL)
+    assert cache.length == 7
+    assert cache[0].k.numpy().shape == (1, 2, 7, 8)
+    cache.reset()
+    assert cache.length == 0
+
+
+def test_nn_transformer_block_matches_transformers_llama_layer(rng):
+    pytest.importorskip("transformers", reason="transformers' Llama layer is the oracle")
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    config = LlamaConfig(hidden_size=32, intermediate_size=48, num_attention_heads=4,
+                         num_key_value_heads=2, rms_norm_eps=1e-5,
+                         rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    ref = LlamaDecoderLayer(config, layer_idx=0).eval()
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.uniform_(-0.3, 0.3)
+    block = nn.TransformerBlock(32, 4, 48, num_kv_heads=2, norm_eps=1e-5,
+                                rope=nn.RotaryEmbedding(8, theta=1000.0))
+    block.load_state_dict({k: v.numpy() for k, v in ref.state_dict().items()})
+    x = rng.standard_normal((1, 5, 32)).astype(np.float32)
+    g = lm.Graph()
+    out = block(g.tensor(x.shape).set(x)).retrieve()
+    g.execute()
+    t = torch.from_numpy(x)
+    pos = torch.arange(5)[None]
+    mask = torch.full((5, 5), float("-inf")).triu(1)[None, None]
+    with torch.no_grad():
+        cos_sin = LlamaRotaryEmbedding(config)(t, pos)
+        want = ref(t, attention_mask=mask, position_ids=pos, position_embeddings=cos_sin)
+    want = want[0] if isinstance(want, tuple) else want
+    np.testing.assert_allclose(out.numpy(), want.numpy(), atol=1e-4)
