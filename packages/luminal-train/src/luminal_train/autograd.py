@@ -1,0 +1,155 @@
+"""Reverse-mode automatic differentiation as a graph compiler.
+
+`Autograd(params, loss)` adds the backward graph of a scalar `loss` with respect to input
+tensors `params` to the *same* graph, so forward, backward and the optimizer update compile and
+run as one program:
+
+    ag = lt.Autograd([w, b], loss)
+    g.compile((ag, lm.GenericCompiler(), lm.backend()))   # ag.compile(g) builds the gradients
+    ag[w]                                                  # the gradient of w, a GraphTensor
+
+`lt.grad(loss, params)` does the same at graph-build time and returns the list directly.
+
+Algorithm: the nodes that lie on a path from a parameter to the loss are visited in reverse
+topological order; each node's upstream gradients are summed, its primitive VJP rule
+(`vjp.py`) gives the gradient of each input in the shape it was read, and `transpose_view`
+(`views.py`) scatters that back through the edge's view into the producer's buffer shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+
+from luminal import Graph, GraphTensor, ops
+from luminal.shape import View
+
+from .views import transpose_view
+from .vjp import VjpContext, vjp
+
+Params = Sequence[GraphTensor] | Mapping[str, GraphTensor]
+
+
+def param_list(params: Params) -> list[GraphTensor]:
+    """The tensors of a list or a name -> tensor mapping, checked to be trainable inputs."""
+    tensors = list(params.values()) if isinstance(params, Mapping) else list(params)
+    if len({p.id for p in tensors}) != len(tensors):
+        raise ValueError("a parameter is listed twice")
+    for p in tensors:
+        node = p.node
+        if not isinstance(node.op, ops.Input):
+            raise TypeError(f"parameters must be inputs made by Graph.tensor(), got {p!r}")
+        if not (p.layout.is_contiguous and p.layout.shape == node.shape):
+            raise ValueError(f"parameter {node.op.label_name!r} must be passed without a view")
+        if not p.dtype.is_float:
+            raise TypeError(f"parameter {node.op.label_name!r} has non-float dtype {p.dtype}")
+    return tensors
+
+
+class Autograd:
+    """Compiler adding d(loss)/d(param) for every parameter; the gradients are then `ag[p]`,
+    `ag.grads` (in parameter order), or what `ag.compile(graph)` returns.
+
+    Building is idempotent: compiling again, or reading `grads` before compiling, reuses the
+    first result. A parameter the loss does not depend on gets a zero gradient.
+    """
+
+    def __init__(self, params: Params, loss: GraphTensor):
+        self.params = param_list(params)
+        self.loss = loss
+        self._grads: list[GraphTensor] | None = None
+
+    def compile(self, graph: Graph) -> list[GraphTensor]:
+        if graph is not self.loss.graph:
+            raise ValueError("Autograd: the loss belongs to another graph")
+        if self._grads is None:
+            self._grads = build_gradients(self.loss, self.params)
+        return self._grads
+
+    @property
+    def grads(self) -> list[GraphTensor]:
+        return self.compile(self.loss.graph)
+
+    def __getitem__(self, param: GraphTensor) -> GraphTensor:
+        for p, g in zip(self.params, self.grads):
+            if p.id == param.id:
+                return g
+        raise KeyError(f"{param!r} is not one of this Autograd's parameters")
+
+    def __iter__(self) -> Iterator[GraphTensor]:
+        return iter(self.grads)
+
+    def __len__(self) -> int:
+        return len(self.params)
+
+    def __repr__(self) -> str:
+        return f"Autograd({len(self.params)} params)"
+
+
+def grad(loss: GraphTensor, params: Params) -> list[GraphTensor]:
+    """Gradients of scalar `loss` w.r.t. `params`, added to the graph now (build time)."""
+    return Autograd(params, loss).grads
+
+
+def build_gradients(loss: GraphTensor, params: Sequence[GraphTensor]) -> list[GraphTensor]:
+    graph = loss.graph
+    if not loss.dtype.is_float:
+        raise TypeError(f"the loss must be a float tensor, got {loss.dtype}")
+    if not loss.layout.numel == 1:
+        raise ValueError(f"the loss must hold one element, got shape {loss.shape}")
+    param_ids = [p.id for p in params]
+    relevant = _on_some_path(graph, set(param_ids), loss.id)
+    seed = graph.constant(1.0, loss.dtype).expand(loss.layout.shape)
+    pending: dict[int, list[GraphTensor]] = {
+        loss.id: [transpose_view(seed, loss.layout, loss.node.shape)]
+    }
+    found: dict[int, GraphTensor] = {}
+    for node in reversed(graph.toposort()):
+        parts = pending.pop(node.id, None)
+        if parts is None:
+            continue
+        g = _sum(parts)
+        if isinstance(node.op, ops.Input):
+            found[node.id] = g
+            continue
+        inputs = [
+            GraphTensor(graph, e.src, e.view, graph.nodes[e.src].dtype) for e in node.inputs
+        ]
+        out = GraphTensor(graph, node.id, View.contiguous(node.shape), node.dtype)
+        for edge, gin in zip(node.inputs, vjp(VjpContext(node.op, inputs, out, g))):
+            if gin is None or edge.src not in relevant:
+                continue
+            src = graph.nodes[edge.src]
+            pending.setdefault(edge.src, []).append(transpose_view(gin, edge.view, src.shape))
+    return [
+        found[pid] if pid in found else graph.zeros(p.layout.shape, p.dtype)
+        for pid, p in zip(param_ids, params)
+    ]
+
+
+def _on_some_path(graph: Graph, sources: set[int], target: int) -> set[int]:
+    """Float nodes that depend on a source and that the target depends on."""
+    below: set[int] = set()
+    stack = [target]
+    while stack:
+        nid = stack.pop()
+        if nid in below or not graph.nodes[nid].dtype.is_float:
+            continue
+        below.add(nid)
+        stack.extend(e.src for e in graph.nodes[nid].inputs)
+    users = graph.consumers()
+    above: set[int] = set()
+    stack = [s for s in sources if s in below]
+    while stack:
+        nid = stack.pop()
+        if nid in above or nid not in below:
+            continue
+        above.add(nid)
+        stack.extend(users[nid])
+    return above
+
+
+def _sum(parts: list[GraphTensor]) -> GraphTensor:
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    return total
