@@ -1,0 +1,66 @@
+"""Rendering a lowered `Program` to OpenCL C: one source, with its launches, per IR kernel.
+
+Each IR kernel becomes its own OpenCL program. Driver compilers spend most of their time per
+kernel (PoCL also JIT-compiles every kernel at its first launch and caches that per program),
+so separate programs let identical kernels of different graphs (the same layer in a model
+rebuilt, the same elementwise chain in two tests) share one binary, in memory and on disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from luminal.codegen import Kernel, Matmul, Program, dim_names, kernel_dims, render_kernel
+from luminal.symbolic import Expr, lt
+
+from . import matmul_cpu, matmul_gpu
+from .dialect import DeviceDialect
+from .launch import ELEMENTWISE_GROUP, LaunchSpec, ceil_to
+from .matmul import GEMV_MAX_ROWS, QUANT_PRELUDE, MatmulCtx
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """The OpenCL program of one IR kernel and the kernel functions in it (a matmul has one
+    per variant; `LaunchSpec.when` picks at run time)."""
+
+    source: str
+    launches: tuple[LaunchSpec, ...]
+
+
+def _elementwise(kernel: Kernel, dialect: DeviceDialect, group: int) -> KernelSource:
+    total = Expr.const(1)
+    for d in kernel.domain:
+        total = total * d
+    spec = LaunchSpec("k", kernel_dims(kernel), (ceil_to(total, group),), (group,))
+    return KernelSource(dialect.prelude() + render_kernel(kernel, "k", dialect), (spec,))
+
+
+def _matmul(mm: Matmul, dialect: DeviceDialect, cpu: bool) -> KernelSource:
+    """A GEMV where `m` is small and a GEMM elsewhere (only one of them when `m` is a
+    constant), from the CPU family where `cpu` and it supports the layout."""
+    use_cpu = cpu and matmul_cpu.supports(mm)
+    family = matmul_cpu if use_cpu else matmul_gpu
+    ctx = MatmulCtx(mm, dialect, dim_names(kernel_dims(mm)))
+    small = lt(mm.m, GEMV_MAX_ROWS + 1)
+    parts = []
+    if not (small.is_const and small.value == 0):
+        src, spec = family.gemv(ctx, "k_v")
+        parts.append((src, replace(spec, when=small)))
+    if not (small.is_const and small.value == 1):
+        src, spec = family.gemm(ctx, "k")
+        parts.append((src, replace(spec, when=1 - small)))
+    prelude = (matmul_cpu.PRELUDE if use_cpu else "") + (QUANT_PRELUDE if ctx.quant else "")
+    source = dialect.prelude() + prelude + "".join(src for src, _ in parts)
+    return KernelSource(source, tuple(spec for _, spec in parts))
+
+
+def render_program(program: Program, dialect: DeviceDialect, cpu: bool,
+                   max_group: int) -> list[KernelSource]:
+    """`program.kernels[i]` as `KernelSource` number i. `cpu` selects the matmul kernels made
+    for CPU devices (see `luminal_rocm.matmul`); `max_group` is the device's work-group limit."""
+    group = min(ELEMENTWISE_GROUP, max_group)
+    return [
+        _matmul(k, dialect, cpu) if isinstance(k, Matmul) else _elementwise(k, dialect, group)
+        for k in program.kernels
+    ]

@@ -1,0 +1,142 @@
+"""OpenCL C for the IR's `Matmul`: `out[b, m, n] = sum_k A[b, m, k] * B[b, n, k]` over strided
+(or GGUF block-quantized) operands, accumulated in float32.
+
+Two kernel families, chosen by device type, because what is fast differs:
+
+- GPUs (`matmul_gpu`): work-groups cooperating through local memory, a tiled GEMM and
+  work-group GEMVs;
+- CPU devices such as PoCL (`matmul_cpu`): one work-item owns a register block and walks K
+  with explicit 16-wide vectors (what a CPU OpenCL compiler turns into AVX-512/AVX2 code;
+  its implicit vectorisation across work-items fails on these loops, at ~1 GFLOP/s).
+
+Each family has a GEMV for few rows (LLM decode) and a GEMM; with a symbolic row count both
+are built and each call picks one by the value of `m` at run time (`kernels.py`). This module
+holds what both families share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from luminal.codegen import Matmul, QuantOperand, kernel_dims
+from luminal.codegen.ir import MatOperand
+from luminal.codegen.render import Dialect
+from luminal.symbolic import Expr
+
+GEMV_MAX_ROWS = 4  # a GEMV re-reads B once per row of A: worth it only for a few rows
+
+QUANT_PRELUDE = """\
+inline float lm_q_scale(__global const uchar *w, long at) {
+  return vload_half(0, (__global const half *)(w + at));
+}
+inline float lm_deq_q8_0(__global const uchar *w, long blk, int j) {
+  return lm_q_scale(w, blk * 34) * (float)((__global const char *)w)[blk * 34 + 2 + j];
+}
+inline float lm_deq_q4_0(__global const uchar *w, long blk, int j) {
+  uchar q = w[blk * 18 + 2 + (j & 15)];
+  return lm_q_scale(w, blk * 18) * (float)((int)(j < 16 ? q & 15 : q >> 4) - 8);
+}
+inline float lm_deq_q4_1(__global const uchar *w, long blk, int j) {
+  uchar q = w[blk * 20 + 4 + (j & 15)];
+  return lm_q_scale(w, blk * 20) * (float)(j < 16 ? q & 15 : q >> 4) + lm_q_scale(w, blk * 20 + 2);
+}
+"""
+
+
+@dataclass(frozen=True)
+class MatmulCtx:
+    """What every matmul kernel shares: names, operand accessors, batch decoding. Inside a
+    kernel, `M N K`, the batch variables and `a_off a_row a_k` (`b_...` for a strided B) are
+    locals declared by `header()`."""
+
+    mm: Matmul
+    dialect: Dialect
+    names: dict[str, str]
+
+    def expr(self, e: Expr) -> str:
+        return e.render_c(self.names)
+
+    @property
+    def quant(self) -> QuantOperand | None:
+        return self.mm.b if isinstance(self.mm.b, QuantOperand) else None
+
+    def dtype(self, param: int):
+        return self.mm.params[param].dtype
+
+    def signature(self, name: str, attr: str = "") -> str:
+        quant = self.quant
+        params = [
+            ("uchar" if quant and k == quant.buf else self.dialect.storage_type(p.dtype),
+             f"p{k}", p.output)
+            for k, p in enumerate(self.mm.params)
+        ]
+        dims = [self.names[d] for d in kernel_dims(self.mm)]
+        sig = self.dialect.signature(name, params, dims)
+        return sig.replace("__kernel", f"__kernel {attr}".rstrip(), 1)
+
+    def header(self, batch_index: str) -> list[str]:
+        """Sizes, the batch variables decoded from `batch_index`, operand offsets."""
+        mm = self.mm
+        lines = [f"const long M = {self.expr(mm.m)}, N = {self.expr(mm.n)}, "
+                 f"K = {self.expr(mm.k)};"]
+        rest = batch_index
+        for k in range(len(mm.batch) - 1, -1, -1):
+            var, extent = mm.batch_vars[k].name, self.expr(mm.batch[k])
+            lines.append(f"const long {var} = {rest} % ({extent});" if k else
+                         f"const long {var} = {rest};")
+            rest = f"({rest} / ({extent}))"
+        lines.append(self._operand_consts("a", mm.a))
+        if isinstance(mm.b, MatOperand):
+            lines.append(self._operand_consts("b", mm.b))
+        return lines
+
+    def _operand_consts(self, tag: str, op: MatOperand) -> str:
+        return (f"const long {tag}_off = {self.expr(op.offset)}, {tag}_row = "
+                f"{self.expr(op.stride_row)}, {tag}_k = {self.expr(op.stride_k)};")
+
+    def a_index(self, row: str, k: str) -> str:
+        return f"a_off + ({row}) * a_row + ({k}) * a_k"
+
+    def b_index(self, n: str, k: str) -> str:
+        return f"b_off + ({n}) * b_row + ({k}) * b_k"
+
+    def load_a(self, row: str, k: str) -> str:
+        a = self.mm.a.buf
+        return self.dialect.load(self.dtype(a), f"p{a}[{self.a_index(row, k)}]")
+
+    def load_b(self, n: str, k: str) -> str:
+        b = self.mm.b
+        if isinstance(b, QuantOperand):
+            row, col = (n, k) if b.k_contiguous else (k, n)
+            blocks = f"({self.expr(b.cols)} / 32)"
+            return (f"lm_deq_{b.qtype}(p{b.buf}, ({row}) * {blocks} + ({col}) / 32, "
+                    f"(int)(({col}) % 32))")
+        return self.dialect.load(self.dtype(b.buf), f"p{b.buf}[{self.b_index(n, k)}]")
+
+    def store(self, index: str, value: str) -> str:
+        out = self.mm.out
+        return self.dialect.store_statement(self.dtype(out), f"p{out}", index, value)
+
+
+def unit(e: Expr) -> bool:
+    """Whether a stride is the constant 1."""
+    return e.is_const and e.value == 1
+
+
+def b_row_fast(mm: Matmul) -> bool:
+    """Whether neighbouring n (rather than neighbouring k) are adjacent in B's memory."""
+    b = mm.b
+    if isinstance(b, QuantOperand):
+        return not b.k_contiguous
+    return unit(b.stride_row) and not unit(b.stride_k)
+
+
+def function(signature: str, body: list[str]) -> str:
+    return "\n".join([signature + " {", *("  " + s for s in body), "}"]) + "\n"
+
+
+def batch_size(mm: Matmul) -> Expr:
+    out = Expr.const(1)
+    for d in mm.batch:
+        out = out * d
+    return out
