@@ -1,0 +1,25 @@
+"""luminal-cuda: the luminal backend for NVIDIA GPUs, through CuPy.
+
+    import luminal as lm
+    from luminal_cuda import CudaBackend, HalfPrecision
+    g.compile((lm.GenericCompiler(), CudaBackend()))                  # or lm.backend("cuda")
+    g.compile((lm.GenericCompiler(), CudaBackend(dtype="float16")))   # half compute
+
+CuPy is imported only when the backend is probed or compiles a graph.
+"""
+
+from .backend import CudaBackend
+from .device import CudaUnavailableError, probe
+from .device_array import DeviceArray, StaleDeviceArrayError
+from .half import HalfPrecision
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CudaBackend",
+    "CudaUnavailableError",
+    "DeviceArray",
+    "HalfPrecision",
+    "StaleDeviceArrayError",
+    "probe",
+]

@@ -1,0 +1,123 @@
+"""CUDA C for a fused `Attention` kernel: one pass over the keys with an online softmax.
+
+One thread block per (batch, query row). The query row is staged in shared memory; each thread
+walks keys j = tid, tid + T, ... and keeps a running max `m`, normaliser `l` and the weighted
+sum of value rows `acc[dv]` in registers, rescaling them when the max grows (the flash-attention
+recurrence). At the end the block combines the per-thread states: max by block reduction,
+`l` and `acc` rescaled to it and summed (warp shuffles, then shared memory across warps). Keys
+whose score is -inf (masked) are skipped. Decode (one query) gets the whole block on the
+cache; prefill gets one block per query. Queries of a KV head share its cache rows in L2.
+"""
+
+from __future__ import annotations
+
+from luminal.codegen.indexing import unravel
+from luminal.codegen.ir import Value, kernel_dims
+from luminal.codegen.render import _BodyWriter, _Scope, dim_names
+from luminal.symbolic import INF, Expr
+
+from .attention import I_VAR, J_VAR, THREADS, Attention, Dot
+from .dialect import CUDA, RenderedKernel, dim_loads
+
+
+class _ScoreWriter(_BodyWriter):
+    """Writes the score function; `Dot()` is the dot product computed in the key loop."""
+
+    def deps(self, v: Value) -> frozenset[str]:
+        if isinstance(v, Dot):
+            return frozenset((J_VAR.name,))
+        return super().deps(v)
+
+    def code(self, v: Value) -> str:
+        if isinstance(v, Dot):
+            return "lm_dot"
+        return super().code(v)
+
+
+def render_attention(k: Attention, name: str, slots: dict[str, int]) -> RenderedKernel:
+    """Source of the fused kernel; launched with one block of `THREADS` per (batch, query)
+    (or more: surplus blocks leave at once)."""
+    names_all: set[str] = set(kernel_dims(k))
+    for e in (k.sq, k.sk, k.q.offset, k.q.stride_row, k.q.stride_k, k.k.offset, k.k.stride_row,
+              k.k.stride_k, k.v.offset, k.v.stride_row, k.v.stride_k, k.out_offset,
+              k.out_stride):
+        names_all |= {n for n in e.free_vars if not n.startswith("_")}
+    dims = tuple(sorted(names_all))
+    names = dim_names(dims)
+    writer = _ScoreWriter(CUDA, names)
+    inner = _Scope(1)
+    writer.scope_of[J_VAR.name] = inner
+    score = writer.emit(k.score)
+    d, dv = k.d.value, k.dv.value
+    t = Expr.var("lm_t", 0, max(d, dv) - 1)
+
+    def ex(e: Expr) -> str:
+        return e.render_c(names)
+
+    def ref(buf: int, e: Expr) -> str:
+        return CUDA.load(k.params[buf].dtype, f"p{buf}[{ex(e)}]")
+
+    q_ref = ref(1, k.q.offset + I_VAR * k.q.stride_row + t * k.q.stride_k)
+    k_ref = ref(2, k.k.offset + J_VAR * k.k.stride_row + t * k.k.stride_k)
+    v_ref = ref(3, k.v.offset + t * k.v.stride_row + J_VAR * k.v.stride_k)
+    batch_vars = [Expr.var(f"_b{j}", 0, INF) for j in range(len(k.batch))]
+    out_index = ex(k.out_offset + I_VAR * k.out_stride + t)
+    out_dt = k.params[0].dtype
+    decl = [f"const long {v.name} = {ex(e)};"
+            for v, e in zip(batch_vars, unravel(Expr.var("lm_b", 0, INF), k.batch))]
+    params = [(CUDA.storage_type(p.dtype), f"p{j}", p.output) for j, p in enumerate(k.params)]
+    signature = CUDA.signature(name, params, [names[x] for x in dims])
+    c = CUDA.float_literal(k.log2e)
+    batch = Expr.const(1)
+    for e in k.batch:
+        batch = batch * e
+    lines = [
+        f"{signature} {{",
+        *("  " + x for x in dim_loads(dims, slots)),
+        f"  const long lm_sq = {ex(k.sq)}, lm_sk = {ex(k.sk)};",
+        f"  if (lm_sq <= 0 || blockIdx.x >= lm_sq * {ex(batch)}) return;",
+        "  const long _qi = blockIdx.x % lm_sq, lm_b = blockIdx.x / lm_sq;",
+        *("  " + x for x in decl),
+        f"  __shared__ float lm_q[{d}];",
+        f"  __shared__ float lm_red[{THREADS // 32}][{dv}];",
+        f"  for (long lm_t = threadIdx.x; lm_t < {d}; lm_t += blockDim.x) lm_q[lm_t] = {q_ref};",
+        "  __syncthreads();",
+        *("  " + x for x in writer.root.lines),
+        f"  float lm_m = -INFINITY, lm_l = 0.0f, lm_acc[{dv}];",
+        "  #pragma unroll",
+        f"  for (int lm_t = 0; lm_t < {dv}; lm_t++) lm_acc[lm_t] = 0.0f;",
+        "  for (long _rj = threadIdx.x; _rj < lm_sk; _rj += blockDim.x) {",
+        "    float lm_dot = 0.0f;",
+        "    #pragma unroll 8",
+        f"    for (long lm_t = 0; lm_t < {d}; lm_t++) lm_dot += lm_q[lm_t] * {k_ref};",
+        *("    " + x for x in inner.lines),
+        f"    const float lm_x = {score};",
+        "    if (lm_x == -INFINITY) continue;",
+        "    const float lm_mn = lm_x > lm_m ? lm_x : lm_m;",
+        f"    const float lm_c = exp2f((lm_m - lm_mn) * {c});",
+        f"    const float lm_p = exp2f((lm_x - lm_mn) * {c});",
+        "    lm_l = lm_l * lm_c + lm_p;",
+        "    #pragma unroll",
+        f"    for (long lm_t = 0; lm_t < {dv}; lm_t++)",
+        f"      lm_acc[lm_t] = lm_acc[lm_t] * lm_c + lm_p * {v_ref};",
+        "    lm_m = lm_mn;",
+        "  }",
+        "  const float lm_gm = lm_block_reduce(lm_m, LmMax(), -INFINITY);",
+        f"  const float lm_s = lm_m == -INFINITY ? 0.0f : exp2f((lm_m - lm_gm) * {c});",
+        "  const float lm_gl = lm_block_reduce(lm_l * lm_s, LmAdd(), 0.0f);",
+        "  const int lm_lane = threadIdx.x & 31, lm_warp = threadIdx.x >> 5;",
+        "  #pragma unroll",
+        f"  for (int lm_t = 0; lm_t < {dv}; lm_t++) {{",
+        "    const float a = lm_warp_sum(lm_acc[lm_t] * lm_s);",
+        "    if (lm_lane == 0) lm_red[lm_warp][lm_t] = a;",
+        "  }",
+        "  __syncthreads();",
+        f"  for (long lm_t = threadIdx.x; lm_t < {dv}; lm_t += blockDim.x) {{",
+        "    float a = 0.0f;",
+        "    for (int w = 0; w < (int)(blockDim.x >> 5); w++) a += lm_red[w][lm_t];",
+        f"    p0[{out_index}] = {CUDA.store(out_dt, CUDA.round(out_dt, 'a / lm_gl'))};",
+        "  }",
+        "}",
+    ]
+    return RenderedKernel(name, "\n".join(lines) + "\n", bool(dims), k.sq * batch, THREADS,
+                          True)

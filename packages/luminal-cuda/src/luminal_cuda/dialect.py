@@ -1,0 +1,195 @@
+"""The CUDA C dialect for NVRTC, and kernel rendering with block-parallel reductions.
+
+The core renderer writes a kernel as one thread per domain point, each reduction a loop inside
+its thread. That is right when the domain is large. When it is small and the reductions long
+(RMSNorm or softmax of a few rows, a decode step's vocabulary softmax), one thread would walk
+thousands of elements alone, so such kernels render in *block mode*: one thread block per
+domain point, every reduction at the top of the body strided over the block's threads and
+combined with warp shuffles (`lm_block_reduce`); nested reductions stay per thread. Thread 0
+stores the result.
+
+Symbolic dims reach kernels through device memory (`const long long *lm_dims`, one slot per
+dim of the program) rather than as by-value arguments: a captured CUDA graph then stays valid
+when a dim changes, as long as its grids (sized for an upper bound, every kernel checks its
+real extent) and buffers still fit. That is what lets decode replay one graph while the KV
+cache grows (see `runtime.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from luminal.codegen.dialects import CudaDialect as CoreCudaDialect
+from luminal.codegen.dialects import _unravel
+from luminal.codegen.ir import Kernel, Reduce, kernel_dims, walk
+from luminal.codegen.render import Dialect, _BodyWriter, _Scope, dim_names
+from luminal.dtypes import DType
+from luminal.symbolic import Expr
+
+from .prelude import CUDA_PRELUDE
+
+THREADS = 256  # threads per block of thread-mode kernels
+# A top-level reduction at least this long (or of unknown length) renders in block mode...
+BLOCK_MIN_REDUCE = 128
+# ...unless the domain has at least this many points: then every SM is busy anyway.
+BLOCK_MAX_POINTS = 1 << 16
+
+
+class NvrtcDialect(CoreCudaDialect):
+    """Core's CUDA dialect without headers: float16 is 16-bit storage converted in PTX. The
+    other types keep the base dialect's spellings (core's CUDA ones use `cuda_fp16.h`)."""
+
+    half_storage = "lm_half"
+
+    def load(self, dt: DType, ref: str) -> str:
+        return f"lm_h2f({ref})" if dt.name == "float16" else Dialect.load(self, dt, ref)
+
+    def store(self, dt: DType, value: str) -> str:
+        return f"lm_f2h({value})" if dt.name == "float16" else Dialect.store(self, dt, value)
+
+    def round(self, dt: DType, value: str) -> str:
+        return f"lm_round_h({value})" if dt.name == "float16" else Dialect.round(self, dt, value)
+
+    def prelude(self) -> str:
+        return CUDA_PRELUDE + Dialect.prelude(self)
+
+    def signature(self, name: str, params: list[tuple[str, str, bool]], dims: list[str]) -> str:
+        """Buffers, then the device array of dim values when the kernel uses any dim."""
+        args = [f"{'' if out else 'const '}{t} *{self.restrict} {n}" for t, n, out in params]
+        if dims:
+            args.append(f"const long long *{self.restrict} lm_dims")
+        return f"{self.kernel_qualifier} void {name}({', '.join(args)})"
+
+
+def dim_loads(dims: tuple[str, ...], slots: dict[str, int]) -> list[str]:
+    """Declarations reading a kernel's dims from `lm_dims` (C names from `dim_names`)."""
+    names = dim_names(dims)
+    return [f"const long {names[d]} = (long)lm_dims[{slots[d]}];" for d in dims]
+
+
+CUDA = NvrtcDialect()
+
+
+class _BlockWriter(_BodyWriter):
+    """Renders the reductions of the root scope cooperatively over the thread block."""
+
+    def reduce(self, r: Reduce, scope: _Scope) -> str:
+        if scope.depth != 0:
+            return super().reduce(r, scope)
+        acc = self.fresh()
+        inner = _Scope(1)
+        self.scope_of[r.var.name] = inner
+        body = self.emit(r.body)
+        var, size = self.names.get(r.var.name, r.var.name), self.expr(r.size)
+        pre, update, post = _accumulate(r, acc, body)
+        scope.lines.extend(pre)
+        # the threads of the block stride through the reduction together
+        step = f"{var} += blockDim.x"
+        scope.lines.append(f"for (long {var} = threadIdx.x; {var} < {size}; {step}) {{")
+        scope.lines.extend("  " + line for line in [*inner.lines, update])
+        scope.lines.append("}")
+        scope.lines.extend(post)
+        if r.dtype.is_float and r.dtype.name != "float32":
+            rounded = self.fresh()
+            scope.lines.append(f"float {rounded} = {self.d.round(r.dtype, acc)};")
+            return rounded
+        return acc
+
+
+def _accumulate(r: Reduce, acc: str, body: str) -> tuple[list[str], str, list[str]]:
+    """(declarations, loop update, block combine) of a block reduction, with the semantics of
+    the core renderer's loops: integer sums wrap, float max propagates NaN."""
+    if r.dtype.name == "bool":
+        return ([f"int {acc} = 0;"], f"{acc} |= {body};",
+                [f"{acc} = lm_block_reduce({acc}, LmOr(), 0);"])
+    if r.op == "sum" and not r.dtype.is_float:
+        return ([f"unsigned int {acc}_u = 0u;"], f"{acc}_u += (unsigned int){body};",
+                [f"int {acc} = (int)lm_block_reduce({acc}_u, LmAdd(), 0u);"])
+    if r.op == "sum":
+        return ([f"float {acc} = 0.0f;"], f"{acc} += {body};",
+                [f"{acc} = lm_block_reduce({acc}, LmAdd(), 0.0f);"])
+    if not r.dtype.is_float:
+        return ([f"int {acc} = (int)0x80000000u;"],
+                f"{acc} = {body} > {acc} ? {body} : {acc};",
+                [f"{acc} = lm_block_reduce({acc}, LmMax(), (int)0x80000000u);"])
+    return (
+        [f"float {acc} = -INFINITY; int {acc}_nan = 0;"],
+        f"{acc} = {body} > {acc} ? {body} : {acc}; {acc}_nan |= {body} != {body};",
+        [f"{acc} = lm_block_reduce({acc}, LmMax(), -INFINITY);",
+         f"if (lm_block_reduce({acc}_nan, LmOr(), 0)) {acc} = NAN;"],
+    )
+
+
+def _top_reduces(kernel: Kernel) -> list[Reduce]:
+    """Reductions of the value tree that no other reduction encloses."""
+    nested: set[int] = set()
+    for v in walk(kernel.out.value):
+        if isinstance(v, Reduce):
+            nested.update(id(x) for x in walk(v.body) if isinstance(x, Reduce))
+    return [v for v in walk(kernel.out.value) if isinstance(v, Reduce) and id(v) not in nested]
+
+
+def wants_block_mode(kernel: Kernel) -> bool:
+    """Block mode pays when a top-level reduction is long and the domain is small."""
+    tops = _top_reduces(kernel)
+    if not tops:
+        return False
+    long_reduce = any(not r.size.is_const or r.size.value >= BLOCK_MIN_REDUCE for r in tops)
+    points = Expr.const(1)
+    for d in kernel.domain:
+        points = points * d
+    return long_reduce and (not points.is_const or points.value < BLOCK_MAX_POINTS)
+
+
+@dataclass(frozen=True)
+class RenderedKernel:
+    """A `__global__` function and how to launch it: `block` threads per block, one thread per
+    domain point (thread mode) or one block per point (block mode). `uses_dims`: it takes
+    the `lm_dims` array after its buffers."""
+
+    name: str
+    source: str
+    uses_dims: bool
+    points: Expr  # domain size
+    block: int
+    block_mode: bool
+
+
+def render_cuda_kernel(kernel: Kernel, name: str, slots: dict[str, int],
+                       block_mode: bool | None = None) -> RenderedKernel:
+    """`kernel` as CUDA C (thread mode or block mode, see the module docstring); `slots` gives
+    each dim's index in the program's `lm_dims` array."""
+    if block_mode is None:
+        block_mode = wants_block_mode(kernel)
+    dims = kernel_dims(kernel)
+    names = dim_names(dims)
+    writer = (_BlockWriter if block_mode else _BodyWriter)(CUDA, names)
+    value = writer.emit(kernel.out.value)
+    out_dt = kernel.params[kernel.out.buf].dtype
+    store = CUDA.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index),
+                                 value)
+    extents = [writer.expr(e) for e in kernel.domain]
+    loop_names = [v.name for v in kernel.loop_vars]
+    params = [(CUDA.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
+    lines = [CUDA.signature(name, params, [names[d] for d in dims]) + " {"]
+    body = dim_loads(dims, slots)
+    if block_mode:
+        total = " * ".join(f"({e})" for e in extents) or "1"
+        # the grid may be sized for larger dims: whole blocks leave together, and no thread
+        # returns later, since every thread must reach the block reductions' barriers
+        body += [
+            "const long lm_gid = blockIdx.x;",
+            f"if (lm_gid >= {total}) return;",
+            *_unravel("lm_gid", extents, loop_names),
+            *writer.root.lines,
+            f"if (threadIdx.x == 0) {store}",
+        ]
+    else:
+        body += CUDA.domain(extents, loop_names, [*writer.root.lines, store])
+    lines += ["  " + line for line in body]
+    lines.append("}")
+    points = Expr.const(1)
+    for d in kernel.domain:
+        points = points * d
+    return RenderedKernel(name, "\n".join(lines) + "\n", bool(dims), points, THREADS,
+                          block_mode)

@@ -1,0 +1,79 @@
+"""`HalfPrecision`: a compiler that runs float32 compute in float16 or bfloat16.
+
+In Luminal a dtype is a compiler, not a type parameter of the whole program. Placed before a
+backend, `HalfPrecision("float16")` turns every float32 node of the graph into the half type,
+except the ones the user reads back (retrieved), float constants (a log2(e) rounded to half
+would skew every softmax) and the *index cone*: values computed from iotas and dims, possibly
+with 1-D float tables (RoPE angles `position * inv_freq`, masks), where half precision would
+round position 3001 to 3000. Half nodes keep the semantics the reference backend gives them:
+computed in float32, accumulated in float32, rounded to half when stored. So intermediates and
+weights take half the memory and bandwidth, matmuls run on half-precision tensor cores with
+float32 accumulation, and results come back in the dtypes the graph declared.
+
+Float32 inputs become half inputs: `set()` keeps accepting float32 arrays (they are converted
+on upload, once per new value); a KV cache (an assigned input) is stored in half together with
+the value assigned to it.
+"""
+
+from __future__ import annotations
+
+from luminal import ops
+from luminal.dtypes import DType, bfloat16, dtype_of, float16, float32
+from luminal.graph import Graph
+
+HALF_TYPES = (float16, bfloat16)
+
+
+class HalfPrecision:
+    """Compiler: float32 -> `dtype` ("float16" or "bfloat16") for everything not read back."""
+
+    def __init__(self, dtype: DType | str = "float16"):
+        dt = dtype_of(dtype)
+        if dt not in HALF_TYPES:
+            raise ValueError(f"HalfPrecision: dtype must be float16 or bfloat16, got {dt.name}")
+        self.dtype = dt
+
+    def compile(self, graph: Graph) -> None:
+        keep = {graph.resolve(n) for n in graph.retrieved} | index_cone(graph)
+        for target, src in graph.assignments.items():
+            if src in keep:
+                keep.add(target)  # an assignment copies bytes: both sides share one dtype
+        changed = False
+        for node in graph.nodes.values():
+            if node.dtype != float32 or node.id in keep or isinstance(node.op, ops.Constant):
+                continue
+            if isinstance(node.op, ops.Cast):
+                node.op = ops.Cast(self.dtype)
+            node.dtype = self.dtype
+            changed = True
+        if changed:
+            graph._version += 1
+
+    def __repr__(self) -> str:
+        return f"HalfPrecision({self.dtype.name!r})"
+
+
+def _table(node) -> bool:
+    """A float input of at most one dim (inverse frequencies, a bias): may join the cone."""
+    return isinstance(node.op, ops.Input) and node.dtype.is_float and len(node.shape) <= 1
+
+
+def index_cone(graph: Graph) -> set[int]:
+    """Nodes computed from iotas and constants (and 1-D float tables), plus the tables that
+    only they read: positions, angles and masks, which must stay float32."""
+    cone: set[int] = set()
+    order = graph.toposort()
+    for node in order:
+        if isinstance(node.op, (ops.Iota, ops.Constant)):
+            cone.add(node.id)
+            continue
+        srcs = [graph.nodes[e.src] for e in node.inputs]
+        if srcs and any(s.id in cone for s in srcs) and all(
+            s.id in cone or _table(s) for s in srcs
+        ):
+            cone.add(node.id)
+    users = graph.consumers()
+    for node in order:
+        if _table(node) and users[node.id] and set(users[node.id]) <= cone:
+            cone.add(node.id)
+    return cone

@@ -1,0 +1,279 @@
+"""`CudaRuntime`: executes a compiled graph, replaying CUDA graphs after the first run.
+
+Per execution:
+
+1. The dim values form a key (exact values of the dims cuBLAS calls depend on, buckets of the
+   others: `dims.py`). Its *binding* (buffer sizes, grids, cuBLAS calls, prepared for the top
+   of each bucket) is built once and kept in a bounded LRU (`graph_cache` entries); building
+   it may grow allocations, which drops every other binding because their pointers are stale.
+2. The real dim values go to the device array kernels read them from, and inputs whose host
+   data changed since their last upload (`graph.data_version`) are copied into their device
+   buffers, on the stream, before anything runs: a replay reads the same buffers with the new
+   contents.
+3. A binding's first run launches its steps eagerly (this also lets cuBLAS set up its
+   workspace outside any capture); the second captures them into a CUDA graph, and every later
+   run with the same key is a single `cudaGraphLaunch`. A key never reuses a graph captured
+   for another one: at worst it runs eagerly, never wrongly.
+4. Assignments (KV caches) are device-to-device copies at the end of the run, captured with
+   it; the input then holds a `DeviceArray` on the host side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from luminal.codegen.ir import Program, QuantOperand, kernel_dims
+from luminal.codegen.plan import plan_memory
+from luminal.graph import Graph
+
+from .codegen import NVRTC_OPTIONS, Gemm, Generated, Module, QuantGemm
+from .device_array import DeviceArray
+from .dims import DimPolicy
+from .memory import DeviceMemory
+from .quant import scratch_dtype
+from .steps import Launcher, Step
+
+
+@dataclass
+class Binding:
+    """The prepared launches for one set of dim values, and their CUDA graph once captured."""
+
+    steps: list[Step]
+    graph: Any = None
+    runs: int = 0
+    capturable: bool = True
+
+
+@dataclass
+class RuntimeOptions:
+    """`graph_cache`: how many dim bindings (each with its captured CUDA graph) are kept;
+    0 disables CUDA graphs. `tf32`: float32 GEMMs may use TF32 tensor cores."""
+
+    graph_cache: int = 8
+    tf32: bool = False
+
+
+class CudaRuntime:
+    """Runs a `Program` on one GPU (see the module docstring)."""
+
+    def __init__(self, graph: Graph, program: Program, module: Module, cupy: Any, ordinal: int,
+                 options: RuntimeOptions):
+        self.cupy = cupy
+        self.device = cupy.cuda.Device(ordinal)
+        self.program = program
+        self.module = module
+        self.options = options
+        # runs launched kernel by kernel, captures into CUDA graphs, replays of captured graphs
+        self.stats = {"eager": 0, "captured": 0, "replayed": 0}
+        self.plan = plan_memory(program)
+        self.slot_of = self.plan.slot_of
+        self.stream = cupy.cuda.Stream(non_blocking=True)
+        self.memory = DeviceMemory(cupy, self.stream)
+        self.memory.ensure("dims", 8 * max(len(program.dims), 1), grow=False)
+        self.bindings: OrderedDict[tuple[int, ...], Binding] = OrderedDict()
+        # input node -> data_version on the device, or -1 when it holds an assigned value
+        self.uploaded: dict[int, int] = {}
+        self._resident: dict[int, DeviceArray] = {}  # assigned inputs: their DeviceArray
+        self.generation = 0  # bumped per run: DeviceArrays of older runs are stale
+        self.last_dims: dict[str, int] = {}
+        self.nodes = {n.id: n for n in graph.nodes.values()}
+        self.assignments = dict(graph.assignments)
+        self.inputs = [n.id for n in graph.input_nodes()
+                       if n.id in {b.node for b in program.buffers} or n.id in self.assignments
+                       or n.id in self.assignments.values()]
+        self.quant = [k for k, c in enumerate(module.codes) if isinstance(c, QuantGemm)]
+        self.policy = self._dim_policy(graph)
+        self.cublas = cupy.cuda.cublas
+        raw = cupy.RawModule(code=module.source, options=NVRTC_OPTIONS)
+        self.launcher = Launcher(cupy, raw, self.cublas, cupy.cuda.get_cublas_handle(),
+                                 self.stream, self.memory.ptr("dims"), options.tf32)
+
+    def _dim_policy(self, graph: Graph) -> DimPolicy:
+        """cuBLAS calls need exact dims; sizes of buffers and grids must grow with the rest."""
+        exact: set[str] = set()
+        sizes = [b.numel for b in self.program.buffers]
+        for kernel, code in zip(self.program.kernels, self.module.codes):
+            if isinstance(code, (Gemm, QuantGemm)):
+                exact |= set(kernel_dims(kernel))
+            elif isinstance(code, Generated):
+                sizes.append(code.kernel.points)
+        for node in self.inputs:
+            sizes.extend(self.nodes[node].shape)
+        return DimPolicy.of(graph.free_dims(), exact, sizes)
+
+    # ----- sizes and pointers ---------------------------------------------------------------
+    def _nbytes(self, node: int, dims: dict[str, int]) -> int:
+        n = self.nodes[node]
+        count = 1
+        for d in n.shape:
+            count *= d.evaluate(dims)
+        return count * n.dtype.itemsize
+
+    def _allocate(self, dims: dict[str, int]) -> bool:
+        """Grow every allocation to what `dims` needs; True when any pointer moved."""
+        moved = False
+        for node in self.inputs:
+            need = self._nbytes(node, dims)
+            src = self.assignments.get(node)
+            if src is not None:
+                need = max(need, self._nbytes(src, dims))
+            resident = self.uploaded.get(node) == -1
+            if self.memory.ensure(node, need, preserve=resident):
+                moved = True
+                if not resident:
+                    self.uploaded.pop(node, None)
+        for spec in self.program.buffers:
+            if spec.role == "output":
+                moved |= self.memory.ensure(spec.node, self._nbytes(spec.node, dims))
+        _, arena = self.plan.layout(dims)
+        moved |= self.memory.ensure("arena", arena)
+        moved |= self.memory.ensure("scratch", self._scratch_bytes(dims))
+        return moved
+
+    def _scratch_bytes(self, dims: dict[str, int]) -> int:
+        need = 0
+        for k in self.quant:
+            mm = self.program.kernels[k]
+            q = mm.b
+            assert isinstance(q, QuantOperand)
+            size = q.rows.evaluate(dims) * q.cols.evaluate(dims)
+            need = max(need, size * scratch_dtype(mm).itemsize)
+        return need
+
+    def _pointers(self, dims: dict[str, int]) -> list[int]:
+        offsets, _ = self.plan.layout(dims)
+        arena = self.memory.ptr("arena")
+        out = []
+        for k, spec in enumerate(self.program.buffers):
+            if spec.role == "temp":
+                out.append(arena + offsets[self.slot_of[k]])
+            else:
+                out.append(self.memory.ptr(spec.node))
+        return out
+
+    # ----- bindings -------------------------------------------------------------------------
+    def _binding(self, key: tuple[int, ...], dims: dict[str, int]) -> Binding:
+        binding = self.bindings.get(key)
+        if binding is not None:
+            self.bindings.move_to_end(key)
+            return binding
+        if self._allocate(dims):
+            self.bindings.clear()
+        ptrs = self._pointers(dims)
+        scratch = self.memory.ptr("scratch")
+        steps: list[Step] = []
+        for call in self.program.calls:
+            code = self.module.codes[call.kernel]
+            steps += self.launcher.steps(code, [ptrs[a] for a in call.args], scratch, dims)
+        for target, src in self.assignments.items():
+            steps += self.launcher.copy(self.memory.ptr(target), self.memory.ptr(src),
+                                        self._nbytes(src, dims))
+        binding = self.bindings[key] = Binding(steps)
+        while len(self.bindings) > max(self.options.graph_cache, 1):
+            self.bindings.popitem(last=False)
+        return binding
+
+    # ----- execution ------------------------------------------------------------------------
+    def _upload(self, graph: Graph) -> None:
+        rt = self.cupy.cuda.runtime
+        for node in self.inputs:
+            version = graph.data_version.get(node, 0)
+            if self.uploaded.get(node) in (version, -1) and not self._replaced(graph, node):
+                continue
+            n = self.nodes[node]
+            host = np.ascontiguousarray(np.asarray(graph.data[node]), dtype=n.dtype.numpy)
+            if host.nbytes:
+                rt.memcpyAsync(self.memory.ptr(node), host.ctypes.data, host.nbytes,
+                               rt.memcpyHostToDevice, self.stream.ptr)
+            self.uploaded[node] = version
+
+    def _upload_dims(self, dims: dict[str, int]) -> None:
+        """The real dim values, where every kernel reads them."""
+        if not self.program.dims:
+            return
+        host = np.array([dims[d] for d in self.program.dims], np.int64)
+        rt = self.cupy.cuda.runtime
+        rt.memcpyAsync(self.memory.ptr("dims"), host.ctypes.data, host.nbytes,
+                       rt.memcpyHostToDevice, self.stream.ptr)
+
+    def _replaced(self, graph: Graph, node: int) -> bool:
+        """An assigned input whose value the user replaced with set() since the last run."""
+        return self.uploaded.get(node) == -1 and not (
+            isinstance(graph.data.get(node), DeviceArray)
+            and graph.data[node] is self._resident.get(node))
+
+    def execute(self, graph: Graph, dims: dict[str, int]) -> None:
+        key = self.policy.key(dims)
+        with self.device, self.stream:
+            binding = self._binding(key, self.policy.bound(dims))
+            self._upload_dims(dims)
+            self._upload(graph)
+            self.cublas.setStream(self.launcher.handle, self.stream.ptr)
+            self._run(binding)
+        self.generation += 1
+        self.last_dims = dict(dims)
+        self._publish_assignments(graph, dims)
+
+    def _run(self, binding: Binding) -> None:
+        stats = self.stats
+        if binding.graph is not None:
+            binding.graph.launch(self.stream)
+            stats["replayed"] += 1
+        elif binding.runs and binding.capturable and self.options.graph_cache:
+            self._capture(binding)
+        else:
+            for step in binding.steps:
+                step()
+            stats["eager"] += 1
+        binding.runs += 1
+
+    def _capture(self, binding: Binding) -> None:
+        stream = self.stream
+        stream.begin_capture()
+        try:
+            for step in binding.steps:
+                step()
+        except Exception:
+            # not capturable here (an old driver, a library call that refuses capture): this
+            # binding keeps running eagerly
+            with contextlib.suppress(Exception):  # the capture may already be invalidated
+                stream.end_capture()
+            binding.capturable = False
+            self._run(binding)
+            return
+        binding.graph = stream.end_capture()
+        binding.graph.launch(stream)
+        self.stats["captured"] += 1
+
+    def _publish_assignments(self, graph: Graph, dims: dict[str, int]) -> None:
+        generation = self.generation
+        for target, src in self.assignments.items():
+            node = self.nodes[src]
+            shape = tuple(d.evaluate(dims) for d in node.shape)
+            nbytes = self._nbytes(src, dims)
+            array = DeviceArray(
+                lambda target=target, nbytes=nbytes, dt=node.dtype.numpy: self._download(
+                    target, nbytes, dt),
+                shape, node.dtype.numpy, lambda g=generation: self.generation == g)
+            graph.set_data(target, array)
+            self._resident[target] = array
+            self.uploaded[target] = -1
+
+    # ----- reading results ------------------------------------------------------------------
+    def _download(self, key: object, nbytes: int, dtype: np.dtype) -> np.ndarray:
+        host = np.empty(nbytes // np.dtype(dtype).itemsize, dtype)
+        with self.device:
+            self.stream.synchronize()
+            if nbytes:
+                rt = self.cupy.cuda.runtime
+                rt.memcpy(host.ctypes.data, self.memory.ptr(key), nbytes, rt.memcpyDeviceToHost)
+        return host
+
+    def fetch(self, node_id: int) -> np.ndarray:
+        node = self.nodes[node_id]
+        return self._download(node_id, self._nbytes(node_id, self.last_dims), node.dtype.numpy)
+

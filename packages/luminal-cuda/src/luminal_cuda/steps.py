@@ -1,0 +1,124 @@
+"""Concrete launches for one set of dim values: grids, argument tuples, cuBLAS calls.
+
+Everything data-independent is computed once per dim binding and kept as a list of
+zero-argument callables (`Step`), so an eager run is a Python loop over prepared launches and
+a CUDA-graph capture records exactly the same calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .codegen import Gemm, Generated, QuantGemm
+from .dialect import RenderedKernel
+from .matmul import COMPUTE_32F, COMPUTE_32F_FAST_TF32, CUDA_R, GEMM_DEFAULT, plan_gemm
+from .quant import QMATVEC_MAX_ROWS, WARPS
+
+Step = Callable[[], None]
+
+
+@dataclass
+class Launcher:
+    """What steps need from the runtime: CuPy, the compiled module, the cuBLAS handle, the
+    stream (for memcpy/memset), the device array of dim values kernels read, and whether
+    float32 GEMMs may use TF32 tensor cores."""
+
+    cupy: Any
+    module: Any
+    cublas: Any
+    handle: int
+    stream: Any
+    dims_ptr: int
+    tf32: bool
+    _functions: dict[str, Any] = field(default_factory=dict)
+    # cuBLAS reads alpha and beta through host pointers: keep them alive here
+    _one: np.ndarray = field(default_factory=lambda: np.ones(1, np.float32))
+    _zero: np.ndarray = field(default_factory=lambda: np.zeros(1, np.float32))
+
+    def function(self, name: str) -> Any:
+        fn = self._functions.get(name)
+        if fn is None:
+            fn = self._functions[name] = self.module.get_function(name)
+        return fn
+
+    # ----- generated kernels ----------------------------------------------------------------
+    def _args(self, ptrs: list[int], uses_dims: bool) -> tuple:
+        return tuple(np.uint64(p) for p in (*ptrs, *([self.dims_ptr] if uses_dims else [])))
+
+    def kernel(self, rk: RenderedKernel, ptrs: list[int], dims: dict[str, int]) -> list[Step]:
+        """A generated kernel over its domain at `dims` (an upper bound of the real dims: the
+        kernel checks its real extent)."""
+        points = rk.points.evaluate(dims)
+        grid = points if rk.block_mode else -(-points // rk.block)
+        if grid == 0:
+            return []
+        fn = self.function(rk.name)
+        args = self._args(ptrs, rk.uses_dims)
+        return [lambda: fn((grid,), (rk.block,), args)]
+
+    # ----- matmuls --------------------------------------------------------------------------
+    def gemm(self, code: Gemm, ptrs: list[int], dims: dict[str, int]) -> list[Step]:
+        mm = code.matmul
+        calls = plan_gemm(mm, dims) if code.types is not None else None
+        if calls is None:
+            return self.kernel(code.fallback, ptrs, dims)
+        tb, ta, tc = code.types
+        sizes = [p.dtype.itemsize for p in mm.params]
+        fp32 = all(t == CUDA_R["float32"] for t in code.types)
+        compute = COMPUTE_32F_FAST_TF32 if self.tf32 and fp32 else COMPUTE_32F
+        one, zero = self._one.ctypes.data, self._zero.ctypes.data
+        steps = []
+        for c in calls:
+            args = (
+                self.handle, c.transa, c.transb, c.m, c.n, c.k, one,
+                ptrs[2] + c.offset_a * sizes[2], tb, c.lda, c.stride_a,
+                ptrs[1] + c.offset_b * sizes[1], ta, c.ldb, c.stride_b, zero,
+                ptrs[0] + c.offset_c * sizes[0], tc, c.ldc, c.stride_c, c.batch,
+                compute, GEMM_DEFAULT,
+            )
+            steps.append(lambda args=args: self.cublas.gemmStridedBatchedEx(*args))
+        return steps
+
+    def quant_gemm(self, code: QuantGemm, ptrs: list[int], scratch: int,
+                   dims: dict[str, int]) -> list[Step]:
+        mm = code.matmul
+        rows = mm.m.evaluate(dims)
+        batch = 1
+        for e in mm.batch:
+            batch *= e.evaluate(dims)
+        n = mm.n.evaluate(dims)
+        if rows * batch == 0 or n == 0:
+            return []
+        if code.kernels.qmatvec is not None and rows * batch <= QMATVEC_MAX_ROWS:
+            fn = self.function(code.qmatvec_name)
+            args = self._args(ptrs, code.kernels.qmatvec_uses_dims)
+            grid = (-(-n // WARPS), rows, batch)
+            return [lambda: fn(grid, (32, WARPS), args)]
+        q = mm.b
+        total = q.rows.evaluate(dims) * q.cols.evaluate(dims)
+        deq = self.function(code.dequant_name)
+        deq_args = self._args([scratch, ptrs[2]], code.kernels.dequant_uses_dims)
+        steps: list[Step] = [lambda: deq((-(-total // 256),), (256,), deq_args)] if total else []
+        return steps + self.gemm(code.dequantized, [ptrs[0], ptrs[1], scratch], dims)
+
+    def steps(self, code: Generated | Gemm | QuantGemm, ptrs: list[int], scratch: int,
+              dims: dict[str, int]) -> list[Step]:
+        """The launches of one kernel of the program."""
+        if isinstance(code, Generated):
+            return self.kernel(code.kernel, ptrs, dims)
+        if isinstance(code, Gemm):
+            return self.gemm(code, ptrs, dims)
+        return self.quant_gemm(code, ptrs, scratch, dims)
+
+    def copy(self, dst: int, src: int, nbytes: int) -> list[Step]:
+        """Device-to-device copy (an assignment), recorded like a kernel."""
+        if nbytes == 0:
+            return []
+        rt = self.cupy.cuda.runtime
+        return [lambda: rt.memcpyAsync(dst, src, nbytes, rt.memcpyDeviceToDevice,
+                                       self.stream.ptr)]
+

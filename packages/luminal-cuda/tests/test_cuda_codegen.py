@@ -1,0 +1,186 @@
+"""The generated CUDA C compiles, for every graph of the conformance kit and for model-shaped
+graphs (attention with a KV cache, quantized matvec, half precision, symbolic dims).
+
+No GPU is needed: `nvcc` checks the source (`--ptx` for the whole suite, full `-c` builds with
+ptxas for the model-shaped graphs), for sm_80 (A100) and sm_90 (H100). Identical kernels are
+compiled once and everything goes into few translation units, so this stays around a minute.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import luminal as lm
+import luminal.functional as F
+import numpy as np
+import pytest
+from luminal.codegen.ir import Matmul, MatOperand, Param, QuantOperand
+from luminal.dtypes import dtype_of, float16, float32, uint8
+from luminal.symbolic import Expr
+from luminal_cuda import CudaBackend
+from luminal_cuda.codegen import build_module
+from luminal_cuda.dialect import CUDA
+from luminal_cuda.lowering import lower
+
+ARCHS = ("sm_80", "sm_90")
+
+
+def _nvcc() -> str | None:
+    return shutil.which("nvcc") or next(
+        (str(p) for p in Path("/usr/local").glob("cuda*/bin/nvcc") if p.exists()), None)
+
+
+needs_nvcc = pytest.mark.skipif(_nvcc() is None, reason="nvcc (the CUDA toolkit) is not installed")
+_FUNCTION = re.compile(r'(?=extern "C")')
+_NAME = re.compile(r"void (\w+)\(")
+
+
+def _functions(module_source: str) -> list[str]:
+    body = module_source[len(CUDA.prelude()):]
+    return [f for f in _FUNCTION.split(body) if f.strip()]
+
+
+def translation_unit(sources: list[str]) -> str:
+    """The prelude once, then every distinct function under a unique name."""
+    unique: dict[str, str] = {}
+    for source in sources:
+        for fn in _functions(source):
+            unique.setdefault(_NAME.sub("void K(", fn, count=1), fn)
+    renamed = (_NAME.sub(f"void f{i}(", fn, count=1) for i, fn in enumerate(unique.values()))
+    return CUDA.prelude() + "\n".join(renamed)
+
+
+def compile_cuda(source: str, tmp: Path, flags: dict[str, list[str]]) -> None:
+    """Run nvcc once per arch (concurrently); fail with its diagnostics."""
+    path = tmp / "kernels.cu"
+    path.write_text(source)
+    procs = {
+        arch: subprocess.Popen(
+            [_nvcc(), f"-arch={arch}", "-diag-suppress", "177", *extra, str(path), "-o",
+             str(tmp / f"out_{arch}")],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for arch, extra in flags.items()
+    }
+    for arch, proc in procs.items():
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"nvcc {arch} failed:\n{out[-6000:]}"
+
+
+# ----- graphs ---------------------------------------------------------------------------------
+@functools.cache
+def conformance_sources() -> tuple[str, ...]:
+    """Module sources of every conformance case and variant (plus bfloat16 compute of each
+    base case), built the way the kit builds them."""
+    from luminal.testing import CASES
+    from luminal.testing.adapters import LuminalF
+    from luminal.testing.kit import _flatten, dim_values, plan_inputs
+
+    out = []
+    for case in CASES:
+        for variant in case.variants():
+            plans = plan_inputs(case, variant)
+            rng = np.random.default_rng(0)
+            datas = [p.host_data(rng, dim_values(case, variant)[0]) for p in plans]
+            for half in (None, "bfloat16") if variant == "base" else (None,):
+                g = lm.Graph()
+                fns = LuminalF(g)
+                ins = [g.tensor(p.shape, name=f"in{k}", dtype=dtype_of(datas[k].dtype))
+                       for k, p in enumerate(plans)]
+                seen = [p.transform(fns, t) if p.transform else t for p, t in zip(plans, ins)]
+                for o in _flatten(case.fn(fns, *seen)):
+                    o.contiguous().retrieve()
+                g.compile(lm.GenericCompiler())
+                out.append(CudaBackend(dtype=half).build(g)[1].source)
+    return tuple(out)
+
+
+def attention_sources() -> list[str]:
+    out = []
+    for causal, half in ((True, None), (False, "float16"), (True, "bfloat16")):
+        g = lm.Graph()
+        q, k, v = (g.tensor((1, 3, "seq", 64), name=n) for n in "qkv")
+        F.scaled_dot_product_attention(q, k, v, is_causal=causal).retrieve()
+        g.compile(lm.GenericCompiler())
+        out.append(CudaBackend(dtype=half).build(g)[1].source)
+    return out
+
+
+def kv_cache_sources() -> list[str]:
+    nn = pytest.importorskip("luminal_nn")
+    out = []
+    for half in (None, "float16"):
+        g = lm.Graph()
+        block = nn.TransformerBlock(64, 4, 128, num_kv_heads=2, rope=nn.RotaryEmbedding(16))
+        cache = nn.KVCache(g, 1, 1, 2, 16)
+        x = g.tensor((1, "seq", 64), name="x")
+        block(x, cache[0]).retrieve()
+        g.compile(lm.GenericCompiler())
+        out.append(CudaBackend(dtype=half).build(g)[1].source)
+    return out
+
+
+def quant_matmul(qtype: str, k_contiguous: bool, a_dtype=float32, m: Expr | int = 1) -> Matmul:
+    """x (m, 256) @ W.T with W (96, 256) quantized (or x @ W with W (256, 96))."""
+    n, k = Expr.const(96), Expr.const(256)
+    rows, cols = (n, k) if k_contiguous else (k, n)
+    m = Expr.const(m) if isinstance(m, int) else m
+    params = (Param(a_dtype, True), Param(a_dtype), Param(uint8))
+    a = MatOperand(1, Expr.const(0), k, Expr.const(1))
+    return Matmul(params, (), m, n, k, a, QuantOperand(2, qtype, rows, cols, k_contiguous), 0,
+                  Expr.const(0), n)
+
+
+def quant_sources() -> list[str]:
+    from luminal.codegen.ir import Call, Program
+
+    kernels = [
+        quant_matmul(qt, kc, dt, m)
+        for qt in ("q8_0", "q4_0", "q4_1") for kc in (True, False)
+        for dt, m in ((float32, 1), (float16, Expr.var("seq")))
+    ]
+    program = Program(kernels, [Call(i, (0, 1, 2)) for i in range(len(kernels))], [], ("seq",))
+    return [build_module(program).source]
+
+
+# ----- tests ----------------------------------------------------------------------------------
+@needs_nvcc
+def test_cuda_conformance_kernels_compile(tmp_path):
+    source = translation_unit(list(conformance_sources()))
+    compile_cuda(source, tmp_path, {arch: ["--ptx"] for arch in ARCHS})
+
+
+@needs_nvcc
+def test_cuda_model_kernels_build_with_ptxas(tmp_path):
+    sources = attention_sources() + kv_cache_sources() + quant_sources()
+    source = translation_unit(sources)
+    assert "lm_block_reduce" in source and "lm_warp_sum" in source
+    compile_cuda(source, tmp_path, {arch: ["-c"] for arch in ARCHS})
+
+
+def test_cuda_module_is_one_translation_unit_without_headers():
+    g = lm.Graph()
+    x = g.tensor(("n", 8), name="x", dtype="float16")
+    (x.float().softmax(-1) @ g.tensor((8, 8), name="w")).retrieve()
+    g.compile(lm.GenericCompiler())
+    source = build_module(lower(g)).source
+    assert "#include" not in source  # NVRTC from a pip-installed CuPy has no CUDA headers
+    names = _NAME.findall(source)
+    assert len(names) == len(set(names))
+
+
+def test_cuda_symbolic_dims_are_read_from_the_dims_array():
+    g = lm.Graph()
+    x = g.tensor(("batch", "seq", 4), name="x")
+    x.sum(1).retrieve()
+    g.compile(lm.GenericCompiler())
+    program = lower(g)
+    source = build_module(program).source
+    assert program.dims == ("batch", "seq")
+    lines = source[len(CUDA.prelude()):].splitlines()
+    assert lines[1].endswith("const long long *__restrict__ lm_dims) {")
+    assert lines[2:4] == ["  const long d0 = (long)lm_dims[0];",
+                          "  const long d1 = (long)lm_dims[1];"]
