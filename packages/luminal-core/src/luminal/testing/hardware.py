@@ -1,10 +1,11 @@
 """Cheap hardware probes for test markers: no vendor SDK or Python package is imported.
 
-`cuda` asks the NVIDIA driver API (libcuda) for a device, `rocm` the AMD HIP runtime
-(libamdhip64) or, failing that, the OpenCL ICD loader for any OpenCL device (the rocm backend
-runs on OpenCL, so PoCL on a CPU counts: that is how CI tests it for real), `metal` looks for the Metal framework on macOS. `LUMINAL_REQUIRE_HW` (a comma
-list of these names, or `all`) says which hardware must be present: there, a missing device
-fails a test instead of skipping it, so a GPU runner that lost its driver cannot pass.
+`cuda` asks the NVIDIA driver API (libcuda) for a device. `rocm` asks the AMD HIP runtime
+(libamdhip64) or, failing that, the OpenCL ICD loader for any OpenCL device: the rocm backend
+runs on OpenCL, so PoCL on a CPU counts, which is how CI tests it for real. `metal` looks for
+the Metal framework on macOS. `LUMINAL_REQUIRE_HW` (a comma list of these names, or `all`) says
+which hardware must be present: there, a missing device fails a test instead of skipping it,
+so a GPU runner that lost its driver cannot pass.
 """
 
 from __future__ import annotations
