@@ -216,10 +216,10 @@ def pm(monkeypatch: pytest.MonkeyPatch):
 
 
 def make_backend(name: str, priority: int = 0, available: bool = True, reason: str = "",
-                 aliases: tuple[str, ...] = ()) -> Backend:
+                 aliases: tuple[str, ...] = (), probed_priority: float | None = None) -> Backend:
     def probe(self: Backend) -> BackendStatus:
         return BackendStatus(available, device=f"{name}-device" if available else "",
-                             reason=reason)
+                             reason=reason, priority=probed_priority)
 
     cls = type(f"Backend_{name}", (Backend,),
                {"name": name, "priority": priority, "aliases": aliases, "probe": probe})
@@ -251,6 +251,24 @@ def test_priority_orders_backends_and_default_choice(pm) -> None:
     assert mine == ["t-high", "t-mid", "t-low"]
     assert plugins.backend().name == "t-mid"  # t-high is unavailable
     assert plugins.backends()[0].reason == "no device"
+
+
+def test_probe_can_rank_its_backend_down(pm) -> None:
+    # Like OpenCL on a CPU device: registered above t-mid, ranked below it once probed.
+    pm.register(registering(make_backend("t-mid", 5), make_backend("t-low", 1),
+                            make_backend("t-gpu-api", 10, probed_priority=3),
+                            make_backend("t-liar", 7, probed_priority=99)), name="a")
+    mine = [(b.name, b.priority) for b in plugins.backends() if b.name.startswith("t-")]
+    assert mine == [("t-liar", 7), ("t-mid", 5), ("t-gpu-api", 3), ("t-low", 1)]
+    assert plugins.backend().name == "t-liar"  # a probe can lower its rank, never raise it
+
+
+def test_best_backend_stops_probing_once_nothing_can_outrank(pm) -> None:
+    probed = []
+    top, low = make_backend("t-top", 10), make_backend("t-below", 5)
+    low.probe = lambda: probed.append("t-below") or BackendStatus(True)  # type: ignore[method-assign]
+    pm.register(registering(top, low), name="a")
+    assert plugins.backend().name == "t-top" and probed == []
 
 
 def test_backend_by_alias(pm) -> None:

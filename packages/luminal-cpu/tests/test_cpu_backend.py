@@ -38,7 +38,21 @@ def test_probe_without_compiler_says_so(no_compiler):
     assert not status.available and "no C compiler" in status.reason
 
 
-def test_without_compiler_best_backend_falls_back_to_reference(registered, no_compiler, capsys):
+@pytest.fixture
+def core_and_cpu_only(monkeypatch):
+    """Plugins as `pip install luminal-core luminal-cpu` leaves them (no other backend)."""
+    monkeypatch.setenv(plugins.ENV_ALLOW, "luminal-cpu")
+    plugins.reset_plugins()
+    pm = plugins.get_plugin_manager()
+    if pm.get_plugin("luminal-cpu") is None:  # not installed through its entry point
+        pm.register(plugin, name="luminal-cpu")
+    yield
+    monkeypatch.undo()
+    plugins.reset_plugins()
+
+
+def test_without_compiler_best_backend_falls_back_to_reference(core_and_cpu_only, no_compiler,
+                                                               capsys):
     assert lm.backend().name == "reference"
     with pytest.raises(RuntimeError, match="no C compiler"):
         lm.backend("cpu")

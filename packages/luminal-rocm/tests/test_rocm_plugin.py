@@ -22,7 +22,7 @@ def test_rocm_plugin_registers_backend():
     plugin.luminal_register_backends(got.append)
     (backend,) = got
     assert isinstance(backend, OpenCLBackend)
-    assert (backend.name, backend.aliases, backend.priority) == ("rocm", ("opencl",), 50)
+    assert (backend.name, backend.aliases, backend.priority) == ("rocm", ("opencl",), 150)
     assert {"float32", "float16", "int32", "bool"} <= set(backend.dtypes)
 
 
@@ -131,6 +131,14 @@ def test_rocm_probe_without_icd(monkeypatch):
 def test_rocm_probe_without_devices(monkeypatch):
     reason = _probe_with(monkeypatch, fake_cl([_Platform("Empty", None)]))
     assert reason == "OpenCL platforms (Empty) report no device"
+
+
+@pytest.mark.parametrize(("spec", "priority"), [("1:0", None), ("0:0", 50)])
+def test_rocm_probe_ranks_a_cpu_device_below_luminal_cpu(monkeypatch, spec, priority):
+    # On a GPU rocm outranks luminal-cpu (100); on PoCL's CPU device it must not.
+    monkeypatch.setitem(sys.modules, "pyopencl", fake_cl(MACHINE))
+    status = OpenCLBackend(device=spec).probe()
+    assert status.available and status.priority == priority
 
 
 def test_rocm_probe_bad_env_var(monkeypatch):

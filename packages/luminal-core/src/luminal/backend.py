@@ -18,11 +18,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class BackendStatus:
-    """Whether a backend can run here: `device` names it when available, `reason` says why not."""
+    """Whether a backend can run here: `device` names it when available, `reason` says why not.
+
+    `priority`, when set, lowers the backend's static `priority` on this machine: a backend
+    whose speed depends on the device it found (OpenCL on a CPU rather than a GPU) ranks itself
+    down after probing. It may not raise it, so `lm.backend()` can stop probing as soon as no
+    remaining backend can outrank the best available one.
+    """
 
     available: bool
     device: str = ""
     reason: str = ""
+    priority: float | None = None
 
 
 class Runtime(Protocol):
@@ -39,7 +46,8 @@ class Backend:
     """Base class for backends. Subclasses set `name` and implement `probe` and `compile`.
 
     `priority` orders backends for `lm.backend()` with no name: the highest available wins
-    (reference 0, OpenCL 50, cpu 100, Metal/CUDA 200).
+    (reference 0, OpenCL on a CPU 50, cpu 100, OpenCL on a GPU 150, Metal/CUDA 200). A probe
+    may lower it for the device it found (`BackendStatus.priority`).
     """
 
     name: str = ""

@@ -406,7 +406,8 @@ def _probe(entry: _BackendEntry) -> BackendInfo:
     except Exception as exc:  # a probe that crashes means the backend cannot run here
         status = BackendStatus(False, reason=f"probe failed: {type(exc).__name__}: {exc}")
     b = entry.backend
-    return BackendInfo(entry.name, entry.plugin, b.priority, tuple(b.aliases),
+    priority = b.priority if status.priority is None else min(b.priority, status.priority)
+    return BackendInfo(entry.name, entry.plugin, priority, tuple(b.aliases),
                        status.available, status.device, status.reason)
 
 
@@ -416,8 +417,10 @@ def _backend_entries() -> list[_BackendEntry]:
 
 
 def backends() -> list[BackendInfo]:
-    """Every registered backend, highest priority first, each probed for availability here."""
-    return [_probe(e) for e in _backend_entries()]
+    """Every registered backend, highest priority here first (a probe may rank its backend
+    down for the device it found), each probed for availability."""
+    infos = [_probe(e) for e in _backend_entries()]
+    return sorted(infos, key=lambda i: -i.priority)
 
 
 def backend(name: str | None = None) -> Backend:
@@ -429,12 +432,18 @@ def backend(name: str | None = None) -> Backend:
     registry = _registry("luminal_register_backends").check()
     entries = _backend_entries()
     if name is None:
+        best: tuple[float, _BackendEntry] | None = None
         reasons = []
-        for entry in entries:
+        for entry in entries:  # static priority order; a probe can only rank its backend down
+            if best is not None and entry.backend.priority <= best[0]:
+                break
             info = _probe(entry)
-            if info.available:
-                return entry.backend
-            reasons.append(f"{info.name}: {info.reason or 'unavailable'}")
+            if not info.available:
+                reasons.append(f"{info.name}: {info.reason or 'unavailable'}")
+            elif best is None or info.priority > best[0]:
+                best = (info.priority, entry)
+        if best is not None:
+            return best[1].backend
         detail = "; ".join(reasons) if reasons else "none is installed"
         raise RuntimeError(f"no luminal backend is available ({detail})"
                            + _failure_hint(registry))

@@ -21,7 +21,9 @@ class OpenCLBackend(Backend):
 
     name = "rocm"
     aliases = ("opencl",)
-    priority = 50
+    # Above luminal-cpu on a GPU; the probe ranks an OpenCL CPU device (PoCL) below it.
+    priority = 150
+    cpu_device_priority = 50
     dtypes = ("float32", "float16", "bfloat16", "int32", "bool", "uint8")
 
     def __init__(self, device: str | None = None):
@@ -33,7 +35,9 @@ class OpenCLBackend(Backend):
             choice = choose_device(cl, self.device_spec)
         except NoDeviceError as e:
             return BackendStatus(False, reason=str(e))
-        return BackendStatus(True, device=choice.describe())
+        on_cpu = bool(choice.device.type & cl.device_type.CPU)
+        return BackendStatus(True, device=choice.describe(),
+                             priority=self.cpu_device_priority if on_cpu else None)
 
     def compile(self, graph: Graph) -> None:
         from .runtime import OpenCLRuntime
