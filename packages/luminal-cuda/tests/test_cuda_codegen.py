@@ -150,7 +150,7 @@ def quant_sources() -> list[str]:
 @needs_nvcc
 def test_cuda_conformance_kernels_compile(tmp_path):
     source = translation_unit(list(conformance_sources()))
-    compile_cuda(source, tmp_path, {arch: ["--ptx"] for arch in ARCHS})
+    compile_cuda(source, tmp_path, {arch: ["-c"] for arch in ARCHS})
 
 
 @needs_nvcc
