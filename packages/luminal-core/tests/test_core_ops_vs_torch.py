@@ -9,22 +9,25 @@ the reference backend behind `GenericCompiler` against the uncompiled reference 
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 
 import pytest
-
-pytest.importorskip("torch")
-
 from luminal.backends.reference import ReferenceBackend
 from luminal.testing import CASES, case_variants, conformance_tests, run_case
 
 REFERENCE = ReferenceBackend()
+# only the PyTorch comparisons need torch: the kit's reference run and the coverage checks
+# below run everywhere (Python 3.12 has no local torch wheel)
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="PyTorch is not installed")
 
 
 @pytest.mark.parametrize(
     ("case", "variant"),
     [pytest.param(c, v, id=f"{c.name}-{v}") for c in CASES for v in case_variants(c, REFERENCE)],
 )
+@needs_torch
 def test_op_matches_torch(case, variant):
     run_case(case, REFERENCE, variant, compare_to="torch")
 
@@ -44,7 +47,7 @@ COVERED = (
     'gather', 'embedding', 'arange', 'ones', 'zeros', 'full', 'tril', 'triu', 'conv1d',
     'conv2d', 'groups=', 'dilation=', 'max_pool2d', 'avg_pool2d', 'ceil_mode',
     'count_include_pad', 'layer_norm', 'rms_norm', 'interpolate', 'scale_factor', 'size=',
-    'scaled_dot_product_attention', 'is_causal', 'linear',
+    'scaled_dot_product_attention', 'is_causal', 'linear', '"same"', '"valid"',
 )
 
 

@@ -114,6 +114,12 @@ def test_substitute_then_evaluate(tree, a):
         ((N * N * 4 + N * 2) // (N * 2), N * 2 + 1),
         ((N * 4) % (N * 2), Expr.const(0)),
         (smin(N, 1), Expr.const(1)),  # a shape dim is at least 1
+        ((N * 6 - 12) // (N * 3 - 6), Expr.const(2)),  # a sum divides its multiples
+        ((N * 6 - 12) % (N * 3 - 6), Expr.const(0)),
+        ((N - 2) * (N * 2 - 4) * 9, (N - 2) * (N - 2) * 18),  # sums give up their content
+        ((A * (N * 3 - 6)) // 3, A * (N - 2)),
+        (smax(N, smin(N, 2)), N),  # absorption
+        (smin(N, smax(N, A)), N),
         (smax(N, 0), N),
         (smin(A, 9), A),
         (smax(smin(A, 3), 0), smin(A, 3)),
@@ -157,6 +163,10 @@ def test_division_by_zero_is_rejected():
 def test_pretty_printing():
     assert str(N * 2 - 1) == "((2 * n) - 1)"
     assert str(A // 4) == "(a // 4)"
+    assert str(N - 2) == "(n - 2)"
+    assert str(2 - N) == "(2 - n)"
+    assert str(-N - A) == "(-a - n)"
+    assert str(N * 3 - 6) == "((3 * n) - 6)"
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")

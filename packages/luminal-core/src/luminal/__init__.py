@@ -15,7 +15,7 @@ from .compiler import Compiler, Looped, run_compiler
 from .compilers import GenericCompiler
 from .dtypes import DType, bfloat16, dtype_of, float16, float32, int32, uint8
 from .dtypes import bool_ as bool
-from .graph import Graph, GraphModifiedError
+from .graph import Graph, GraphModifiedError, RemovedTensorError
 from .hl_ops.binary import maximum, minimum, where
 from .hl_ops.matmul import matmul
 from .hl_ops.movement import cat, stack
@@ -38,6 +38,7 @@ __all__ = [
     "GraphModifiedError",
     "GraphTensor",
     "Looped",
+    "RemovedTensorError",
     "Runtime",
     "UnboundDimError",
     "View",

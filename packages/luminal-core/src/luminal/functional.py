@@ -15,7 +15,7 @@ from .hl_ops.creation import IOTA_INDEX, iota
 from .hl_ops.matmul import matmul
 from .hl_ops.movement import _one_hot
 from .shape import show_shape
-from .symbolic import lt, to_expr
+from .symbolic import Expr, const_or_expr, lt, smax, to_expr
 from .tensor import GraphTensor
 
 __all__ = [
@@ -162,43 +162,73 @@ def _windows(x: GraphTensor, kernel, stride, dilation, spatial: int) -> GraphTen
     return x
 
 
+def _static(d, name: str, what: str) -> int:
+    """The value of dim `d`, or a ValueError naming the op and the dim when it is symbolic."""
+    d = to_expr(d)
+    if not d.is_const:
+        raise ValueError(f"{name}: {what} must be static, got the symbolic size {d}")
+    return d.value
+
+
 def _conv(x, weight, bias, stride, padding, dilation, groups, spatial: int, name: str):
-    if x.ndim != spatial + 2 or weight.ndim != spatial + 2:
+    """Convolution as im2col: sliding-window view, then one (grouped) matmul.
+
+    Input (N, C, *S) or unbatched (C, *S); `padding` an int, a tuple, or "valid" / "same"
+    ("same" needs stride 1, as in PyTorch; an odd total padding puts the extra on the right).
+    Spatial dims may be symbolic; channels and kernel sizes are static.
+    """
+    if weight.ndim != spatial + 2 or x.ndim not in (spatial + 1, spatial + 2):
         raise ValueError(
-            f"{name}: expected input (N, C, ...) with {spatial} spatial dims and a weight of "
-            f"the same rank, got {show_shape(x.layout.shape)} and {show_shape(weight.layout.shape)}"
+            f"{name}: expected input (N, C, ...) or (C, ...) with {spatial} spatial dims and a "
+            f"weight (out, in/groups, ...) of rank {spatial + 2}, got "
+            f"{show_shape(x.layout.shape)} and {show_shape(weight.layout.shape)}"
         )
+    unbatched = x.ndim == spatial + 1
+    if unbatched:
+        x = x.unsqueeze(0)
     stride = _tuple(stride, spatial, "stride")
     dilation = _tuple(dilation, spatial, "dilation")
-    if isinstance(padding, str):
-        raise NotImplementedError(f"{name}: string padding {padding!r}; pass ints")
-    padding = _tuple(padding, spatial, "padding")
+    kernel = [_static(d, name, f"kernel size {d}") for d in weight.layout.shape[2:]]
+    pads = _conv_padding(padding, kernel, stride, dilation, spatial, name)
     n, c = x.layout.shape[:2]
-    out_ch, cg = weight.layout.shape[:2]
-    kernel = [d.value for d in weight.layout.shape[2:]]
-    if not (c == to_expr(cg) * groups) or out_ch.value % groups:
+    out_ch = _static(weight.layout.shape[0], name, "the number of output channels")
+    cg = _static(weight.layout.shape[1], name, "the number of input channels per group")
+    if not (c == to_expr(cg) * groups) or out_ch % groups:
         raise ValueError(
             f"{name}: input {show_shape(x.layout.shape)} and weight "
             f"{show_shape(weight.layout.shape)} do not fit groups={groups}"
         )
-    pads = []
-    for p in reversed(padding):
-        pads += [p, p]
-    xp = x.pad(pads) if any(padding) else x
+    flat = [p for pair in reversed(pads) for p in pair]
+    xp = x.pad(flat) if any(flat) else x
     win = _windows(xp, kernel, stride, dilation, spatial)  # (N, C, *So, *K)
     out_sp = list(win.layout.shape[2 : 2 + spatial])
     g = groups
     win = win.reshape((n, g, cg, *out_sp, *kernel))
     # (N, g, *So, Cg, *K) -> (N, g, So, Cg*K): the im2col matrix
     order = [0, 1, *range(3, 3 + spatial), 2, *range(3 + spatial, 3 + 2 * spatial)]
-    cols = win.permute(order).reshape((n, g, math.prod(d for d in out_sp) if all(
-        d.is_const for d in out_sp) else _prod(out_sp), -1))
-    w = weight.reshape((g, out_ch.value // g, -1)).transpose(-1, -2)  # (g, Cg*K, Og)
+    cols = win.permute(order).reshape((n, g, _prod(out_sp), cg * math.prod(kernel)))
+    w = weight.reshape((g, out_ch // g, cg * math.prod(kernel))).transpose(-1, -2)  # (g, CgK, Og)
     out = matmul(cols, w.unsqueeze(0))  # (N, g, So, Og)
     out = out.permute(0, 1, 3, 2).reshape((n, out_ch, *out_sp))
     if bias is not None:
-        out = out + bias.reshape((1, -1) + (1,) * spatial)
-    return out
+        out = out + bias.reshape((1, out_ch) + (1,) * spatial)
+    return out.squeeze(0) if unbatched else out
+
+
+def _conv_padding(padding, kernel, stride, dilation, spatial: int, name: str):
+    """(left, right) zero padding per spatial axis for an int, tuple, "valid" or "same"."""
+    if isinstance(padding, str):
+        if padding == "valid":
+            return [(0, 0)] * spatial
+        if padding != "same":
+            raise ValueError(f"{name}: padding must be an int, a tuple, 'valid' or 'same', "
+                             f"got {padding!r}")
+        if any(s != 1 for s in stride):
+            raise ValueError(f"{name}: padding='same' is not supported for strided "
+                             f"convolutions (stride={tuple(stride)})")
+        totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        return [(t // 2, t - t // 2) for t in totals]
+    return [(p, p) for p in _tuple(padding, spatial, "padding")]
 
 
 def _prod(dims):
@@ -234,13 +264,15 @@ class _PoolGeometry:
         self.pads = [(p, p + (self._ceil_extra(x, k) if ceil_mode else 0))
                      for k, p in enumerate(self.padding)]
 
-    def _ceil_extra(self, x, k: int) -> int:
-        size = x.layout.shape[2 + k].value + 2 * self.padding[k]
+    def _ceil_extra(self, x, k: int) -> int | Expr:
+        """Extra right padding of `ceil_mode` (symbolic when the spatial dim is)."""
+        size = x.layout.shape[2 + k] + 2 * self.padding[k]
         span = self.dilation[k] * (self.kernel[k] - 1) + 1
-        out = -(-(size - span) // self.stride[k]) + 1
-        if (out - 1) * self.stride[k] >= size - self.padding[k]:
-            out -= 1
-        return max((out - 1) * self.stride[k] + span - size, 0)
+        s = self.stride[k]
+        out = (size - span + s - 1) // s + 1  # ceil((size - span) / s) + 1
+        # drop a last window that would start inside the right padding
+        out = out - lt(size - self.padding[k] - 1, (out - 1) * s)
+        return const_or_expr(smax((out - 1) * s + span - size, 0))
 
     def flat_pads(self, pads) -> list:
         """(left, right) pairs per spatial axis as `F.pad`'s flat list (last axis first)."""
@@ -249,7 +281,7 @@ class _PoolGeometry:
     def windows(self, x: GraphTensor, pads, fill: float) -> GraphTensor:
         """(N, C, *S_out, *kernel): `x` padded with `fill` by `pads`, as sliding windows."""
         flat = self.flat_pads(pads)
-        xp = x.pad(flat, value=fill) if any(flat) else x
+        xp = x.pad(flat, value=fill) if any(to_expr(p) != 0 for p in flat) else x
         return _windows(xp, self.kernel, self.stride, self.dilation, self.spatial)
 
 
@@ -295,7 +327,7 @@ def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, div
 def _window_counts(x: GraphTensor, geo: _PoolGeometry, count_include_pad: bool) -> GraphTensor:
     """How many elements each window averages: those inside the input, plus the explicit
     padding with `count_include_pad`, never the extra right padding of `ceil_mode`."""
-    sizes = [d.value for d in x.layout.shape[2:]]
+    sizes = list(x.layout.shape[2:])
     if count_include_pad:
         sizes = [n + 2 * p for n, p in zip(sizes, geo.padding)]
         pads = [(0, right - left) for left, right in geo.pads]
@@ -317,7 +349,11 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
 
 
 def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "nearest"):
-    """Resize the spatial dims of (N, C, *S) (PyTorch semantics of mode='nearest')."""
+    """Resize the spatial dims of (N, C, *S) (PyTorch semantics of mode='nearest').
+
+    A symbolic spatial dim works with a whole-number `scale_factor` (each element repeated);
+    a fractional scale or a fixed `size` needs a static input size there.
+    """
     if mode != "nearest":
         raise NotImplementedError(f"interpolate: mode {mode!r} (only 'nearest' is supported)")
     spatial = x.ndim - 2
@@ -327,18 +363,26 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
         )
     if (size is None) == (scale_factor is None):
         raise ValueError("interpolate: give exactly one of size and scale_factor")
-    ins = [d.value for d in x.layout.shape[2:]]
     if size is not None:
         outs = list(_tuple(size, spatial, "size"))
-        scales = [i / o for i, o in zip(ins, outs)]
+        factors = [None] * spatial
     else:
         factors = _tuple(scale_factor, spatial, "scale_factor") if not isinstance(
-            scale_factor, float) else (scale_factor,) * spatial
-        outs = [math.floor(i * f) for i, f in zip(ins, factors)]
-        scales = [1.0 / f for f in factors]
+            scale_factor, (int, float)) else (scale_factor,) * spatial
+        outs = [None] * spatial
     out = x
-    for k, (i, o, s) in enumerate(zip(ins, outs, scales)):
+    for k, (i, o, f) in enumerate(zip(x.layout.shape[2:], outs, factors)):
         axis = 2 + k
+        if f is not None and float(f) == int(f) and f >= 1:
+            out = out.repeat_interleave(int(f), axis)  # exact, for any (symbolic) size
+            continue
+        what = f"the input size of spatial dim {k} with size={size}" if size is not None else (
+            f"the input size of spatial dim {k} with scale_factor={f}")
+        i = _static(i, "interpolate", what)
+        if f is not None:
+            o, s = math.floor(i * f), 1.0 / f
+        else:
+            s = i / o
         if o % i == 0 and s == i / o:
             out = out.repeat_interleave(o // i, axis)
         else:
@@ -355,9 +399,12 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     if dropout_p:
         raise NotImplementedError("scaled_dot_product_attention: dropout_p must be 0")
     d = q.layout.shape[-1]
-    scale = scale if scale is not None else 1.0 / math.sqrt(d.value)
+    if scale is None:
+        scale = 1.0 / math.sqrt(_static(d, "scaled_dot_product_attention",
+                                        "the head dim (or pass scale=)"))
     if enable_gqa and q.layout.shape[-3] != k.layout.shape[-3]:
-        rep = q.layout.shape[-3].value // k.layout.shape[-3].value
+        rep = _static(q.layout.shape[-3], "scaled_dot_product_attention", "the query heads") // (
+            _static(k.layout.shape[-3], "scaled_dot_product_attention", "the key heads"))
         k = k.repeat_interleave(rep, -3)
         v = v.repeat_interleave(rep, -3)
     scores = matmul(q, k.transpose(-1, -2)) * scale

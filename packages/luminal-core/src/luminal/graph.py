@@ -44,6 +44,13 @@ class GraphModifiedError(RuntimeError):
     pass
 
 
+class RemovedTensorError(KeyError):
+    """A tensor's node is gone: compilation removed it (dead code, folded, fused away)."""
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return self.args[0]
+
+
 class Graph:
     """A lazy static graph. Build tensors, `compile()` once, `execute()` many times."""
 
@@ -63,6 +70,7 @@ class Graph:
         self._free_dims_cache: tuple[int, frozenset[str]] = (-1, frozenset())
         self._input_shapes_cache: tuple[int, list] = (-1, [])
         self._compiled_version = -1
+        self._zero_dims_checked: tuple | None = None  # (version, dims) last checked
 
     # ----- building -----------------------------------------------------------------------
     def add_node(self, op: ops.Op, inputs: Sequence[Edge], shape: Shape, dtype: DType) -> Node:
@@ -304,6 +312,8 @@ class Graph:
         missing = sorted(self.free_dims() - self.dims.keys())
         if missing:
             raise UnboundDimError(missing)
+        if 0 in self.dims.values():
+            self._check_zero_dims()
         for n, static in self._input_shapes():
             if n.id not in self.data:
                 raise ValueError(
@@ -321,6 +331,32 @@ class Graph:
                 )
         return dict(self.dims)
 
+    def _check_zero_dims(self) -> None:
+        """A dim bound to 0 is fine where the graph only uses it as a size (an empty KV cache
+        that `cat` extends, a sum over no elements), but shapes are simplified assuming every
+        named dim is >= 1, so slicing or indexing such a dim can give a negative size.
+        Raise a clear error for that instead of a crash inside a backend."""
+        key = (self._version, tuple(sorted(self.dims.items())))
+        if self._zero_dims_checked == key:
+            return
+        zero = sorted(k for k, v in self.dims.items() if v == 0)
+        for n in self.nodes.values():
+            shapes = [("output", n.shape)] + [(f"input {k}", e.view.shape)
+                                             for k, e in enumerate(n.inputs)]
+            for what, shape in shapes:
+                if not any(d.free_vars & set(zero) for d in shape):
+                    continue
+                values = tuple(d.evaluate(self.dims) for d in shape)
+                if min(values, default=0) < 0:
+                    names = ", ".join(repr(z) for z in zero)
+                    raise ValueError(
+                        f"symbolic dim {names} is bound to 0, but shapes are simplified "
+                        f"assuming named dims are >= 1: the {what} of {n.op.name} (node {n.id}) "
+                        f"has shape {show_shape(shape)} = {values}. Bind it to a value >= 1, "
+                        f"or do not slice or index a dim that can be 0"
+                    )
+        self._zero_dims_checked = key
+
     def set_data(self, node_id: int, array: np.ndarray) -> None:
         self.data[node_id] = array
         self.data_version[node_id] = self.data_version.get(node_id, 0) + 1
@@ -330,8 +366,9 @@ class Graph:
         nid = self.resolve(node_id)
         node = self.nodes.get(nid)
         if node is None:
-            raise KeyError(
-                "this tensor was removed by compilation: call .retrieve() on it before compile()"
+            raise RemovedTensorError(
+                f"this tensor (node {node_id}) was removed by compilation: call .retrieve() on "
+                f"it before compile() to read it after execute()"
             )
         if isinstance(node.op, ops.Input):
             if nid not in self.data:

@@ -11,6 +11,7 @@ Named dims (`Expr.var("seq")`) are integers >= 1; index variables carry an expli
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from typing import Any, Union
@@ -326,9 +327,25 @@ def mul(*factors: ExprLike) -> Expr:
     if len(parts) == 1 and parts[0].op == "add":
         # distribute constants over sums so index terms can cancel and divide
         return add(*(mul(coeff, t) for t in parts[0].args))
+    if any(p.op == "add" for p in parts):
+        # a sum inside a product gives up its integer content (6*n - 12 -> 6 * (n - 2)), so
+        # equal products have one form: 9 * (2*n - 4) * (n - 2) is 18 * (n - 2) * (n - 2)
+        parts = [_take_content(p) if p.op == "add" else p for p in parts]
+        coeff *= math.prod(c for c, _ in (p for p in parts if isinstance(p, tuple)))
+        parts = [p[1] if isinstance(p, tuple) else p for p in parts]
     parts.sort(key=lambda p: p._sort_key)
     body = parts[0] if len(parts) == 1 else Expr("mul", tuple(parts))
     return _scale(body, coeff)
+
+
+def _take_content(e: Expr) -> tuple[int, Expr]:
+    """A sum as (gcd of its coefficients, the sum divided by it): 6*n - 12 -> (6, n - 2)."""
+    g = 0
+    for t in e.args:
+        g = math.gcd(g, _split_coeff(t)[0])
+    if g <= 1:
+        return 1, e
+    return g, add(*(mul(c // g, body) for c, body in map(_split_coeff, e.args)))
 
 
 def _terms(e: Expr) -> tuple[Expr, ...]:
@@ -385,6 +402,15 @@ def _monomial(e: Expr) -> tuple[int, list[Expr]]:
 def _exact_quotient(x: Expr, d: Expr) -> Expr | None:
     """x / d when every term of x is a multiple of the monomial d (so // and % are exact),
     else None: (6*n*m + 3*n) // (3*n) == 2*m + 1."""
+    if d.op == "add":
+        # a sum divides x when x is an integer multiple of it: (6*n - 12) // (3*n - 6) == 2
+        c, body = _split_coeff(d.args[0])
+        for term in _terms(x):
+            xc, xbody = _split_coeff(term)
+            if xbody is body:
+                if xc % c == 0 and mul(xc // c, d) is x:
+                    return Expr.const(xc // c)
+                break
     dc, dfactors = _monomial(d)
     if dc == 0:
         return None
@@ -441,6 +467,9 @@ def _minmax(op: str, pick: Callable[[Iterable[int]], int], items: tuple[ExprLike
         if op == "min" and any(f.vmax <= e.vmin for f in others):
             continue
         if op == "max" and any(f.vmin >= e.vmax for f in others):
+            continue
+        # absorption: max(a, min(a, b)) == a and min(a, max(a, b)) == a
+        if e.op == ("max" if op == "min" else "min") and any(f in e.args for f in others):
             continue
         kept.append(e)
     return kept[0] if len(kept) == 1 else Expr(op, tuple(kept))
@@ -566,16 +595,18 @@ def render(e: Expr, name_of: Callable[[str], str], syn: _Syntax) -> str:
     if op == "var":
         return name_of(a[0])
     r = [render(x, name_of, syn) for x in a] if op != "var" else []
-    if op == "add":
-        out = r[0]
-        for x, s in zip(a[1:], r[1:]):
-            c, body = _split_coeff(x)
-            if c < 0 and syn.pretty:
-                neg = render(_scale(body, -c), name_of, syn)
-                out += f" - {neg}"
-            else:
-                out += f" + {s}"
+    if op == "add" and syn.pretty:
+        # positive terms first, then "- term": (n - min(n, 2) - 1)
+        terms = sorted(a, key=lambda t: _split_coeff(t)[0] < 0)
+        out = ""
+        for k, t in enumerate(terms):
+            c, body = _split_coeff(t)
+            text = render(_scale(body, abs(c)) if body.op != "num" else Expr.const(abs(c)),
+                          name_of, syn)
+            out += (f" - {text}" if k else f"-{text}") if c < 0 else (f" + {text}" if k else text)
         return f"({out})"
+    if op == "add":
+        return "(" + " + ".join(r) + ")"
     if op == "mul":
         return "(" + " * ".join(r) + ")"
     if op == "floordiv":

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import ops
 from .dtypes import DType, bfloat16, dtype_of
-from .graph import Edge, Graph
+from .graph import Edge, Graph, RemovedTensorError
 from .hl_ops.binary import BinaryOps
 from .hl_ops.matmul import MatmulOps
 from .hl_ops.movement import MovementOps
@@ -52,7 +52,13 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps):
 
     @property
     def node(self):
-        return self.graph.nodes[self.id]
+        node = self.graph.nodes.get(self.id)
+        if node is None:
+            raise RemovedTensorError(
+                f"this tensor (node {self.id}) was removed by compilation: call .retrieve() "
+                f"(or .keep()) on it before compile() to use it afterwards"
+            )
+        return node
 
     @property
     def shape(self) -> tuple[int | Expr, ...]:
@@ -128,8 +134,8 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps):
         """The value after `execute()`, as a NumPy array of this tensor's shape and dtype."""
         from .backends.reference import read_view
 
+        flat = self.graph.fetch(self.id)  # first: it explains a node compilation removed
         node = self.node
-        flat = self.graph.fetch(self.id)
         if self.layout.is_contiguous and self.layout.shape == node.shape:
             dims = self.graph.dims
             return flat.reshape(tuple(d.evaluate(dims) for d in self.layout.shape))

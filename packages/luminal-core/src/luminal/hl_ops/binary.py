@@ -86,10 +86,18 @@ def binary(name: str, op: ops.Op, a: Operand, b: Operand, dtype=None) -> GraphTe
 def where(cond: Operand, x: Operand, y: Operand) -> GraphTensor:
     """`x` where `cond` is true, else `y` (PyTorch `torch.where`).
 
-    Composed as `x*c + y*(1-c)`, which is exact for finite values. A non-finite scalar branch
-    (`-inf` for masking, `nan`) is built from the mask instead, so it never meets a `0 *`; a
-    non-finite value inside a tensor branch that is not selected still turns the result into
-    NaN (0 * inf), because the primitives have no select.
+    Limitation: the 12 primitives have no select, so this is `x*c + y*(1-c)`: exact when both
+    branches are finite, but an inf or NaN in the branch that is *not* chosen still reaches
+    the result as NaN (0 * inf, 0 * nan). `where(x > 0, x.log(), 0.0)` is NaN where x <= 0,
+    because log(x) is -inf or NaN there. Sanitize the argument instead, so that the unchosen
+    branch is finite:
+
+        where(x > 0, x.clamp(min=1e-30).log(), 0.0)      # not where(x > 0, x.log(), 0.0)
+        where(d != 0, n / where(d != 0, d, 1.0), 0.0)    # a safe division
+
+    A non-finite *scalar* branch (`-inf` for masking, `nan`) is fine: it is built from the
+    mask itself (log2(0) = -inf), so it never meets a `0 *`. The high-level ops of luminal
+    that use `where` internally keep their branches finite for finite inputs.
     """
     from ..tensor import GraphTensor
 
@@ -98,6 +106,10 @@ def where(cond: Operand, x: Operand, y: Operand) -> GraphTensor:
         raise TypeError("where: at least one argument must be a GraphTensor")
     c = lift(anchor, cond).to(bool_)
     x, y = _where_operand(anchor, x, y), _where_operand(anchor, y, x)
+    shape = c.layout.shape
+    for t in (x, y):
+        if isinstance(t, GraphTensor):
+            shape = broadcast_shape("where", shape, t.layout.shape)  # names where, not mul
     dtypes = [t.dtype for t in (x, y) if isinstance(t, GraphTensor)]
     common = promote(*dtypes) if len(dtypes) == 2 else dtypes[0] if dtypes else float32
     if any(isinstance(v, float) for v in (x, y)) and not common.is_float:
@@ -337,6 +349,8 @@ class BinaryOps:
         return where(cond, self, other)
 
     def masked_fill(self, mask, value):
+        """`value` where `mask`, else self. Like `where`, an inf or NaN of self under the mask
+        still gives NaN there (no select primitive); a non-finite `value` is fine."""
         return where(mask, value, self)
 
     def pow(self, exponent: Operand) -> GraphTensor:

@@ -338,7 +338,8 @@ class MovementOps:
         a = _axis(dim, self.ndim)
         n = self.layout.shape[a]
         if not n.is_const:
-            raise ValueError("roll: needs a static size on the rolled dim")
+            raise ValueError(f"roll: dim {dim} has the symbolic size {n}; roll needs a static "
+                             f"size on the rolled dim")
         s = shifts % n.value
         if s == 0:
             return self
@@ -379,7 +380,11 @@ class MovementOps:
         n = self.layout.shape[a]
         if isinstance(split_size_or_sections, int):
             if not n.is_const:
-                raise ValueError("split: needs a static size on the split dim")
+                raise ValueError(
+                    f"split({split_size_or_sections}, dim={dim}): dim {dim} has the symbolic "
+                    f"size {n}, so the number of pieces is unknown at build time; pass the "
+                    f"section sizes instead (split([a, b, ...], dim))"
+                )
             step = split_size_or_sections
             sizes = [min(step, n.value - i) for i in range(0, n.value, step)]
         else:
@@ -397,7 +402,11 @@ class MovementOps:
         a = _axis(dim, self.ndim)
         n = self.layout.shape[a]
         if not n.is_const:
-            raise ValueError("chunk: needs a static size on the chunked dim")
+            raise ValueError(
+                f"chunk({chunks}, dim={dim}): dim {dim} has the symbolic size {n}, so the chunk "
+                f"sizes are unknown at build time; use split([a, b, ...], dim) with explicit "
+                f"sizes, or narrow()"
+            )
         step = -(-n.value // chunks)
         return self.split(step, a)
 

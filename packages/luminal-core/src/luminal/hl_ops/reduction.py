@@ -7,6 +7,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
+import ml_dtypes
+
 from .. import ops
 from ..dtypes import bool_, float32, int32
 from ..symbolic import to_expr
@@ -100,8 +102,17 @@ class ReductionOps:
         return self.var(dim, unbiased, keepdim, correction=correction).sqrt()
 
     def prod(self, dim: int | None = None, keepdim: bool = False) -> GraphTensor:
-        """Product via exp(sum(log|x|)), with the sign from the count of negatives and an exact
-        zero where any factor is zero. Integer (and bool) inputs give int32, rounded."""
+        """Product. Floats: exp2(sum(log2|x|)), with the sign from the count of negatives and
+        an exact zero where any factor is zero (so within a few ulps, not exact).
+
+        Integer (and bool) inputs give int32. Over a static size the product is exact (a
+        log-depth tree of multiplications, wrapping like int32 arithmetic); over a symbolic
+        size it goes through the float formula and is rounded, exact only while every partial
+        product stays below 2^24 (float32's mantissa)."""
+        if not self.dtype.is_float:
+            exact = _int_prod(self, dim, keepdim)
+            if exact is not None:
+                return exact
         x = self._float()
         axes = _axes(x, dim)
         mag = x.abs().log2().sum(axes, keepdim).exp2()
@@ -119,6 +130,10 @@ class ReductionOps:
         a = 0 if dim is None else _axes(x, dim)[0]
         best = x.amax(a, keepdim=True) if largest else x.amin(a, keepdim=True)
         hit = x == best.expand(x.layout.shape)
+        if x.dtype.is_float:
+            # NaN wins (as in PyTorch): the reductions propagate it, so `best` is NaN exactly
+            # where the row holds one, and the first NaN is the index
+            hit = hit | x.isnan()
         n = x.layout.shape[a]
         countdown = iota(x.graph, n - IOTA_INDEX, (n,), int32)
         shape = [1] * x.ndim
@@ -153,11 +168,13 @@ class ReductionOps:
         return shifted - shifted.exp().sum(dim, keepdim=True).log()
 
     def logsumexp(self, dim, keepdim: bool = False) -> GraphTensor:
+        """log(sum(exp(x))) over `dim`, shifted by the max for stability. A row of -inf gives
+        -inf and a row holding +inf gives inf (PyTorch): the shift is the max clamped to the
+        finite range, so it never meets an infinity of the same sign (inf - inf)."""
         x = self._float()
-        m = x.amax(dim, keepdim=True)
-        # an all -inf row has max -inf; subtracting it would give NaN
-        safe = m.isinf().where(0.0, m)
-        out = (x - safe).exp().sum(dim, keepdim=True).log() + safe
+        big = float(ml_dtypes.finfo(x.dtype.numpy).max)
+        shift = x.amax(dim, keepdim=True).clamp(-big, big)
+        out = (x - shift).exp().sum(dim, keepdim=True).log() + shift
         return out if keepdim else out.squeeze(_axes(x, dim))
 
     def cumsum(self, dim: int, dtype=None) -> GraphTensor:
@@ -189,3 +206,38 @@ class ReductionOps:
         if math.isinf(p):
             return x.abs().amax(dim, keepdim)
         return x.abs().pow(p).sum(dim, keepdim).pow(1.0 / p)
+
+
+def _int_prod(x: GraphTensor, dim, keepdim: bool) -> GraphTensor | None:
+    """Exact int32 product over a static axis: multiply the two halves until one is left
+    (ceil(log2 n) Mul nodes). None when the reduced size is symbolic."""
+    x = x.to(int32)
+    if x.ndim == 0:
+        return x
+    flat = dim is None
+    t = x.flatten() if flat else x
+    a = 0 if flat else _axes(x, dim)[0]
+    n = t.layout.shape[a]
+    if not n.is_const:
+        return None
+    t = t.movedim(a, -1)
+    size = n.value
+    if size == 0:
+        t = x.graph.constant(1, int32).expand((*t.layout.shape[:-1], 1))
+    while size > 1:
+        half = size // 2
+        prod = t[..., :half] * t[..., half : 2 * half]
+        t = prod if size % 2 == 0 else _cat_last(prod, t[..., 2 * half :])
+        size = half + size % 2
+    out = t.squeeze(-1)
+    if keepdim:
+        shape = [1] * x.ndim if flat else [
+            to_expr(1) if i == a else d for i, d in enumerate(x.layout.shape)]
+        return out.reshape(shape)
+    return out
+
+
+def _cat_last(a: GraphTensor, b: GraphTensor) -> GraphTensor:
+    from .movement import cat
+
+    return cat([a, b], dim=-1)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import ml_dtypes
+
 from .. import ops
 from ..dtypes import bool_, float32
 from .binary import not_nan, where
@@ -51,7 +53,11 @@ class UnaryOps:
         return self.log2() * (1.0 / math.log2(10.0))
 
     def log1p(self) -> GraphTensor:
-        return (self._float() + 1).log()
+        """log(1 + x), accurate where 1 + x rounds to 1 (Goldberg's log(u) * x / (u - 1))."""
+        x = self._float()
+        # the ratio reads x clamped to a finite value so that x = inf gives log(inf) * 1
+        xc = x.minimum(float(ml_dtypes.finfo(x.dtype.numpy).max))
+        return _log1p_ratio(x + 1, xc, (xc + 1) - 1)
 
     def expm1(self) -> GraphTensor:
         return self.exp() - 1
@@ -123,15 +129,29 @@ class UnaryOps:
     swish = silu
 
     def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> GraphTensor:
+        """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold (PyTorch).
+
+        Computed as (max(bx, 0) + log1p(exp(-|bx|))) / beta, which never overflows. Each
+        branch of the `where` reads its argument clamped to its own side of the threshold, so
+        the branch not taken is finite and cannot leak NaN (see `where`); +-inf map to
+        inf and 0 as in PyTorch.
+        """
         x = self._float()
-        soft = ((x * beta).exp() + 1).log() * (1.0 / beta)
-        return where(x * beta > threshold, x, soft)
+        edge = threshold / beta
+        above = x > edge if beta > 0 else x < edge
+        # the soft branch sees x clamped below the threshold: finite for every x
+        bx = (x.minimum(edge) if beta > 0 else x.maximum(edge)) * beta
+        soft = (bx.maximum(0.0) + _log1p_unit((-bx.abs()).exp())) * (1.0 / beta)
+        linear = x.maximum(edge) if beta > 0 else x.minimum(edge)
+        return where(above, linear, soft)
 
     def leaky_relu(self, negative_slope: float = 0.01) -> GraphTensor:
         return self.maximum(0.0) + self.minimum(0.0) * negative_slope
 
     def elu(self, alpha: float = 1.0) -> GraphTensor:
-        return where(self > 0, self, (self.minimum(0.0).exp() - 1) * alpha)
+        # relu(x) + alpha * (exp(min(x, 0)) - 1): no select, so +-inf give inf and -alpha
+        x = self._float()
+        return x.relu() + (x.minimum(0.0).exp() - 1) * alpha
 
     def gelu(self, approximate: str = "none") -> GraphTensor:
         x = self._float()
@@ -168,3 +188,17 @@ class UnaryOps:
 
     def isinf(self) -> GraphTensor:
         return self.abs() == math.inf
+
+
+def _log1p_unit(y: GraphTensor) -> GraphTensor:
+    """log(1 + y) for y in [0, 1], accurate for tiny y (where 1 + y rounds to 1): Goldberg's
+    log(u) * y / (u - 1) with u = 1 + y, and y itself where u - 1 is 0."""
+    u = y + 1
+    return _log1p_ratio(u, y, u - 1)
+
+
+def _log1p_ratio(u: GraphTensor, y: GraphTensor, d: GraphTensor) -> GraphTensor:
+    """log(u) * y / d, and y where d (the rounded u - 1) is 0; both branches stay finite."""
+    exact = d == 0
+    safe_d = d + exact.to(d.dtype)  # 1 where d is 0
+    return where(exact, y, u.log() * (y / safe_d))
