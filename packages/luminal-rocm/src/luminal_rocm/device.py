@@ -13,11 +13,20 @@ machines without it.
 from __future__ import annotations
 
 import os
+import re
 import threading
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .kernels import KernelSource
 
 ENV_DEVICE = "LUMINAL_OPENCL_DEVICE"
+# Most kernels `Device.build_all` puts in one OpenCL program: a driver's build has a large fixed
+# cost (PoCL: 0.1-0.2 s) and a small one per kernel (a few ms), while a failed batch is rebuilt
+# kernel by kernel, so batches stay moderate.
+BUILD_BATCH = 64
 
 
 class NoDeviceError(RuntimeError):
@@ -98,6 +107,29 @@ def choose_device(cl: Any, spec: str | None = None) -> DeviceChoice:
     return matches[0]
 
 
+@dataclass(frozen=True)
+class BuiltKernels:
+    """Where the kernel functions of one `KernelSource` live: the built `pyopencl.Program`
+    and, when it was built together with other kernels, the names they were renamed to."""
+
+    program: Any
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    def kernel(self, cl: Any, name: str) -> Any:
+        """A new `pyopencl.Kernel` for the kernel function the source calls `name`."""
+        return cl.Kernel(self.program, self.names.get(name, name))
+
+
+def _renamed(body: str, names: Mapping[str, str]) -> str | None:
+    """`body` with each kernel function `old` declared as `new` (None where a declaration is
+    not found exactly once: such a kernel is built on its own)."""
+    for old, new in names.items():
+        body, n = re.subn(rf"\bvoid\s+{re.escape(old)}\s*\(", f"void {new}(", body)
+        if n != 1:
+            return None
+    return body
+
+
 class Device:
     """An opened device: context, one in-order queue, and the features kernels depend on."""
 
@@ -117,8 +149,14 @@ class Device:
         # exactly, and the default (2.5 ulp) would show up in comparisons
         exact = self.device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT
         self.build_options = "-cl-fp32-correctly-rounded-divide-sqrt" if exact else ""
-        self._programs: dict[str, Any] = {}
+        # PoCL caches what it compiles on disk itself (`~/.cache/pocl`, keyed by source and
+        # options), and asking it for a program's binary makes it compile every kernel for a
+        # generic work-group size first (about 0.15 s a kernel on a CPU, more than the build;
+        # the launch compiles a specialised one anyway): there, luminal's cache stays off.
+        self.binary_cache = "portable computing language" not in choice.platform.name.lower()
+        self._built: dict[str, BuiltKernels] = {}
         self._build_lock = threading.Lock()
+        self.batch_failures = 0  # batches a driver rejected (then built kernel by kernel)
 
     @property
     def cache_key(self) -> str:
@@ -127,17 +165,57 @@ class Device:
         return "|".join(s.strip() for s in (p.name, p.version, d.name, d.version,
                                             d.driver_version))
 
-    def build(self, source: str) -> Any:
-        """The built `pyopencl.Program` of `source`: once per process, through the disk cache
-        (`luminal_rocm.cache`) across processes."""
-        from .cache import build_program
-
+    def build_all(self, sources: Sequence[KernelSource],
+                  batch: int = BUILD_BATCH) -> list[BuiltKernels]:
+        """The built kernels of every source, in order. Each distinct source is built once per
+        process, through the disk cache (`luminal_rocm.cache`) across processes. The distinct
+        sources are taken `batch` at a time, and a batch with any source not built yet is built
+        as one OpenCL program: the same sources always give the same programs, so their disk
+        cache entries (and the driver's own cache) are found again by the next process."""
         with self._build_lock:
-            prg = self._programs.get(source)
-            if prg is None:
-                prg = build_program(self, source, self.build_options).program
-                self._programs[source] = prg
-            return prg
+            unique = list({s.source: s for s in sources}.values())
+            for start in range(0, len(unique), batch):
+                group = unique[start:start + batch]
+                if any(s.source not in self._built for s in group):
+                    self._build_batch(group)
+            return [self._built[s.source] for s in sources]
+
+    def _build(self, source: str) -> Any:
+        """Build one OpenCL program, through luminal's disk cache where it is on."""
+        if self.binary_cache:
+            from .cache import build_program
+
+            return build_program(self, source, self.build_options).program
+        return self.cl.Program(self.context, source).build(options=self.build_options)
+
+    def _build_batch(self, group: Sequence[KernelSource]) -> None:
+        if len(group) > 1:
+            chunks: dict[str, None] = {}  # the helpers once each, in first-use order
+            bodies, renames = [], []
+            for i, ks in enumerate(group):
+                names = {spec.name: f"lm{i}_{spec.name}" for spec in ks.launches}
+                body = _renamed(ks.body, names)
+                if body is None:
+                    break
+                chunks.update(dict.fromkeys(ks.prelude))
+                bodies.append(body)
+                renames.append(names)
+            else:
+                source = "".join(chunks) + "".join(bodies)
+                try:
+                    prg = self._build(source)
+                except self.cl.Error:
+                    self.batch_failures += 1  # one bad kernel: build each alone, below
+                else:
+                    for ks, names in zip(group, renames):
+                        # a kernel built before keeps its program (the driver may have
+                        # compiled it for launch already)
+                        self._built.setdefault(ks.source, BuiltKernels(prg, names))
+                    return
+        for ks in group:
+            if ks.source not in self._built:
+                prg = self._build(ks.source)
+                self._built[ks.source] = BuiltKernels(prg)
 
 
 _open: dict[str, Device] = {}

@@ -1,9 +1,11 @@
 """Rendering a lowered `Program` to OpenCL C: one source, with its launches, per IR kernel.
 
-Each IR kernel becomes its own OpenCL program. Driver compilers spend most of their time per
-kernel (PoCL also JIT-compiles every kernel at its first launch and caches that per program),
-so separate programs let identical kernels of different graphs (the same layer in a model
-rebuilt, the same elementwise chain in two tests) share one binary, in memory and on disk.
+Each IR kernel is a self-contained source (helpers + kernel functions), the unit the device
+deduplicates: identical kernels of different graphs (the same layer in a model rebuilt, the
+same elementwise chain in two tests) share one build. The helpers are kept apart from the
+kernel functions (`prelude` / `body`) so that the device can also build many kernels as one
+OpenCL program (`Device.build_all`): a driver spends most of a build on fixed costs (PoCL:
+about 0.1-0.2 s per program, a few milliseconds per extra kernel in it).
 """
 
 from __future__ import annotations
@@ -21,11 +23,19 @@ from .matmul import GEMV_MAX_ROWS, QUANT_PRELUDE, MatmulCtx
 
 @dataclass(frozen=True)
 class KernelSource:
-    """The OpenCL program of one IR kernel and the kernel functions in it (a matmul has one
-    per variant; `LaunchSpec.when` picks at run time)."""
+    """The OpenCL C of one IR kernel and the kernel functions in it (a matmul has one per
+    variant; `LaunchSpec.when` picks at run time). `prelude` holds the helper chunks the
+    `body` (the kernel functions only) needs; programs that batch kernels include each chunk
+    once."""
 
-    source: str
+    prelude: tuple[str, ...]
+    body: str
     launches: tuple[LaunchSpec, ...]
+
+    @property
+    def source(self) -> str:
+        """The whole program of this kernel alone (also its identity for deduplication)."""
+        return "".join(self.prelude) + self.body
 
 
 def _elementwise(kernel: Kernel, dialect: DeviceDialect, group: int) -> KernelSource:
@@ -33,7 +43,7 @@ def _elementwise(kernel: Kernel, dialect: DeviceDialect, group: int) -> KernelSo
     for d in kernel.domain:
         total = total * d
     spec = LaunchSpec("k", kernel_dims(kernel), (ceil_to(total, group),), (group,))
-    return KernelSource(dialect.prelude() + render_kernel(kernel, "k", dialect), (spec,))
+    return KernelSource((dialect.prelude(),), render_kernel(kernel, "k", dialect), (spec,))
 
 
 def _matmul(mm: Matmul, dialect: DeviceDialect, cpu: bool) -> KernelSource:
@@ -50,9 +60,10 @@ def _matmul(mm: Matmul, dialect: DeviceDialect, cpu: bool) -> KernelSource:
     if not (small.is_const and small.value == 1):
         src, spec = family.gemm(ctx, "k")
         parts.append((src, replace(spec, when=1 - small)))
-    prelude = (matmul_cpu.PRELUDE if use_cpu else "") + (QUANT_PRELUDE if ctx.quant else "")
-    source = dialect.prelude() + prelude + "".join(src for src, _ in parts)
-    return KernelSource(source, tuple(spec for _, spec in parts))
+    prelude = (dialect.prelude(), *([matmul_cpu.PRELUDE] if use_cpu else []),
+               *([QUANT_PRELUDE] if ctx.quant else []))
+    return KernelSource(prelude, "".join(src for src, _ in parts),
+                        tuple(spec for _, spec in parts))
 
 
 def render_program(program: Program, dialect: DeviceDialect, cpu: bool,

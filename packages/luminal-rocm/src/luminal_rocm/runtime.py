@@ -2,7 +2,8 @@
 
 Compile time: the graph is lowered (`luminal.codegen.lower`: fusion, views folded into
 indexing), temporaries are assigned to shared slots by liveness (`plan_memory`), every kernel is
-rendered and built (through the disk cache), and each call gets its own `cl.Kernel` whose
+rendered, those the device has not built yet are built together (`Device.build_all`: few
+driver invocations, through the disk cache), and each call gets its own `cl.Kernel` whose
 arguments are set once, so a run is one `enqueue_nd_range_kernel` per call.
 
 Run time, all on one in-order queue with no host wait inside a run:
@@ -26,11 +27,12 @@ from luminal.symbolic import Expr
 
 from .device_array import DeviceArray
 from .dialect import DeviceDialect
-from .kernels import render_program
+from .kernels import KernelSource, render_program
 from .launch import ExprTable
 
 if TYPE_CHECKING:
     from luminal import Graph
+    from luminal.codegen import Program
 
     from .device import Device
 
@@ -40,6 +42,14 @@ if TYPE_CHECKING:
 ASYNC_UPLOAD_LIMIT = 1 << 20
 _MIN_BYTES = 4  # OpenCL buffers cannot be empty
 _NEVER = object()  # upload record of an input not uploaded yet
+
+
+def kernel_sources(program: Program, device: Device) -> list[KernelSource]:
+    """The OpenCL C of every kernel of a lowered program, for `device` (what the runtime
+    builds; also lets a caller build the kernels of many graphs at once, see
+    `Device.build_all`)."""
+    return render_program(program, DeviceDialect(device.has_fp16), device.matmul_cpu,
+                          device.max_work_group)
 
 
 class OpenCLRuntime:
@@ -52,9 +62,8 @@ class OpenCLRuntime:
         program = lower(graph)
         plan = plan_memory(program)
         self.dims = program.dims
-        sources = render_program(program, DeviceDialect(device.has_fp16), device.matmul_cpu,
-                                 device.max_work_group)
-        built = [device.build(s.source) for s in sources]
+        sources = kernel_sources(program, device)
+        built = device.build_all(sources)
 
         # storages: one per non-temporary buffer, then one per memory-plan slot
         slot_of = plan.slot_of
@@ -79,7 +88,7 @@ class OpenCLRuntime:
         for call in program.calls:
             nparams = len(program.kernels[call.kernel].params)
             for spec in sources[call.kernel].launches:
-                kobj = self.cl.Kernel(built[call.kernel], spec.name)
+                kobj = built[call.kernel].kernel(self.cl, spec.name)
                 for pos, b in enumerate(call.args):
                     self._users[self._store_of[b]].append((kobj, pos))
                 for j, name in enumerate(spec.dims):
