@@ -1,11 +1,17 @@
 """The OpenCL dialect's two half-precision modes. Without `cl_khr_fp16` (PoCL) every float16
 test of this suite runs the vload/vstore path for real; the native path needs a device with
-the extension, so here its source is checked."""
+the extension, so here its source is checked, and compiled offline for an AMD GPU by clang."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import luminal as lm
+import pytest
+from luminal.codegen import lower
 from luminal_rocm.dialect import DeviceDialect
+from luminal_rocm.kernels import render_program
 
 
 def test_rocm_dialect_without_fp16_never_declares_half_values():
@@ -23,3 +29,49 @@ def test_rocm_dialect_with_fp16_uses_half_conversions():
     assert d.store_statement(lm.float16, "p0", "i", "v") == "p0[i] = (half)(v);"
     assert d.round(lm.float16, "x") == "lm_round_half(x)"
     assert "(float)(half)x" in d.prelude()
+
+
+# ----- the cl_khr_fp16 path, compiled offline ----------------------------------------------
+def _clang() -> str | None:
+    for name in ("clang", *(f"clang-{v}" for v in range(20, 13, -1))):
+        if path := shutil.which(name):
+            return path
+    return None
+
+
+def _half_sources(fp16: bool, cpu: bool) -> list[str]:
+    """Every kernel of a half-precision graph (elementwise, reductions, softmax, a matmul)."""
+    g = lm.Graph()
+    x = g.tensor(("s", 32), name="x", dtype="float16")
+    w = g.tensor((32, 16), name="w", dtype="float16")
+    h = (x @ w).softmax(-1)
+    for o in (h, (x * 2).sqrt().sum(-1), x.to("float32").exp(), h.to("float16")):
+        o.retrieve()
+    g.compile((lm.GenericCompiler(),))
+    return [s.source for s in render_program(lower(g), DeviceDialect(fp16), cpu, 256)]
+
+
+def _compile_amdgcn(clang: str, source: str, tmp_path, extra=()) -> subprocess.CompletedProcess:
+    path = tmp_path / "k.cl"
+    path.write_text(source)
+    return subprocess.run(
+        [clang, "-x", "cl", "-cl-std=CL1.2", "-target", "amdgcn-amd-amdhsa", "-mcpu=gfx90a",
+         "-nogpulib", "-Xclang", "-finclude-default-header", *extra, "-fsyntax-only",
+         str(path)], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("cpu", [False, True], ids=["gpu_matmul", "cpu_matmul"])
+def test_rocm_dialect_fp16_sources_compile_for_amdgcn(tmp_path, cpu):
+    """PoCL has no cl_khr_fp16, so the native-half sources never run in this suite; clang (a
+    PoCL dependency) at least checks them as OpenCL C for an AMD GPU, which has the extension.
+    The same sources with the extension switched off must fail, or the check proves nothing."""
+    clang = _clang()
+    if clang is None:
+        pytest.skip("no clang to compile OpenCL C offline")
+    sources = _half_sources(fp16=True, cpu=cpu)
+    assert sources and all("cl_khr_fp16" in s for s in sources)
+    for source in sources:
+        out = _compile_amdgcn(clang, source, tmp_path)
+        assert out.returncode == 0, out.stderr
+    off = _compile_amdgcn(clang, sources[0], tmp_path, ("-Xclang", "-cl-ext=-cl_khr_fp16"))
+    assert off.returncode != 0
