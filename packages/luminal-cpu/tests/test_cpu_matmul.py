@@ -115,3 +115,21 @@ def test_matmul_stores_straight_into_a_permuting_copy():
     check_vs_reference(build, [[randn(4, s, 5), randn(4, 5, 8)] for s in (1, 6)], atol=1e-5)
     kinds = [type(k).__name__ for k in program_of(build).kernels]
     assert kinds == ["Matmul", "Kernel"]  # the matmul writes rows; no separate copy
+
+
+def test_batch_sharing_the_right_operand_folds_into_rows():
+    """A linear layer over (batch, seq, features) and im2col convolution rows are one tall
+    GEMM: batch axes that the weight ignores become rows (also with a symbolic batch); a
+    batch that both operands walk stays a batch."""
+
+    def build(g):
+        x = g.tensor(("b", 1, 6, 24))
+        w = g.tensor((17, 24))
+        y = g.tensor(("b", 24, 5))
+        return [x, w, y], [x @ w.T, x @ y.unsqueeze(1)]
+
+    check_vs_reference(build, [[randn(b, 1, 6, 24), randn(17, 24), randn(b, 24, 5)]
+                               for b in (1, 3)], atol=1e-4)
+    mms = [k for k in program_of(build).kernels if isinstance(k, Matmul)]
+    shapes = sorted((len(k.batch), k.m.evaluate({"b": 3})) for k in mms)
+    assert shapes == [(0, 18), (1, 6)], shapes

@@ -108,3 +108,30 @@ def test_train_transpose_view_symbolic_dims() -> None:
         for val, read, out in zip(vals, cases, outs):
             want = scatter_reference(val, read.layout.substitute({"n": n}), n * 6)
             np.testing.assert_allclose(out.numpy().reshape(-1), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, unfold, path", [
+    ((5, 20), (1, 3, 1), "_shifted_rows"),      # a 3-wide kernel: three shifted views
+    ((300,), (0, 3, 2), "_dilated_columns"),    # stride 2, 149 windows: three spread columns
+    ((300,), (0, 100, 1), "skew"),              # 100-wide windows, 201 of them: the skew
+])
+def test_train_transpose_view_overlap_paths(shape, unfold, path, monkeypatch) -> None:
+    """Each way of adding overlapping windows back, against the brute-force scatter."""
+    from luminal_train import views
+
+    used = []
+    for name in ("_shifted_rows", "_dilated_columns"):
+        real = getattr(views, name)
+        monkeypatch.setattr(views, name, lambda *a, _r=real, _n=name: used.append(_n) or _r(*a))
+    g = lm.Graph()
+    x = g.tensor(shape, name="x").set(np.zeros(shape, np.float32))
+    view = x.unfold(*unfold).layout
+    vshape = tuple(d.value for d in view.shape)
+    grad_in = g.tensor(vshape, name="g")
+    out = transpose_view(grad_in, view, shape).retrieve()
+    gval = np.random.default_rng(1).standard_normal(vshape).astype(np.float32)
+    grad_in.set(gval)
+    g.execute()
+    assert (used or ["skew"]) == [path]
+    want = scatter_reference(gval.astype(np.float64), view, int(np.prod(shape)))
+    np.testing.assert_allclose(out.numpy().reshape(-1), want, rtol=1e-5, atol=1e-4)

@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from luminal import Graph, GraphTensor, ops
 from luminal.shape import View
 
+from .contract import mul_grad, reduced_view, summed_axes
 from .views import transpose_view
 from .vjp import VjpContext, vjp
 
@@ -114,6 +115,12 @@ def build_gradients(loss: GraphTensor, params: Sequence[GraphTensor]) -> list[Gr
         inputs = [
             GraphTensor(graph, e.src, e.view, graph.nodes[e.src].dtype) for e in node.inputs
         ]
+        if isinstance(node.op, ops.Mul):
+            for k, edge in enumerate(node.inputs):
+                if edge.src in relevant:
+                    gin = _mul_input_grad(g, inputs[1 - k], edge.view, graph.nodes[edge.src])
+                    pending.setdefault(edge.src, []).append(gin)
+            continue
         out = GraphTensor(graph, node.id, View.contiguous(node.shape), node.dtype)
         for edge, gin in zip(node.inputs, vjp(VjpContext(node.op, inputs, out, g))):
             if gin is None or edge.src not in relevant:
@@ -124,6 +131,17 @@ def build_gradients(loss: GraphTensor, params: Sequence[GraphTensor]) -> list[Gr
         found[pid] if pid in found else graph.zeros(p.layout.shape, p.dtype)
         for pid, p in zip(param_ids, params)
     ]
+
+
+def _mul_input_grad(g: GraphTensor, other: GraphTensor, view: View, src) -> GraphTensor:
+    """The gradient of one input of a Mul read through `view`: `g * other` sent back through
+    the view, as a matrix product when the view broadcasts (`contract.py`)."""
+    axes = summed_axes(view)
+    if axes:
+        product = mul_grad(g, other, axes)
+        if product is not None:
+            return transpose_view(product, reduced_view(view, axes), src.shape)
+    return transpose_view(g * other, view, src.shape)
 
 
 def _on_some_path(graph: Graph, sources: set[int], target: int) -> set[int]:

@@ -13,9 +13,13 @@ scatter-add from primitives only, with views wherever possible:
    (slices, selects, permutes) is a permute + pad, all views;
 3. anything else (steps, overlapping windows, reshapes of slices) is built axis by axis, from
    the smallest stride up, as a growing 1-D block: an axis whose stride clears the block so far
-   is a pad + reshape; an axis that overlaps it is a "skew": pad each row to the final extent
-   and re-read the padded rows with a stride one step shorter, so that summing the rows
-   adds every element at its shifted position (the col2im of convolution backward falls out).
+   is a pad + reshape; an axis that overlaps it adds its rows at shifted positions. With few
+   rows (a kernel axis of a convolution: the col2im of its backward) that is a sum of padded
+   views, one per row, which fuses into one elementwise kernel with plain affine indices; with
+   few columns instead (a strided convolution's output axis) a sum over the columns, each
+   spread out by the stride; otherwise a "skew": pad each row to the final extent and re-read
+   the padded rows with a stride one step shorter, so that summing the rows adds every
+   element at its shifted position (a reduction whose cost grows with the number of rows).
 """
 
 from __future__ import annotations
@@ -156,19 +160,25 @@ def _scatter_general(g: GraphTensor, sizes: Dims, strides: Dims, offset: Expr,
     block = g.permute(list(reversed(order))) if order else g
     block = block.reshape((*block.layout.shape, 1))  # (*axes outermost first, extent)
     extent = Expr.const(1)
+    terms = 1  # loads per output element of the shifted sums built so far
     for k in order:  # innermost first; the axis being merged is always second to last
         n, s = sizes[k], strides[k]
         last = block.ndim - 1
+        new_extent = (n - 1) * s + extent
         if (s - extent).vmin >= 0:
             # the axis steps over the whole block: lay the rows out s apart
             block = block._pad_axis(last, 0, s - extent).flatten(-2)
-            new_extent = (n - 1) * s + extent
             if new_extent != n * s:
                 block = block._with_view(block.layout.slice(last - 1, 0, new_extent))
+        elif n.is_const and terms * n.value <= MAX_SHIFTED_TERMS:
+            block = _shifted_rows(block, n.value, s, extent)
+            terms *= n.value
+        elif extent.is_const and terms * extent.value <= MAX_SHIFTED_TERMS:
+            block = _dilated_columns(block, n, s, extent.value)
+            terms *= extent.value
         else:
             # rows overlap: pad every row to the final extent q, then read row r from
             # position r * (q - s) of the padded buffer, i.e. shifted right by r * s
-            new_extent = (n - 1) * s + extent
             padded = block._pad_axis(last, 0, new_extent - extent).contiguous()
             shape = padded.layout.shape
             skew = View(
@@ -179,3 +189,40 @@ def _scatter_general(g: GraphTensor, sizes: Dims, strides: Dims, offset: Expr,
             block = padded._with_view(skew).sum(-2)
         extent = new_extent
     return block._pad_axis(0, offset, n_src - offset - extent)
+
+
+# Most loads per output element that overlapping axes may add up to as sums of shifted views
+# (a 3x3 convolution's col2im takes 9); beyond it, the skew (a reduction) takes over.
+MAX_SHIFTED_TERMS = 64
+
+
+def _total(parts: list[GraphTensor]) -> GraphTensor:
+    out = parts[0]
+    for p in parts[1:]:
+        out = out + p
+    return out
+
+
+def _shifted_rows(block: GraphTensor, n: int, s: Expr, extent: Expr) -> GraphTensor:
+    """(*outer, n, extent) -> (*outer, (n-1)*s + extent): row r added at offset r*s, as a sum
+    of n padded views (a few rows, e.g. a kernel axis: no index division, no reduction)."""
+    last = block.ndim - 1
+    parts = []
+    for r in range(n):
+        row = block._slice_axis(last - 1, r, r + 1).squeeze(last - 1)
+        parts.append(row._pad_axis(last - 1, r * s, (n - 1 - r) * s))
+    return _total(parts)
+
+
+def _dilated_columns(block: GraphTensor, n: Expr, s: Expr, extent: int) -> GraphTensor:
+    """The same sum taken over the block's few columns instead of its many rows: column j,
+    spread s apart (a strided convolution's output axis), added at offset j."""
+    last = block.ndim - 1
+    span = (n - 1) * s + 1
+    parts = []
+    for j in range(extent):
+        col = block._slice_axis(last, j, j + 1)  # (*outer, n, 1)
+        col = col._pad_axis(last, 0, s - 1).flatten(-2)  # (*outer, n*s): rows s apart
+        col = col._with_view(col.layout.slice(last - 1, 0, span))
+        parts.append(col._pad_axis(last - 1, j, extent - 1 - j))
+    return _total(parts)

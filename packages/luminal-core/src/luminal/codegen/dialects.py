@@ -42,16 +42,18 @@ class CDialect(Dialect):
             pragma = "#pragma omp for simd schedule(static)" if simd_last else (
                 "#pragma omp for schedule(static)")
             return [pragma, loop, *("  " + b for b in body), "}"]
-        outer = " * ".join(f"({e})" for e in extents[:-1])
         last, n = names[-1], extents[-1]
         inner = [*(["#pragma omp simd"] if simd_last else []),
                  f"for (long {last} = 0; {last} < {n}; {last}++) {{", *("  " + b for b in body),
                  "}"]
+        # the outer axes as one collapsed work-shared loop: OpenMP splits their product, and
+        # each thread steps its loop variables forwards (no division per row)
+        heads = [f"for (long {v} = 0; {v} < {e}; {v}++)" for v, e in zip(names, extents)][:-1]
         return [
-            f"const long lm_rows = {outer};",
+            f"#pragma omp for collapse({len(heads)}) schedule(static)" if len(heads) > 1 else
             "#pragma omp for schedule(static)",
-            "for (long lm_row = 0; lm_row < lm_rows; lm_row++) {",
-            *("  " + x for x in _unravel("lm_row", extents[:-1], names[:-1])),
+            *heads[:-1],
+            heads[-1] + " {",
             *("  " + x for x in inner),
             "}",
         ]

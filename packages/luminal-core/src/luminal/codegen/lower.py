@@ -306,6 +306,7 @@ class Lowering:
 
     def _build_matmul(self, node: Node, match: patterns.MatmulMatch) -> tuple[Matmul, list[int]]:
         nodes = self.graph.nodes
+        match = patterns.fold_batch(match)
         a, b = match.a, match.b
         params = [node.id, a.node, b.node]
         kparams = (Param(node.dtype, True), Param(nodes[a.node].dtype), Param(nodes[b.node].dtype))

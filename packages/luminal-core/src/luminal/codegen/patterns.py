@@ -183,6 +183,45 @@ def match_matmul(graph: Graph, node: Node, users: dict[int, list[int]]) -> Matmu
     return None
 
 
+def fold_batch(match: MatmulMatch) -> MatmulMatch:
+    """The same product with fewer batch axes: axes of extent 1 are dropped, and trailing
+    batch axes that the right operand ignores and along which the left operand's rows and the
+    output's rows simply continue (a linear layer or a convolution applied to a batch of
+    images) become rows of one taller matrix, so the GEMM gets one large problem instead of
+    many small ones."""
+    old = [batch_var(j, d) for j, d in enumerate(match.batch)]
+    kept = [j for j, d in enumerate(match.batch) if d != 1]
+    a, b = match.a, match.b
+    m, out_offset, out_stride = match.m, match.out_offset, match.out_stride
+    a_row = a.stride_row
+    while kept:
+        var = old[kept[-1]]
+        a_split = affine(a.offset, (var,))
+        o_split = affine(out_offset, (var,))
+        if a_split is None or o_split is None or (
+            isinstance(b, Operand) and var.name in b.offset.free_vars):
+            break
+        (ca,), a_rest = a_split
+        (co,), o_rest = o_split
+        if m == 1:
+            a_row, out_stride = ca, co
+        elif not (ca == m * a_row and co == m * out_stride):
+            break
+        m = m * match.batch[kept[-1]]
+        a = Operand(a.node, a_rest, a_row, a.stride_k)
+        out_offset = o_rest
+        kept.pop()
+    if len(kept) == len(match.batch):
+        return match
+    env = {old[j].name: batch_var(i, match.batch[j]) for i, j in enumerate(kept)}
+    a = Operand(a.node, a.offset.substitute(env), a_row, a.stride_k)
+    if isinstance(b, Operand):
+        b = Operand(b.node, b.offset.substitute(env), b.stride_row, b.stride_k)
+    return MatmulMatch(match.reduce, match.mul, tuple(match.batch[j] for j in kept), m,
+                       match.n, match.k, a, b, match.out, out_offset.substitute(env),
+                       out_stride)
+
+
 def _destination(graph: Graph, node: Node, users: dict[int, list[int]],
                  out_idx: tuple[Expr, ...]) -> tuple[int, Expr, Expr]:
     """Where the matmul stores element `out_idx` = (batch..., m, n): its own buffer, or, when
