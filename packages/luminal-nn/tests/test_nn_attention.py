@@ -105,8 +105,10 @@ def test_nn_mha_matches_torch_multihead_attention(rng):
     np.testing.assert_allclose(out.numpy(), want.numpy(), atol=ATOL)
 
 
-def _gqa_reference(mod: nn.MultiHeadAttention, x: np.ndarray) -> np.ndarray:
-    """Grouped-query attention with HF-style RoPE in torch (repeat K/V, causal SDPA)."""
+def _gqa_reference(mod: nn.MultiHeadAttention, x: np.ndarray,
+                   window: int | None = None) -> np.ndarray:
+    """Grouped-query attention with HF-style RoPE in torch (repeat K/V, causal SDPA; with
+    `window`, query i sees keys i - window < j <= i, written out as an explicit mask)."""
     sd = {k: torch.from_numpy(v) for k, v in mod.state_dict().items()}
     t = torch.from_numpy(x)
     b, s, _ = x.shape
@@ -117,8 +119,14 @@ def _gqa_reference(mod: nn.MultiHeadAttention, x: np.ndarray) -> np.ndarray:
     inv = mod.rope.inv_freq.data
     q = torch.from_numpy(rotate_half_reference(q.numpy(), inv, 0))
     k = torch.from_numpy(rotate_half_reference(k.numpy(), inv, 0))
-    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                           enable_gqa=True)
+    if window is None:
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                               enable_gqa=True)
+    else:
+        i, j = torch.arange(s)[:, None], torch.arange(s)[None, :]
+        allowed = (j <= i) & (j > i - window)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed,
+                                                               enable_gqa=True)
     return (out.transpose(1, 2).reshape(b, s, h * d) @ sd["o_proj.weight"].T).numpy()
 
 
@@ -130,6 +138,40 @@ def test_nn_gqa_with_rope_matches_torch_sdpa(rng):
     out = mod(g.tensor(x.shape).set(x)).retrieve()
     g.execute()
     np.testing.assert_allclose(out.numpy(), _gqa_reference(mod, x), atol=ATOL)
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_nn_sliding_window_attention_matches_torch_with_and_without_cache(rng, window):
+    """Mistral's sliding window: each query sees only its last `window` keys, in one pass
+    and when decoding with a KV cache (older keys stay cached but are masked out)."""
+    mod = nn.MultiHeadAttention(24, 6, num_kv_heads=2, head_dim=8,
+                                rope=nn.RotaryEmbedding(8, theta=100.0), sliding_window=window)
+    x = _attention_inputs(rng, embed=24, seq=7, batch=1)
+    want = _gqa_reference(mod, x, window)
+    assert not np.allclose(want, _gqa_reference(mod, x))  # the window matters here
+    g = lm.Graph()
+    out = mod(g.tensor(x.shape).set(x)).retrieve()
+    g.execute()
+    np.testing.assert_allclose(out.numpy(), want, atol=ATOL)
+
+    g = lm.Graph()
+    cache = nn.KVCache(g, num_layers=1, batch=1, num_kv_heads=2, head_dim=8)
+    inp = g.tensor((1, "seq", 24))
+    out = mod(inp, cache[0]).retrieve()
+    g.compile(lm.GenericCompiler())
+    for start, stop in [(0, 4), (4, 5), (5, 6), (6, 7)]:
+        inp.set(x[:, start:stop])
+        g.execute()
+        cache.advance(stop - start)
+        np.testing.assert_allclose(out.numpy(), want[:, start:stop], atol=ATOL)
+
+
+def test_nn_sliding_window_needs_causal_and_a_positive_size():
+    with pytest.raises(ValueError, match="sliding_window"):
+        nn.MultiHeadAttention(8, 2, causal=False, sliding_window=4)
+    with pytest.raises(ValueError, match="sliding_window"):
+        nn.MultiHeadAttention(8, 2, sliding_window=0)
+    assert "sliding_window=4" in repr(nn.MultiHeadAttention(8, 2, sliding_window=4))
 
 
 def test_nn_kv_cache_decode_matches_full_recompute(rng):
@@ -160,13 +202,16 @@ def test_nn_kv_cache_decode_matches_full_recompute(rng):
     assert cache.length == 0
 
 
-def test_nn_transformer_block_matches_transformers_llama_layer(rng):
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "attention_bias"])
+def test_nn_transformer_block_matches_transformers_llama_layer(rng, bias):
+    """Hugging Face Llama's `attention_bias` puts biases on q, k, v *and* o_proj."""
     pytest.importorskip("transformers", reason="transformers' Llama layer is the oracle")
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
     config = LlamaConfig(hidden_size=32, intermediate_size=48, num_attention_heads=4,
-                         num_key_value_heads=2, rms_norm_eps=1e-5,
+                         num_key_value_heads=2, rms_norm_eps=1e-5, attention_bias=bias,
+                         mlp_bias=bias,
                          rope_parameters={"rope_type": "default", "rope_theta": 1000.0})
     config._attn_implementation = "eager"
     torch.manual_seed(0)
@@ -175,7 +220,9 @@ def test_nn_transformer_block_matches_transformers_llama_layer(rng):
         for p in ref.parameters():
             p.uniform_(-0.3, 0.3)
     block = nn.TransformerBlock(32, 4, 48, num_kv_heads=2, norm_eps=1e-5,
-                                rope=nn.RotaryEmbedding(8, theta=1000.0))
+                                rope=nn.RotaryEmbedding(8, theta=1000.0), attn_bias=bias,
+                                mlp_bias=bias)
+    assert ("self_attn.o_proj.bias" in ref.state_dict()) == bias
     block.load_state_dict({k: v.numpy() for k, v in ref.state_dict().items()})
     x = rng.standard_normal((1, 5, 32)).astype(np.float32)
     g = lm.Graph()

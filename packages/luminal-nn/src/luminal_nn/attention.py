@@ -91,12 +91,18 @@ class KVCache:
         self.graph.set_dim(self.length_dim, self.length + n)
 
 
-def causal_mask(graph: Graph, seq: ExprLike, offset: ExprLike = 0) -> GraphTensor:
-    """Bool (seq, offset + seq): query i (at position offset + i) sees keys 0 .. offset + i."""
+def causal_mask(graph: Graph, seq: ExprLike, offset: ExprLike = 0,
+                window: int | None = None) -> GraphTensor:
+    """Bool (seq, offset + seq): query i (at position p = offset + i) sees keys 0 .. p, or
+    with a sliding `window` only the last `window` of them, keys p - window + 1 .. p (as
+    Hugging Face's Mistral: key j is visible when p - window < j <= p)."""
     seq, offset = to_expr(seq), to_expr(offset)
     rows = graph.arange(seq) + offset
     cols = graph.arange(offset + seq)
-    return cols.unsqueeze(0) <= rows.unsqueeze(1)
+    keep = cols.unsqueeze(0) <= rows.unsqueeze(1)
+    if window is not None:
+        keep = keep & (cols.unsqueeze(0) > rows.unsqueeze(1) - int(window))
+    return keep
 
 
 class MultiHeadAttention(Module):
@@ -116,19 +122,27 @@ class MultiHeadAttention(Module):
         rope: rotary embedding applied to queries and keys (positions continue after the
             cache).
         causal: mask future positions.
+        sliding_window: with `causal`, each query sees only the last `sliding_window` keys
+            (itself included), as Mistral's sliding-window attention; None: all of them.
+            Cached keys stay in the cache and are masked out.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int | None = None,
                  head_dim: int | None = None, bias: bool = False, out_bias: bool | None = None,
-                 rope: RotaryEmbedding | None = None, causal: bool = True) -> None:
+                 rope: RotaryEmbedding | None = None, causal: bool = True,
+                 sliding_window: int | None = None) -> None:
         super().__init__()
         kv = num_heads if num_kv_heads is None else num_kv_heads
         if num_heads % kv:
             raise ValueError(f"attention: num_heads ({num_heads}) must be a multiple of "
                              f"num_kv_heads ({kv})")
+        if sliding_window is not None and (not causal or int(sliding_window) < 1):
+            raise ValueError(f"attention: sliding_window ({sliding_window}) must be a positive "
+                             "int, and needs causal=True")
         self.num_heads, self.num_kv_heads = num_heads, kv
         self.head_dim = head_dim or embed_dim // num_heads
         self.causal = causal
+        self.sliding_window = None if sliding_window is None else int(sliding_window)
         d = self.head_dim
         self.q_proj = Linear(embed_dim, num_heads * d, bias)
         self.k_proj = Linear(embed_dim, kv * d, bias)
@@ -157,7 +171,7 @@ class MultiHeadAttention(Module):
         # stride-0 view instead of being repeated.
         q = q.unflatten(1, (kv, h // kv))  # (b, kv, rep, s, d)
         scores = (q @ k.unsqueeze(2).transpose(-1, -2)) * (1.0 / math.sqrt(d))
-        keep = causal_mask(x.graph, s, offset) if self.causal else None
+        keep = causal_mask(x.graph, s, offset, self.sliding_window) if self.causal else None
         if mask is not None:
             keep = mask.to(lm.bool) if keep is None else keep & mask.to(lm.bool)
         if keep is not None:
@@ -167,4 +181,6 @@ class MultiHeadAttention(Module):
         return self.o_proj(out)
 
     def extra_repr(self) -> str:
-        return f"heads={self.num_heads}, kv_heads={self.num_kv_heads}, head_dim={self.head_dim}"
+        window = f", sliding_window={self.sliding_window}" if self.sliding_window else ""
+        return (f"heads={self.num_heads}, kv_heads={self.num_kv_heads}, "
+                f"head_dim={self.head_dim}{window}")

@@ -64,22 +64,27 @@ class TransformerBlock(Module):
         norm: "rms" or "layer"; `norm_eps` its epsilon.
         mlp: "swiglu", or an activation name for a plain two-layer `FeedForward`.
         rope: rotary embedding for the attention (shared between layers is fine).
-        attn_bias, mlp_bias: biases on the q/k/v projections and on the MLP.
-        causal: mask future positions.
+        attn_bias: biases on the q/k/v projections; `out_bias` on the output projection
+            (default: the same as `attn_bias`, as Hugging Face Llama's `attention_bias`; pass
+            `out_bias=False` for Qwen2-style q/k/v-only biases).
+        mlp_bias: biases on the MLP.
+        causal: mask future positions; `sliding_window` limits each query to the last that
+            many keys (Mistral), see `MultiHeadAttention`.
     """
 
     def __init__(self, dim: int, num_heads: int, hidden_dim: int, num_kv_heads: int | None = None,
                  head_dim: int | None = None, norm: str = "rms", norm_eps: float = 1e-5,
                  mlp: str = "swiglu", rope: RotaryEmbedding | None = None,
-                 attn_bias: bool = False, mlp_bias: bool = False, causal: bool = True) -> None:
+                 attn_bias: bool = False, mlp_bias: bool = False, causal: bool = True,
+                 out_bias: bool | None = None, sliding_window: int | None = None) -> None:
         super().__init__()
         if norm not in ("rms", "layer"):
             raise ValueError(f"TransformerBlock: norm must be 'rms' or 'layer', got {norm!r}")
         make_norm = RMSNorm if norm == "rms" else LayerNorm
         self.input_layernorm = make_norm(dim, eps=norm_eps)
         self.self_attn = MultiHeadAttention(dim, num_heads, num_kv_heads, head_dim,
-                                            bias=attn_bias, out_bias=False, rope=rope,
-                                            causal=causal)
+                                            bias=attn_bias, out_bias=out_bias, rope=rope,
+                                            causal=causal, sliding_window=sliding_window)
         self.post_attention_layernorm = make_norm(dim, eps=norm_eps)
         self.mlp = SwiGLU(dim, hidden_dim, mlp_bias) if mlp == "swiglu" else FeedForward(
             dim, hidden_dim, mlp, mlp_bias)
