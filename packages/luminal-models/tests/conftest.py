@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from luminal_models.errors import DownloadError
@@ -28,3 +30,68 @@ def smollm2_gguf(smollm2_file: Path) -> GGUFFile:
 @pytest.fixture(scope="session")
 def smollm2_tokenizer(smollm2_gguf: GGUFFile) -> Tokenizer:
     return Tokenizer.from_gguf(smollm2_gguf)
+
+
+@pytest.fixture(scope="session")
+def hf_tokenizer(smollm2_file: Path) -> Any:
+    """transformers' own tokenizer, built from the same GGUF (slow: once per session)."""
+    transformers = pytest.importorskip("transformers")
+    return transformers.AutoTokenizer.from_pretrained(
+        str(smollm2_file.parent), gguf_file=smollm2_file.name
+    )
+
+
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TINY_CORPUS = [
+    "Once upon a time there was a tiny model that liked to count: 1, 2, 3.",
+    "The quick brown fox jumps over the lazy dog. Hello world!",
+    "def add(a, b):\n    return a + b\n",
+    "Café, naïve, 日本語, emoji 😀 and tabs\tand  spaces.",
+] * 20
+
+
+def write_tiny_tokenizer(folder: Path, kind: str = "byte_level") -> Path:
+    """A small trained tokenizer.json (+ tokenizer_config.json) in `folder`: byte-level BPE
+    as GPT-2 / Llama 3 / SmolLM2, or "metaspace" (SentencePiece-style BPE with byte
+    fallback, as Llama 2 / Mistral). Returns the folder."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    if kind == "byte_level":
+        tk = HFTokenizer(models.BPE())
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tk.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    else:
+        tk = HFTokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+        tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first",
+                                                    split=False)
+        tk.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(),
+                                        decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+        specials = ["<unk>", *specials]
+        alphabet = []
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
+                                  initial_alphabet=alphabet, show_progress=False)
+    tk.train_from_iterator(TINY_CORPUS, trainer)
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = json.loads(tk.to_str())
+    if kind != "byte_level":  # the 256 <0xNN> tokens byte fallback spells unknown bytes with
+        vocab = spec["model"]["vocab"]
+        for b in range(256):
+            vocab.setdefault(f"<0x{b:02X}>", len(vocab))
+    (folder / "tokenizer.json").write_text(json.dumps(spec, ensure_ascii=False))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "eos_token": "<|im_end|>", "bos_token": None, "chat_template": TINY_CHAT_TEMPLATE}))
+    return folder
+
+
+@pytest.fixture
+def tiny_tokenizer_dir(tmp_path: Path):
+    """`make(kind="byte_level")` -> a folder holding a small tokenizer.json."""
+    def make(kind: str = "byte_level", name: str = "tok") -> Path:
+        return write_tiny_tokenizer(tmp_path / name, kind)
+    return make

@@ -96,9 +96,12 @@ def test_llama_cli_json(cli_env, model_available):
 
 
 def test_llama_cli_seeded_sampling_from_stdin_is_reproducible(cli_env, model_available):
+    """Same seed, same ids; the newline that ends piped input (`echo ... |`) is not part of
+    the prompt ("Once upon a time" is 4 tokens, with a newline 5)."""
     args = ("generate", "--temperature", "0.9", "--seed", "7", "-n", "6", "--json",
             "--backend", "reference")
-    first, second = (luminal(cli_env, *args, stdin="Once upon a time") for _ in range(2))
+    first, second = (luminal(cli_env, *args, stdin=text)
+                     for text in ("Once upon a time\n", "Once upon a time"))
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["token_ids"] == json.loads(second.stdout)["token_ids"]
     assert json.loads(first.stdout)["prompt_tokens"] == 4
@@ -110,3 +113,68 @@ def test_llama_cli_reports_errors(cli_env, tmp_path):
     assert "luminal generate: error:" in missing.stderr and "nope.gguf" in missing.stderr
     bad = luminal(cli_env, "generate", "hi", "--top-p", "0")
     assert bad.returncode == 1 and "top_p must be in (0, 1]" in bad.stderr
+
+
+# ----- Hugging Face checkpoint directories ----------------------------------------------------
+
+def _write_tiny_llama(folder: Path, vocab: int) -> None:
+    """config.json + model.safetensors of a random 2-layer Llama (GQA, untied head)."""
+    import numpy as np
+    from luminal_models.llama import Llama, LlamaConfig
+    from safetensors.numpy import save_file
+
+    config = {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+              "vocab_size": vocab, "hidden_size": 32, "intermediate_size": 48,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "rms_norm_eps": 1e-5, "max_position_embeddings": 128, "rope_theta": 10000.0,
+              "tie_word_embeddings": False}
+    (folder / "config.json").write_text(json.dumps(config))
+    rng = np.random.default_rng(3)
+    shapes = {n: p.shape for n, p in Llama(LlamaConfig.from_hf(config)).named_parameters()}
+    save_file({n: (rng.normal(size=s) * (1.0 if n.endswith("norm.weight") else 0.3))
+               .astype(np.float32) for n, s in shapes.items()}, str(folder / "model.safetensors"))
+
+
+def test_llama_cli_generates_from_a_hugging_face_checkpoint_dir(cli_env, tiny_tokenizer_dir):
+    """`--model DIR` reads config.json + *.safetensors + tokenizer.json; the ids are what
+    the same model and tokenizer give in-process, and (where transformers is installed) each
+    is transformers' argmax for that position."""
+    from luminal_models.generate import Generator
+    from luminal_models.llama import Llama
+    from luminal_models.tokenizer import Tokenizer
+
+    folder = tiny_tokenizer_dir(name="checkpoint")
+    tok = Tokenizer.from_pretrained(folder)
+    _write_tiny_llama(folder, tok.vocab_size)
+    out = luminal(cli_env, "generate", "--model", str(folder), "--chat", "Hello world", "-n",
+                  "8", "--json", "--backend", "reference")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Hello world"}])
+    want = Generator(Llama.from_safetensors(folder, progress=False), tok).generate(prompt, 8)
+    assert result["token_ids"] == want.token_ids and result["text"] == want.text
+    assert result["prompt_tokens"] == len(tok.encode(prompt))
+
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        return
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32)
+    prompt_ids = transformers.AutoTokenizer.from_pretrained(str(folder)).encode(prompt)
+    assert prompt_ids == tok.encode(prompt)
+    ids = prompt_ids + result["token_ids"]
+    with torch.no_grad():
+        logits = hf.eval()(torch.tensor([ids])).logits[0]
+    n = len(prompt_ids)
+    assert logits[n - 1:-1].argmax(-1).tolist() == result["token_ids"]
+
+
+def test_llama_cli_checkpoint_dir_without_tokenizer_json_fails_clearly(cli_env, tmp_path):
+    folder = tmp_path / "weights-only"
+    folder.mkdir()
+    _write_tiny_llama(folder, 64)
+    out = luminal(cli_env, "generate", "hi", "--model", str(folder))
+    assert out.returncode == 1
+    assert f"luminal generate: error: {folder}: not a Hugging Face checkpoint" in out.stderr
+    assert "no tokenizer.json" in out.stderr

@@ -1,13 +1,12 @@
 """Tokenizer rebuilt from GGUF metadata, checked against transformers and the recorded prompts.
 
 transformers loads its own tokenizer from the same GGUF (``AutoTokenizer(..., gguf_file=...)``);
-that is slow, so it is loaded once per module.
+that is slow, so it is loaded once per session (the ``hf_tokenizer`` fixture in conftest.py).
 """
 
 from __future__ import annotations
 
 import unicodedata
-from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -77,12 +76,75 @@ NUMERAL_TEXTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def hf_tokenizer(smollm2_file: Path) -> Any:
-    transformers = pytest.importorskip("transformers")
-    return transformers.AutoTokenizer.from_pretrained(
-        str(smollm2_file.parent), gguf_file=smollm2_file.name
-    )
+# Whitespace runs before numerals, where transformers' GGUF tokenizer (plain GPT-2 regex) and
+# SmolLM2's real pre-tokenizer (digits isolated first) disagree. Expected ids were produced by
+# llama.cpp, an independent implementation: llama-cpp-python 0.3.36,
+# `llama_cpp.Llama(<SmolLM2-135M-Instruct.Q4_1.gguf>, vocab_only=True)
+#  .tokenize(text.encode(), add_bos=False, special=True)` (llama_cpp is not a test dependency).
+LLAMA_CPP_IDS = [
+    ("x  2", [104, 256, 34]),  # [x, ĠĠ, 2]; transformers: [x, Ġ, Ġ, 2]
+    ("a\n\n2", [81, 1116, 34]),  # [a, ĊĊ, 2]
+    ("total:\t\t42", [9712, 42, 1656, 36, 34]),  # [total, :, ĉĉ, 4, 2]
+    ("    1 + 2", [289, 33, 1232, 216, 34]),
+    ("  12  34", [256, 33, 34, 256, 35, 36]),
+    ("\t\t7", [1656, 39]),
+    ("price =  3.50", [17517, 446, 256, 35, 30, 37, 32]),
+    ("data = [\n    1,\n    22,\n]\n", [1824, 446, 933, 2367, 33, 28, 2367, 34, 34, 28, 198, 77,
+                                        198]),
+    ("x  ½", [104, 256, 16738]),
+    ("x   \u0665", [104, 333, 164, 115]),  # ARABIC-INDIC DIGIT FIVE
+    ("<|im_start|>user\n  42<|im_end|>", [1, 4093, 11181, 36, 34, 2]),
+]  # fmt: skip
+
+
+def _smollm2_tokenizer_json_pipeline(gguf: GGUFFile) -> Any:
+    """A `tokenizers` pipeline set up as SmolLM2's own tokenizer.json (BPE from this file's
+    vocabulary and merges; pre-tokenizer Sequence[Digits(individual_digits=True),
+    ByteLevel(add_prefix_space=False, use_regex=True)]; control tokens matched whole),
+    written out independently of luminal_models.tokenizer."""
+    from tokenizers import AddedToken, models, pre_tokenizers
+    from tokenizers import Tokenizer as HFTokenizer
+
+    meta = gguf.metadata
+    tokens = list(meta["tokenizer.ggml.tokens"])
+    merges = [tuple(m.split(" ", 1)) for m in meta["tokenizer.ggml.merges"]]
+    pipeline = HFTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+    pipeline.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    control = [t for t, typ in zip(tokens, meta["tokenizer.ggml.token_type"]) if typ == 3]
+    pipeline.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in control])
+    return pipeline
+
+
+@pytest.mark.parametrize("text, ids", LLAMA_CPP_IDS, ids=[repr(t) for t, _ in LLAMA_CPP_IDS])
+def test_whitespace_before_numerals_matches_llama_cpp(
+    smollm2_tokenizer: Tokenizer, text: str, ids: list[int]
+) -> None:
+    assert smollm2_tokenizer.encode(text) == ids
+    assert smollm2_tokenizer.decode(ids) == text
+
+
+def test_encode_matches_the_smollm2_tokenizer_json_pipeline(
+    smollm2_gguf: GGUFFile, smollm2_tokenizer: Tokenizer
+) -> None:
+    """Fixed texts plus 3000 random strings rich in whitespace runs, digits and non-ASCII
+    numerals give the same ids as SmolLM2's real pre-tokenizer (and the llama.cpp ids agree
+    with it too)."""
+    import random
+
+    pipeline = _smollm2_tokenizer_json_pipeline(smollm2_gguf)
+    rng = random.Random(0)
+    alphabet = [*"ab xyZ 09 12\n\t  .,:;'\"!?-_()[]{}", "½", "٣", "é", "中", "😀", "'s", "'ll",
+                "\u00a0", "\r\n", "  ", "Ⅷ", "²", "<|im_end|>"]
+    texts = [*TEXTS, *NUMERAL_TEXTS, *(t for t, _ in LLAMA_CPP_IDS)]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24)))
+              for _ in range(3000)]
+    for text in texts:
+        assert smollm2_tokenizer.encode(text) == pipeline.encode(text).ids, repr(text)
+    for text, ids in LLAMA_CPP_IDS:
+        assert pipeline.encode(text).ids == ids, repr(text)
 
 
 def _numeral_segments(text: str) -> list[str]:

@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 __all__ = ["configure", "run"]
 
@@ -26,6 +27,7 @@ examples:
   luminal generate "Once upon a time"
   luminal generate --chat "What is the capital of France?"
   echo "The recipe:" | luminal generate --temperature 0.8 --seed 1 --json
+  luminal generate --model ./my-llama-checkpoint "Hello"   # config.json + safetensors
 """
 
 
@@ -34,10 +36,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = _EPILOG
     parser.add_argument("prompt", nargs="?", metavar="PROMPT",
-                        help="the prompt (read from stdin when omitted)")
+                        help="the prompt (read from stdin when omitted, without its final "
+                             "newline)")
     parser.add_argument("--model", "-m", default="smollm2", metavar="NAME|PATH",
-                        help="'smollm2' (downloaded once if needed) or a .gguf file "
-                             "(default: %(default)s)")
+                        help="'smollm2' (downloaded once if needed), a .gguf file, or a "
+                             "Hugging Face checkpoint directory (config.json, *.safetensors, "
+                             "tokenizer.json) (default: %(default)s)")
     parser.add_argument("--max-tokens", "-n", type=int, default=128, metavar="N",
                         help="most tokens to generate (default: %(default)s)")
     parser.add_argument("--temperature", "-t", type=float, default=0.0, metavar="T",
@@ -72,25 +76,37 @@ def run(args: argparse.Namespace) -> int:
     from .sampling import SamplingParams
     from .tokenizer import Tokenizer
 
-    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    if args.prompt is not None:
+        prompt = args.prompt
+    else:
+        # `echo text | luminal generate`: the newline ends the input, it is not part of it
+        prompt = sys.stdin.read()
+        prompt = prompt[:-2] if prompt.endswith("\r\n") else prompt.removesuffix("\n")
     if args.max_tokens < 1:
         return _fail("--max-tokens must be at least 1")
     try:
         sampling = SamplingParams(args.temperature, args.top_k, args.top_p, args.seed)
         backend = lm.backend(args.backend)
         start = time.perf_counter()
-        path = resolve_model(args.model)
-        if path.suffix.lower() != ".gguf":
-            return _fail(f"{path}: `luminal generate` reads .gguf models (the tokenizer comes "
-                         "from the GGUF metadata)")
-        # the reference backend has no quantized kernels: it would decode every weight on
-        # every step, so it gets float32 weights decoded once at load
-        quantized = backend.name != "reference"
-        # parsed once for the tokenizer and the weights; closing it frees the parsed metadata
-        # (the weights keep the file's memory map alive)
-        with GGUFFile(path) as gguf:
-            tokenizer = Tokenizer.from_gguf(gguf)
-            model = Llama.from_gguf(gguf, quantized=quantized, progress=not args.json)
+        checkpoint = _checkpoint_dir(args.model)
+        if checkpoint is not None:
+            path = checkpoint
+            tokenizer = Tokenizer.from_pretrained(checkpoint)  # before the (larger) weights
+            model = Llama.from_safetensors(checkpoint, progress=not args.json)
+        else:
+            path = resolve_model(args.model)
+            if path.suffix.lower() != ".gguf":
+                return _fail(f"{path}: `luminal generate` reads a .gguf file or a Hugging "
+                             "Face checkpoint directory (config.json, *.safetensors, "
+                             "tokenizer.json)")
+            # the reference backend has no quantized kernels: it would decode every weight on
+            # every step, so it gets float32 weights decoded once at load
+            quantized = backend.name != "reference"
+            # parsed once for the tokenizer and the weights; closing it frees the parsed
+            # metadata (the weights keep the file's memory map alive)
+            with GGUFFile(path) as gguf:
+                tokenizer = Tokenizer.from_gguf(gguf)
+                model = Llama.from_gguf(gguf, quantized=quantized, progress=not args.json)
         generator = Generator(model, tokenizer, backend)
         loaded = time.perf_counter() - start
         if args.chat:
@@ -108,6 +124,28 @@ def run(args: argparse.Namespace) -> int:
               f"generated {len(result.token_ids)} tokens, decoding at "
               f"{result.decode_tok_s:.1f} tok/s; stop: {result.stop_reason}]", file=sys.stderr)
     return 0
+
+
+def _checkpoint_dir(model: str) -> Path | None:
+    """The Hugging Face checkpoint directory `model` names (a directory, or a .safetensors
+    file in one), or None for a model name or a GGUF file. A directory without the files a
+    checkpoint needs is an error that says which are missing."""
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix.lower() == ".safetensors":
+        path = path.parent
+    elif not path.is_dir():
+        return None
+    missing = [name for name, ok in (
+        ("config.json", (path / "config.json").is_file()),
+        ("*.safetensors", any(path.glob("*.safetensors"))),
+        ("tokenizer.json", (path / "tokenizer.json").is_file()),
+    ) if not ok]
+    if missing:
+        raise FileNotFoundError(
+            f"{path}: not a Hugging Face checkpoint `luminal generate` can read: no "
+            f"{', no '.join(missing)} (it needs config.json, *.safetensors weights and the "
+            "tokenizer as tokenizer.json)")
+    return path
 
 
 def _write_stdout(text: str) -> None:

@@ -37,7 +37,10 @@ class LlamaConfig:
 
     `rope_scaling` is a Hugging Face `rope_scaling` dict (linear or llama3) or None;
     `rope_freqs` holds explicit RoPE frequency divisors (GGUF `rope_freqs.weight`, which
-    llama.cpp uses for Llama 3.1 instead of scaling metadata).
+    llama.cpp uses for Llama 3.1 instead of scaling metadata). `attention_bias` puts biases on
+    the q, k, v and o projections and `mlp_bias` on the three MLP projections, as Hugging
+    Face's `LlamaConfig`. `sliding_window` (Mistral) limits each query to the last that many
+    positions, on every layer or, with `layer_types`, on the "sliding_attention" ones.
     """
 
     vocab_size: int
@@ -55,6 +58,18 @@ class LlamaConfig:
     attention_bias: bool = False
     mlp_bias: bool = False
     rope_freqs: tuple[float, ...] | None = field(default=None, repr=False)
+    sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None
+
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding attention window of `layer` (None: full causal attention). Without
+        `layer_types` the window applies to every layer, as in Mistral; with them, only to
+        layers marked "sliding_attention"."""
+        if self.sliding_window is None:
+            return None
+        if self.layer_types is not None and self.layer_types[layer] != "sliding_attention":
+            return None
+        return self.sliding_window
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile) -> LlamaConfig:
@@ -86,6 +101,11 @@ class LlamaConfig:
         freqs = None
         if "rope_freqs.weight" in gguf.tensors:
             freqs = tuple(float(f) for f in gguf.tensor("rope_freqs.weight"))
+            if len(freqs) != head_dim // 2:
+                raise ModelFileError(
+                    f"{gguf.path}: tensor 'rope_freqs.weight' has shape "
+                    f"{gguf.info('rope_freqs.weight').shape}, the config expects "
+                    f"({head_dim // 2},)")
         return cls(
             vocab_size=int(vocab),
             hidden_size=hidden,
@@ -99,6 +119,8 @@ class LlamaConfig:
             rope_scaling=scaling,
             max_position_embeddings=int(get("context_length", 4096)),
             tie_word_embeddings="output.weight" not in gguf.tensors,
+            attention_bias="blk.0.attn_q.bias" in gguf.tensors,
+            mlp_bias="blk.0.ffn_up.bias" in gguf.tensors,
             rope_freqs=freqs,
         )
 
@@ -110,6 +132,13 @@ class LlamaConfig:
             params if params.get("rope_type", "default") != "default" else None)
         theta = config.get("rope_theta", params.get("rope_theta", 10000.0))
         heads = int(config["num_attention_heads"])
+        window = config.get("sliding_window")
+        if not config.get("use_sliding_window", True):  # Qwen2-style switch
+            window = None
+        layer_types = config.get("layer_types")
+        if layer_types is not None and len(layer_types) != int(config["num_hidden_layers"]):
+            raise ModelFileError(f"config.json: layer_types has {len(layer_types)} entries for "
+                                 f"{config['num_hidden_layers']} layers")
         return cls(
             vocab_size=int(config["vocab_size"]),
             hidden_size=int(config["hidden_size"]),
@@ -125,6 +154,8 @@ class LlamaConfig:
             tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
             attention_bias=bool(config.get("attention_bias", False)),
             mlp_bias=bool(config.get("mlp_bias", False)),
+            sliding_window=None if window is None else int(window),
+            layer_types=None if layer_types is None else tuple(layer_types),
         )
 
 
@@ -144,8 +175,9 @@ class LlamaModel(nn.Module):
                 c.hidden_size, c.num_heads, c.intermediate_size, num_kv_heads=c.num_kv_heads,
                 head_dim=c.head_dim, norm_eps=c.rms_norm_eps, rope=rope,
                 attn_bias=c.attention_bias, mlp_bias=c.mlp_bias,
+                sliding_window=c.layer_window(i),
             )
-            for _ in range(c.num_layers)
+            for i in range(c.num_layers)
         )
         self.norm = nn.RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
 
@@ -214,6 +246,7 @@ class Llama(nn.Module):
             if name not in params:
                 raise ModelFileError(f"{gguf.path}: unexpected tensor {info.name!r} for a Llama "
                                      f"model with {self.config.num_layers} layers")
+            _check_shape(gguf.path, info.name, name, info.shape, params[name].shape)
             keep = quantized and info.qtype.name.lower() in KEPT_QUANTIZED and len(info.shape) == 2
             wanted = nn.QuantizedParameter(info.shape, info.qtype.name) if keep else (
                 nn.Parameter(info.shape))
@@ -231,9 +264,9 @@ class Llama(nn.Module):
                      raw: bool) -> np.ndarray:
         w = gguf.tensor(info.name, dequantize=not raw)
         c = self.config
-        if name.endswith("self_attn.q_proj.weight"):
+        if name.endswith(("self_attn.q_proj.weight", "self_attn.q_proj.bias")):
             return unpermute_qk(w, c.num_heads)
-        if name.endswith("self_attn.k_proj.weight"):
+        if name.endswith(("self_attn.k_proj.weight", "self_attn.k_proj.bias")):
             return unpermute_qk(w, c.num_kv_heads)
         return w
 
@@ -255,17 +288,30 @@ class Llama(nn.Module):
         params = dict(model.named_parameters())
         loaded = set()
         for file in files:
-            st = SafetensorsFile(file)
-            for name in tqdm(st.tensors, desc=f"loading {file.name}", unit="tensor",
-                             disable=not progress, leave=False):
-                if name in params:
-                    params[name].data = st.tensor(name).astype(np.float32, copy=False)
-                    loaded.add(name)
-                elif not (name.endswith("rotary_emb.inv_freq") or (
-                        name == "lm_head.weight" and model.lm_head is None)):
-                    raise ModelFileError(f"{file}: unexpected tensor {name!r} for this config")
+            # float32 tensors stay views of the file's memory map (the map outlives `st`)
+            with SafetensorsFile(file) as st:
+                for name in tqdm(st.tensors, desc=f"loading {file.name}", unit="tensor",
+                                 disable=not progress, leave=False):
+                    if name in params:
+                        _check_shape(file, name, None, st.info(name).shape, params[name].shape)
+                        params[name].data = st.tensor(name).astype(np.float32, copy=False)
+                        loaded.add(name)
+                    elif not (name.endswith("rotary_emb.inv_freq") or (
+                            name == "lm_head.weight" and model.lm_head is None)):
+                        raise ModelFileError(f"{file}: unexpected tensor {name!r} for this "
+                                             "config")
         _check_complete(folder, params, loaded)
         return model
+
+
+def _check_shape(source: Any, file_name: str, name: str | None, got: tuple[int, ...],
+                 want: tuple[int, ...]) -> None:
+    """A ModelFileError naming the file and the tensor (and the model parameter it loads
+    into, where the file's name differs) unless its shape is the config-derived `want`."""
+    if tuple(got) != tuple(want):
+        also = f" ({name})" if name is not None and name != file_name else ""
+        raise ModelFileError(f"{source}: tensor {file_name!r}{also} has shape {tuple(got)}, "
+                             f"the config expects {tuple(want)}")
 
 
 def _check_complete(source: Any, params: Mapping[str, nn.Parameter], loaded: set[str]) -> None:
@@ -292,6 +338,14 @@ GGUF_NAMES: dict[str, str] = {
     "blk.{i}.ffn_gate.weight": "model.layers.{i}.mlp.gate_proj.weight",
     "blk.{i}.ffn_up.weight": "model.layers.{i}.mlp.up_proj.weight",
     "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
+    # attention_bias / mlp_bias checkpoints
+    "blk.{i}.attn_q.bias": "model.layers.{i}.self_attn.q_proj.bias",
+    "blk.{i}.attn_k.bias": "model.layers.{i}.self_attn.k_proj.bias",
+    "blk.{i}.attn_v.bias": "model.layers.{i}.self_attn.v_proj.bias",
+    "blk.{i}.attn_output.bias": "model.layers.{i}.self_attn.o_proj.bias",
+    "blk.{i}.ffn_gate.bias": "model.layers.{i}.mlp.gate_proj.bias",
+    "blk.{i}.ffn_up.bias": "model.layers.{i}.mlp.up_proj.bias",
+    "blk.{i}.ffn_down.bias": "model.layers.{i}.mlp.down_proj.bias",
 }
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 

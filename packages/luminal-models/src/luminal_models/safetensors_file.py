@@ -1,9 +1,11 @@
-"""Reading safetensors files into NumPy.
+"""Reading safetensors files into NumPy, memory-mapped.
 
-Tensors are read through ``safetensors.safe_open(..., framework="numpy")``, which memory-maps
-the file. Before that the header is checked by hand: its length field is compared with the file
-size (and safetensors' own 100 MB cap) before anything is allocated, and every tensor's byte range
-is checked against the file, so a corrupt or truncated file fails with a
+The file is mapped read-only once (``mmap``) and each tensor is a NumPy view of the map at the
+byte offsets its header entry gives (``np.frombuffer``): reading a tensor copies nothing and
+touches only the pages it uses. BF16, which NumPy lacks, is widened to a new float32 array
+(exact). Before anything is allocated the header is checked by hand: its length field is
+compared with the file size (and safetensors' own 100 MB cap), and every tensor's byte range is
+checked against the file, at open and again at read, so a corrupt or truncated file fails with a
 :class:`~luminal_models.errors.SafetensorsError` naming the file, tensor and offset. The format
 holds only JSON and raw numbers; nothing is ever unpickled.
 """
@@ -11,6 +13,7 @@ holds only JSON and raw numbers; nothing is ever unpickled.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -19,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors import SafetensorError, safe_open
 
 from .errors import SafetensorsError
 
@@ -33,6 +35,15 @@ _ITEMSIZE = {
     "U16": 2, "I16": 2, "F16": 2, "BF16": 2,
     "U32": 4, "I32": 4, "F32": 4,
     "U64": 8, "I64": 8, "F64": 8,
+}  # fmt: skip
+
+# safetensors dtype -> NumPy dtype of the stored bytes (little-endian; BF16 and F8 are special)
+_NUMPY = {
+    "BOOL": np.dtype(np.bool_), "U8": np.dtype("u1"), "I8": np.dtype("i1"),
+    "U16": np.dtype("<u2"), "I16": np.dtype("<i2"), "F16": np.dtype("<f2"),
+    "U32": np.dtype("<u4"), "I32": np.dtype("<i4"), "F32": np.dtype("<f4"),
+    "U64": np.dtype("<u8"), "I64": np.dtype("<i8"), "F64": np.dtype("<f8"),
+    "BF16": np.dtype("<u2"),
 }  # fmt: skip
 
 
@@ -69,42 +80,44 @@ class SafetensorsFile:
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
+        self._map: mmap.mmap | None = None
+        self._file: Any = None
         header, data_start, size = self._read_header()
         self.metadata: dict[str, str] = dict(header.pop("__metadata__", None) or {})
         self.tensors: dict[str, SafetensorInfo] = {}
         for name, entry in header.items():
             self.tensors[name] = self._check_entry(name, entry, data_start, size)
-        try:
-            self._handle: Any = safe_open(str(self.path), framework="numpy")
-        except SafetensorError as e:
-            raise SafetensorsError(f"{self.path}: {e}") from e
 
     def _read_header(self) -> tuple[dict[str, Any], int, int]:
         try:
-            size = self.path.stat().st_size
-            with open(self.path, "rb") as f:
-                prefix = f.read(8)
-                if len(prefix) < 8:
-                    raise SafetensorsError(
-                        f"{self.path}: truncated file ({size} bytes; a safetensors file starts "
-                        "with an 8-byte header length)"
-                    )
-                (n,) = struct.unpack("<Q", prefix)
-                if n > min(size - 8, MAX_HEADER_BYTES):
-                    raise SafetensorsError(
-                        f"{self.path}: header length field says {n} bytes but the file has "
-                        f"{size - 8} bytes after it (limit {MAX_HEADER_BYTES}); not a safetensors "
-                        "file, or a corrupt one"
-                    )
-                raw = f.read(n)
+            # kept open to see the file's current size at each read: touching mapped pages
+            # past the end of a file truncated since would kill the process (SIGBUS)
+            self._file = open(self.path, "rb")  # noqa: SIM115
+            size = os.fstat(self._file.fileno()).st_size
+            if size < 8:
+                self.close()
+                raise SafetensorsError(
+                    f"{self.path}: truncated file ({size} bytes; a safetensors file starts "
+                    "with an 8-byte header length)"
+                )
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         except FileNotFoundError:
             raise SafetensorsError(f"{self.path}: no such file") from None
         except IsADirectoryError:
             raise SafetensorsError(f"{self.path}: is a directory, not a safetensors file") from None
         except OSError as e:
+            self.close()
             raise SafetensorsError(f"{self.path}: cannot read: {e.strerror or e}") from e
+        size = len(self._map)
+        (n,) = struct.unpack_from("<Q", self._map, 0)
+        if n > min(size - 8, MAX_HEADER_BYTES):
+            raise SafetensorsError(
+                f"{self.path}: header length field says {n} bytes but the file has "
+                f"{size - 8} bytes after it (limit {MAX_HEADER_BYTES}); not a safetensors "
+                "file, or a corrupt one"
+            )
         try:
-            header = json.loads(raw.decode("utf-8"))
+            header = json.loads(self._map[8 : 8 + n].decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise SafetensorsError(
                 f"{self.path}: header (bytes 8..{8 + n}) is not valid JSON: {e}"
@@ -145,25 +158,58 @@ class SafetensorsFile:
             raise SafetensorsError(f"{self.path}: no tensor named {name!r}") from None
 
     def tensor(self, name: str) -> np.ndarray:
-        """Read a tensor as a NumPy array of its stored dtype.
+        """A tensor as a NumPy array of its stored dtype.
 
-        BF16, which NumPy lacks, is widened (exactly) to float32.
+        The array is a read-only view of the file's memory map (no copy); BF16, which NumPy
+        lacks, is widened (exactly) to a new float32 array.
 
         Raises:
-            SafetensorsError: no such tensor, or a dtype NumPy cannot represent (F8).
+            SafetensorsError: no such tensor, the file was closed, its data lies past the end
+                of the mapped file, or a dtype NumPy cannot represent (F8).
         """
         info = self.info(name)
-        if info.dtype == "BF16":
-            bits = np.fromfile(self.path, dtype="<u2", count=info.nbytes // 2, offset=info.offset)
-            return (bits.astype(np.uint32) << 16).view(np.float32).reshape(info.shape)
         if info.dtype.startswith("F8"):
             raise SafetensorsError(
                 f"{self.path}: tensor {name!r} has dtype {info.dtype}, which NumPy cannot hold"
             )
+        if self._map is None:
+            raise SafetensorsError(f"{self.path}: tensor {name!r}: the file has been closed")
         try:
-            return self._handle.get_tensor(name)
-        except (SafetensorError, TypeError, ValueError) as e:
-            raise SafetensorsError(f"{self.path}: tensor {name!r}: {e}") from e
+            size = min(len(self._map), os.fstat(self._file.fileno()).st_size)
+        except (OSError, ValueError) as e:
+            raise SafetensorsError(f"{self.path}: tensor {name!r}: cannot read: {e}") from e
+        if info.offset + info.nbytes > size:
+            raise SafetensorsError(
+                f"{self.path}: tensor {name!r}: truncated file: its data spans bytes "
+                f"{info.offset}..{info.offset + info.nbytes} but the file has only {size} bytes"
+            )
+        dtype = _NUMPY[info.dtype]
+        if info.nbytes == 0:
+            return np.zeros(info.shape, np.float32 if info.dtype == "BF16" else dtype)
+        flat = np.frombuffer(self._map, dtype=dtype, count=info.nbytes // dtype.itemsize,
+                             offset=info.offset)
+        if info.dtype == "BF16":
+            return (flat.astype(np.uint32) << 16).view(np.float32).reshape(info.shape)
+        return flat.reshape(info.shape)
+
+    def close(self) -> None:
+        """Drop this object's reference to the memory map (arrays already returned keep it
+        alive until they are gone too)."""
+        self._map = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def __del__(self) -> None:
+        file = getattr(self, "_file", None)
+        if file is not None:
+            file.close()
+
+    def __enter__(self) -> SafetensorsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return f"SafetensorsFile({str(self.path)!r}, {len(self.tensors)} tensors)"

@@ -8,18 +8,31 @@ llama.cpp does for the same file.
 The pre-tokenizer comes from ``tokenizer.ggml.pre``. For ``"smollm"`` (and the other names llama.cpp
 groups with it, e.g. ``"starcoder"``) llama.cpp first isolates every ``\\p{N}`` character and then
 applies the GPT-2 split regex; that is also what SmolLM2's own ``tokenizer.json`` does (a
-``Digits(individual_digits=True)`` step before ``ByteLevel``). transformers' GGUF loader has no
-entry for ``"smollm"`` and falls back to the plain GPT-2 regex; the two agree except where a
-space precedes a non-ASCII numeric character (``" ½"``), because this vocabulary has no merges
-between ASCII digits. We follow llama.cpp, which is what the model was trained with.
+``Digits(individual_digits=True)`` step before ``ByteLevel``), so this is how the model's
+training text was tokenized, and it is what we do.
+
+transformers' GGUF loader has no entry for ``"smollm"`` and falls back to the plain GPT-2 regex,
+which differs wherever whitespace precedes a numeral. The GPT-2 regex keeps one space for the
+word after a whitespace run (``\\s+(?!\\S)``), so ``"x  2"`` becomes ``x``, ``" "``, ``" 2"``
+and then ``[x, Ġ, Ġ, 2]`` (the vocabulary has no ``Ġ2``), whereas isolating the digit first
+leaves the whole run ``"  "`` before it: ``[x, ĠĠ, 2]``. The same happens for newline and tab
+runs (``"a\\n\\n2"``, ``"total:\\t\\t42"``), indented numbers in code, and a space before a
+non-ASCII numeral (``" ½"``). Two independent implementations agree with us, not with
+transformers: llama.cpp (``llama_cpp.Llama(..., vocab_only=True).tokenize``; its ids for these
+cases are recorded in ``tests/test_models_tokenizer.py``, and it matched us on 3000 random
+strings when this was checked), and a ``tokenizers`` pipeline set up like SmolLM2's
+``tokenizer.json`` from this file's vocabulary and merges (compared at test time on the same
+kind of random strings).
 """
 
 from __future__ import annotations
 
 import codecs
+import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
@@ -162,6 +175,87 @@ class Tokenizer:
         gguf = path_or_file if isinstance(path_or_file, GGUFFile) else GGUFFile(path_or_file)
         return cls(gguf.metadata, name=str(gguf.path))
 
+    @classmethod
+    def from_pretrained(cls, folder: str | os.PathLike[str]) -> Tokenizer:
+        """The tokenizer of a Hugging Face checkpoint directory: ``tokenizer.json`` (loaded by
+        the ``tokenizers`` library, so any model type it supports), plus, where present,
+        ``tokenizer_config.json`` (BOS/EOS tokens, ``chat_template``), ``chat_template.jinja``
+        and the ``eos_token_id`` of ``generation_config.json`` / ``config.json`` (all of them
+        stop generation).
+
+        Raises:
+            TokenizerError: no ``tokenizer.json``, or one the ``tokenizers`` library cannot
+                load, or a malformed JSON side file.
+        """
+        path = Path(folder)
+        if path.is_file():
+            path = path.parent
+        tokenizer_json = path / "tokenizer.json"
+        if not tokenizer_json.is_file():
+            raise TokenizerError(
+                f"{path}: no tokenizer.json (a Hugging Face checkpoint's tokenizer is read from "
+                "its tokenizer.json; older tokenizer.model / vocab.json + merges.txt layouts "
+                "are not supported)"
+            )
+        try:
+            backend = HFTokenizer.from_file(str(tokenizer_json))
+        except Exception as e:  # the Rust library raises a bare Exception
+            raise TokenizerError(f"{tokenizer_json}: the tokenizers library cannot load it: "
+                                 f"{e}") from e
+
+        def side_file(name: str) -> dict[str, Any]:
+            file = path / name
+            if not file.is_file():
+                return {}
+            try:
+                value = json.loads(file.read_text(encoding="utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise TokenizerError(f"{file}: not valid JSON: {e}") from e
+            return value if isinstance(value, dict) else {}
+
+        config = side_file("tokenizer_config.json")
+        self = cls.__new__(cls)
+        self.name = str(tokenizer_json)
+        self.pre = "tokenizer.json"
+        self.backend = backend
+        size = backend.get_vocab_size(with_added_tokens=True)
+        added = backend.get_added_tokens_decoder()
+        self._tokens = [backend.id_to_token(i) or "" for i in range(size)]
+        self._types = [
+            (_CONTROL if added[i].special else _USER_DEFINED) if i in added else _NORMAL
+            for i in range(size)
+        ]
+        self._byte_level = type(backend.decoder).__name__ == "ByteLevel"
+
+        def token_id(key: str) -> int | None:
+            value = config.get(key)
+            if isinstance(value, dict):
+                value = value.get("content")
+            return backend.token_to_id(value) if isinstance(value, str) else None
+
+        self.bos_id, self.eos_id = token_id("bos_token"), token_id("eos_token")
+        self.unk_id, self.pad_id = token_id("unk_token"), token_id("pad_token")
+        probe = backend.encode("", add_special_tokens=True).ids
+        self.add_bos = self.bos_id is not None and self.bos_id in probe[:1]
+        self.add_eos = self.eos_id is not None and self.eos_id in probe[-1:]
+        template = config.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        if (path / "chat_template.jinja").is_file():
+            template = (path / "chat_template.jinja").read_text(encoding="utf-8")
+        self.chat_template = template if isinstance(template, str) else None
+        self.special_ids = frozenset(i for i, t in enumerate(self._types) if t == _CONTROL)
+        eos: set[int] = {self.eos_id} if self.eos_id is not None else set()
+        for name in ("generation_config.json", "config.json"):
+            value = side_file(name).get("eos_token_id")
+            for i in value if isinstance(value, list) else [value]:
+                if isinstance(i, int) and 0 <= i < size:
+                    eos.add(i)
+        eos.update(i for i in self.special_ids if self._tokens[i] in _END_OF_GENERATION_TEXTS)
+        self.eos_ids = frozenset(eos)
+        return self
+
     def _end_of_generation_ids(self, metadata: Mapping[str, Any]) -> frozenset[int]:
         ids = {
             metadata[k]
@@ -282,6 +376,8 @@ class Tokenizer:
 
     def incremental_decoder(self, skip_special_tokens: bool = False) -> IncrementalDecoder:
         """A fresh :class:`IncrementalDecoder` for streaming output."""
+        if not getattr(self, "_byte_level", True):
+            return _TextDiffDecoder(self, skip_special_tokens=skip_special_tokens)
         return IncrementalDecoder(self, skip_special_tokens=skip_special_tokens)
 
     def decode_stream(self, ids: Iterable[int], skip_special_tokens: bool = False) -> Iterator[str]:
@@ -360,3 +456,39 @@ class IncrementalDecoder:
     def reset(self) -> None:
         """Forget any held-back bytes, to start a new stream."""
         self._utf8.reset()
+
+
+class _TextDiffDecoder(IncrementalDecoder):
+    """Streaming for tokenizers whose tokens are not byte-level (a ``tokenizer.json`` with a
+    Metaspace / byte-fallback decoder): decodes a short window of recent ids with the
+    tokenizer's own decoder and emits what the newest id added, holding back text that ends in
+    an incomplete character (U+FFFD)."""
+
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = False):
+        self._backend = tokenizer.backend
+        self._skip = tokenizer.special_ids if skip_special_tokens else frozenset()
+        self.reset()
+
+    def _decode(self, ids: list[int]) -> str:
+        return self._backend.decode(ids, skip_special_tokens=False)
+
+    def push(self, token_id: int) -> str:
+        if token_id in self._skip:
+            return ""
+        self._ids.append(token_id)
+        before = self._decode(self._ids[self._prefix : self._read])
+        now = self._decode(self._ids[self._prefix :])
+        if len(now) <= len(before) or now.endswith("\ufffd"):
+            return ""
+        self._prefix, self._read = self._read, len(self._ids)
+        return now[len(before) :]
+
+    def flush(self) -> str:
+        before = self._decode(self._ids[self._prefix : self._read])
+        now = self._decode(self._ids[self._prefix :])
+        self.reset()
+        return now[len(before) :]
+
+    def reset(self) -> None:
+        self._ids: list[int] = []
+        self._prefix = self._read = 0
