@@ -20,6 +20,7 @@ from luminal.codegen import MemoryPlan, Program
 from luminal.graph import Graph
 
 from .source import ENTRY_POINT
+from .threads import governor
 from .toolchain import Library
 
 _ALIGN = 64
@@ -56,7 +57,7 @@ class CpuRuntime:
     def __init__(self, graph: Graph, program: Program, plan: MemoryPlan, library: Library):
         self.program, self.plan, self.library = program, plan, library
         self._run = getattr(library.handle, ENTRY_POINT)
-        self._run.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+        self._run.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
         self._run.restype = None
         bufs = program.buffers
         self._ptrs = (ctypes.c_void_p * max(len(bufs), 1))()
@@ -118,7 +119,7 @@ class CpuRuntime:
             recycler.give(a)
             self._ptrs[k] = _address(a)
             values[bufs[k].node] = a
-        self._run(self._ptrs, self._dims)
+        self._run(self._ptrs, self._dims, governor().threads())
         self.values = values
         for target, src in graph.assignments.items():
             node = graph.nodes[src]

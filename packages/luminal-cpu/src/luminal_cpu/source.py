@@ -1,9 +1,10 @@
 """The C source of a whole compiled graph: one shared library with one entry point.
 
-    void lm_run(void **buffers, const long *dims);
+    void lm_run(void **buffers, const long *dims, int threads);
 
-`lm_run` opens one OpenMP parallel region and calls every kernel in program order; kernels
-split their work with orphaned `omp for` loops, whose closing barriers order the kernels.
+`lm_run` opens one OpenMP parallel region of `threads` threads (chosen per run by
+`threads.py`) and calls every kernel in program order; kernels split their work with
+orphaned `omp for` loops, whose closing barriers order the kernels.
 Generic kernels are rendered by the backend-neutral renderer (`luminal.codegen`, C dialect);
 matmuls become calls into the hand-written runtime (`csrc/runtime.c`, API `csrc/runtime.h`),
 which is built once into a library of its own, so a graph's build compiles only its kernels.
@@ -112,9 +113,9 @@ def program_source(program: Program, vector_math: str = "") -> str:
         args += [f"d[{dim_index[d]}]" for d in kernel_dims(kernel)]
         body.append(f"    lm_k{call.kernel}({', '.join(args)});")
     parts.append(
-        f"void {ENTRY_POINT}(void **b, const long *d) {{\n"
+        f"void {ENTRY_POINT}(void **b, const long *d, int threads) {{\n"
         "  (void)d;\n"
-        "  #pragma omp parallel\n"
+        "  #pragma omp parallel num_threads(threads)\n"
         "  {\n" + "\n".join(body) + "\n  }\n}\n"
     )
     return "\n".join(parts)

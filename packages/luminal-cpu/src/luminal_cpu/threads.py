@@ -1,0 +1,96 @@
+"""How many threads the next run uses: the cores, less those other processes keep busy.
+
+A run is one OpenMP parallel region whose kernels are separated by barriers, and a small
+model's decode step crosses hundreds of them. When another process holds a core, the thread
+that shares that core reaches each barrier a scheduler time slice late, and throughput
+collapses (SmolLM2 decode on 2 cores: 160 tok/s alone, 47 tok/s next to one busy process,
+100 tok/s with one thread). Passive waiting helps the contended case but costs 3x on an idle
+machine, so instead the governor measures, every `interval` seconds, how much CPU the rest
+of the machine used (`/proc/stat` less this process's own CPU time) and hands the runs only
+the cores that are left.
+
+`OMP_NUM_THREADS` caps the count; `LUMINAL_CPU_THREADS=N` fixes it and turns the governor off.
+Without `/proc/stat` (not Linux) every run gets all cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+from . import device
+
+ENV_THREADS = "LUMINAL_CPU_THREADS"
+_STAT = "/proc/stat"
+
+
+def _positive_int(text: str | None) -> int | None:
+    try:
+        value = int((text or "").split(",")[0])
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def _machine_busy_seconds() -> float | None:
+    """CPU-seconds all processes have been busy since boot, or None where unknown."""
+    try:
+        with open(_STAT, "rb") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    # cpu  user nice system idle iowait irq softirq steal ...
+    busy = sum(int(fields[i]) for i in (1, 2, 3, 6, 7, 8) if i < len(fields))
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+class ThreadGovernor:
+    """Chooses the thread count of each run (see the module docstring).
+
+    Hysteresis keeps it from flapping: a core counts as taken once others use more than
+    `take` of it and as free again below `release`.
+    """
+
+    def __init__(self, cores: int | None = None, interval: float = 0.2,
+                 take: float = 0.6, release: float = 0.3) -> None:
+        fixed = _positive_int(os.environ.get(ENV_THREADS))
+        cap = _positive_int(os.environ.get("OMP_NUM_THREADS"))
+        self.cores = fixed or min(cores or device.cores(), cap or 1 << 30)
+        self.adaptive = fixed is None and self.cores > 1 and _machine_busy_seconds() is not None
+        self.interval, self.take, self.release = interval, take, release
+        self._threads = self.cores
+        self._last: tuple[float, float, float] | None = None
+
+    def threads(self) -> int:
+        """The thread count for the next run."""
+        if not self.adaptive:
+            return self.cores
+        now = time.monotonic()
+        if self._last is not None and now - self._last[0] < self.interval:
+            return self._threads
+        busy, own = _machine_busy_seconds(), time.process_time()
+        if busy is None:
+            return self._threads
+        if self._last is not None:
+            wall, last_busy, last_own = self._last
+            others = max(0.0, (busy - last_busy) - (own - last_own)) / (now - wall)
+            self._threads = self._count(others)
+        self._last = (now, busy, own)
+        return self._threads
+
+    def _count(self, others: float) -> int:
+        """Threads to use when other processes keep `others` cores busy."""
+        taken = self.cores - self._threads  # cores given up so far
+        while taken < self.cores - 1 and others > taken + self.take:
+            taken += 1
+        while taken > 0 and others < taken - 1 + self.release:
+            taken -= 1
+        return self.cores - taken
+
+
+@functools.lru_cache(maxsize=1)
+def governor() -> ThreadGovernor:
+    """The process's governor, shared by every compiled graph (they compete for the same
+    cores)."""
+    return ThreadGovernor()

@@ -1,0 +1,93 @@
+"""The thread governor: runs use the cores other processes leave free."""
+
+from __future__ import annotations
+
+import luminal as lm
+import numpy as np
+import pytest
+from luminal_cpu import CpuBackend, threads
+
+
+class FakeMachine:
+    """Stands in for /proc/stat and the process clock: `others` cores busy elsewhere."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.now = self.busy = self.own = 0.0
+        monkeypatch.setattr(threads, "_machine_busy_seconds", lambda: self.busy)
+        monkeypatch.setattr(threads.time, "monotonic", lambda: self.now)
+        monkeypatch.setattr(threads.time, "process_time", lambda: self.own)
+
+    def advance(self, seconds: float, others: float, own: float) -> None:
+        self.now += seconds
+        self.busy += seconds * (others + own)
+        self.own += seconds * own
+
+
+@pytest.fixture
+def machine(monkeypatch: pytest.MonkeyPatch) -> FakeMachine:
+    for var in (threads.ENV_THREADS, "OMP_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    return FakeMachine(monkeypatch)
+
+
+def test_governor_gives_up_the_cores_others_use_and_takes_them_back(machine):
+    gov = threads.ThreadGovernor(cores=4, interval=0.2)
+    assert gov.threads() == 4  # first call: nothing measured yet
+    machine.advance(0.3, others=1.0, own=3.0)
+    assert gov.threads() == 3
+    machine.advance(0.1, others=3.0, own=1.0)
+    assert gov.threads() == 3  # within the interval: no new measurement
+    machine.advance(0.2, others=3.0, own=1.0)
+    assert gov.threads() == 1
+    machine.advance(0.3, others=0.0, own=1.0)
+    assert gov.threads() == 4
+
+
+def test_governor_hysteresis_keeps_a_borderline_load_from_flapping(machine):
+    gov = threads.ThreadGovernor(cores=2, interval=0.1, take=0.6, release=0.3)
+    gov.threads()
+    counts = []
+    for others in (0.5, 0.7, 0.5, 0.4, 0.2, 0.5):
+        machine.advance(0.2, others=others, own=1.0)
+        counts.append(gov.threads())
+    assert counts == [2, 1, 1, 1, 2, 2]
+
+
+def test_governor_always_leaves_one_thread(machine):
+    gov = threads.ThreadGovernor(cores=2, interval=0.1)
+    gov.threads()
+    machine.advance(0.2, others=8.0, own=0.5)
+    assert gov.threads() == 1
+
+
+def test_fixed_thread_count_and_omp_cap(machine, monkeypatch):
+    monkeypatch.setenv(threads.ENV_THREADS, "3")
+    gov = threads.ThreadGovernor(cores=8)
+    machine.advance(0.5, others=6.0, own=1.0)
+    assert (gov.adaptive, gov.threads()) == (False, 3)
+    monkeypatch.delenv(threads.ENV_THREADS)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert threads.ThreadGovernor(cores=8).cores == 2
+
+
+def test_without_proc_stat_every_run_gets_every_core(machine, monkeypatch):
+    monkeypatch.setattr(threads, "_machine_busy_seconds", lambda: None)
+    gov = threads.ThreadGovernor(cores=4)
+    assert not gov.adaptive and gov.threads() == 4
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_results_do_not_depend_on_the_thread_count(monkeypatch, count):
+    monkeypatch.setattr(threads.governor(), "threads", lambda: count)
+    rng = np.random.default_rng(0)
+    g = lm.Graph()
+    x = g.tensor((37, 64), name="x").set(rng.standard_normal((37, 64), dtype=np.float32))
+    w = g.tensor((64, 48), name="w").set(rng.standard_normal((64, 48), dtype=np.float32))
+    y = (x @ w).softmax(-1).sum(0).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    g.execute()
+    xs, ws = x.numpy().astype(np.float64), w.numpy().astype(np.float64)
+    z = xs @ ws
+    want = (np.exp(z - z.max(-1, keepdims=True))
+            / np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True)).sum(0)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-5)
