@@ -35,6 +35,37 @@ def test_softmax_is_four_kernels_and_the_normalisation_broadcasts():
     assert len(program.calls) == 4
 
 
+def test_a_cheap_node_with_several_readers_is_recomputed_not_stored():
+    """A mask read by two reductions is computed inside both: one kernel per reduction, no
+    buffer for the mask; a node that would compound the recomputation is stored."""
+    def build(g):
+        x, y = g.tensor((6, 8)), g.tensor((6, 8))
+        mask = (x < y).to(lm.float32) * -1 + 1
+        return [(mask * x).sum(-1), mask.sum(-1)]
+
+    program = lowered(build)
+    assert len(program.calls) == 2 and len(program.buffers) == 4
+
+    def chain(g):
+        x, a, b = g.tensor((4, 8)), g.tensor((4, 8)), g.tensor((4, 8))
+        h = x + a  # read twice: recomputed
+        r = h + b  # read twice and holds h: stored
+        return [h.sum(-1), r.sum(-1), r.amax(-1)]
+
+    assert len(lowered(chain).calls) == 4
+
+
+def test_padded_and_sliced_reads_index_each_axis_without_division():
+    """Reading a producer through a pad or a crop keeps per-axis indices (no / or %)."""
+    def build(g):
+        x = g.tensor((2, 3, 6, 6))
+        return [x.exp2()[:, :, 1:5, 1:5] * 2, x.exp2()[:, :, 1:, :5].pad((1, 0, 0, 1)) * 2]
+
+    source = "".join(render_kernel(k, f"k{i}", C) for i, k in enumerate(lowered(build).kernels))
+    body = source.split("{", 1)[1]
+    assert " / " not in body and " % " not in body
+
+
 def test_axes_merge_into_one_flat_loop_for_contiguous_elementwise():
     (kernel,) = lowered(lambda g: [g.tensor((5, 6, 7)) * 3]).kernels
     assert len(kernel.domain) == 1 and kernel.domain[0] == 210

@@ -59,7 +59,7 @@ def random_view(x: lm.GraphTensor, rng: np.random.Generator, steps: int) -> lm.G
     return x
 
 
-@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("seed", range(120))
 def test_train_transpose_view_matches_brute_force(seed: int) -> None:
     rng = np.random.default_rng(seed)
     src_shape = tuple(int(d) for d in rng.integers(1, 6, size=int(rng.integers(1, 4))))
@@ -133,5 +133,32 @@ def test_train_transpose_view_overlap_paths(shape, unfold, path, monkeypatch) ->
     grad_in.set(gval)
     g.execute()
     assert (used or ["skew"]) == [path]
+    want = scatter_reference(gval.astype(np.float64), view, int(np.prod(shape)))
+    np.testing.assert_allclose(out.numpy().reshape(-1), want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_train_transpose_view_of_convolution_windows(seed: int) -> None:
+    """The windows of a convolution or pool (random kernel, stride, dilation, crop), laid out
+    as im2col reads them: scattered back one buffer axis at a time, like brute force."""
+    rng = np.random.default_rng(1000 + seed)
+    shape = (2, 3, int(rng.integers(5, 9)), int(rng.integers(5, 9)))
+    g = lm.Graph()
+    x = g.tensor(shape, name="x").set(np.zeros(shape, np.float32))
+    win = x[:, :, int(rng.integers(2)):, : shape[3] - int(rng.integers(2))]
+    for axis in (2, 3):
+        dil = int(rng.integers(1, 3))
+        size = int(rng.integers(1, 4))
+        while (size - 1) * dil + 1 > win.layout.shape[axis].value:
+            size -= 1
+        step = int(rng.integers(1, 4))
+        win = win._with_view(win.layout.unfold(axis, size, step, dil))
+    view = win.permute(0, 2, 3, 1, 4, 5).layout
+    vshape = tuple(d.value for d in view.shape)
+    grad_in = g.tensor(vshape, name="g")
+    out = transpose_view(grad_in, view, shape).retrieve()
+    gval = rng.standard_normal(vshape).astype(np.float32)
+    grad_in.set(gval)
+    g.execute()
     want = scatter_reference(gval.astype(np.float64), view, int(np.prod(shape)))
     np.testing.assert_allclose(out.numpy().reshape(-1), want, rtol=1e-5, atol=1e-4)

@@ -55,6 +55,8 @@ def transpose_view(g: GraphTensor, view: View, src_shape: Sequence[ExprLike]) ->
     if out is None:
         out = _as_box(g, sizes, strides, offset, src_shape)
     if out is None:
+        out = _as_separable(g, sizes, strides, offset, src_shape)
+    if out is None:
         out = _scatter_general(g, sizes, strides, offset, n_src).reshape(src_shape)
     return out
 
@@ -153,14 +155,72 @@ def _guess(e: Expr) -> int:
     return e.evaluate(dict.fromkeys(e.free_vars, _GUESS))
 
 
+def _as_separable(g: GraphTensor, sizes: Dims, strides: Dims, offset: Expr,
+                  src_shape: Shape) -> GraphTensor | None:
+    """The scatter done one buffer axis at a time, when every view axis walks within one
+    buffer axis (a convolution's or a pool's windows: output and kernel positions both along
+    the same spatial axis): each buffer axis then gets its own 1-D scatter (`_scatter_line`),
+    with the other axes along for the ride, and no index ever crosses an axis boundary.
+    Concrete shapes only."""
+    exprs = (*sizes, *strides, offset, *src_shape)
+    if not all(e.is_const for e in exprs):
+        return None
+    shape_i = [e.value for e in src_shape]
+    rm = [e.value for e in row_major_strides(src_shape)]
+    owned: list[list[int]] = [[] for _ in shape_i]
+    steps: dict[int, int] = {}
+    for k, s in enumerate(strides):
+        fits = [a for a in range(len(shape_i))
+                if shape_i[a] != 1 and rm[a] <= s.value and s.value % rm[a] == 0]
+        if not fits:
+            return None
+        a = max(fits, key=lambda a: rm[a])
+        owned[a].append(k)
+        steps[k] = s.value // rm[a]
+    starts, rem = [], offset.value
+    for a in range(len(shape_i)):
+        starts.append(rem // rm[a] if shape_i[a] != 1 else 0)
+        rem -= starts[-1] * rm[a]
+    if rem != 0 or min(starts, default=0) < 0:
+        return None
+    for a, n in enumerate(shape_i):
+        reach = sum((sizes[k].value - 1) * steps[k] for k in owned[a])
+        if starts[a] + reach >= n:
+            return None
+    # group the view axes by buffer axis, in buffer order; then, one group at a time, move
+    # the group from the front to the back and replace it by its buffer axis
+    out = g.permute([k for group in owned for k in group])
+    terms = 1
+    for a, group in enumerate(owned):
+        width = len(group)
+        rest = out.ndim - width
+        out = out.permute([*range(width, out.ndim), *range(width)])
+        if group:
+            out, extent, terms = _scatter_line(out, [sizes[k] for k in group],
+                                               [Expr.const(steps[k]) for k in group], terms)
+        else:
+            out, extent = out.unsqueeze(rest), Expr.const(1)
+        out = out._pad_axis(rest, starts[a], shape_i[a] - starts[a] - extent)
+    return out
+
+
 def _scatter_general(g: GraphTensor, sizes: Dims, strides: Dims, offset: Expr,
                      n_src: Expr) -> GraphTensor:
     """The flat buffer (n_src,) receiving `g`: positions offset + sum(i_k * stride_k)."""
+    block, extent, _ = _scatter_line(g, sizes, strides, 1)
+    return block._pad_axis(0, offset, n_src - offset - extent)
+
+
+def _scatter_line(t: GraphTensor, sizes: Dims, strides: Dims,
+                  terms: int) -> tuple[GraphTensor, Expr, int]:
+    """(*outer, *axes) -> (*outer, extent): the last len(sizes) axes of `t` added into one
+    line at positions sum(i_k * stride_k), built axis by axis from the smallest stride up.
+    `terms` counts the loads per output element that shifted sums have cost so far."""
+    n_outer = t.ndim - len(sizes)
     order = sorted(range(len(sizes)), key=lambda k: (_guess(strides[k]), -_guess(sizes[k])))
-    block = g.permute(list(reversed(order))) if order else g
-    block = block.reshape((*block.layout.shape, 1))  # (*axes outermost first, extent)
+    block = t.permute([*range(n_outer), *(n_outer + k for k in reversed(order))])
+    block = block.reshape((*block.layout.shape, 1))  # (*outer, *axes outermost first, extent)
     extent = Expr.const(1)
-    terms = 1  # loads per output element of the shifted sums built so far
     for k in order:  # innermost first; the axis being merged is always second to last
         n, s = sizes[k], strides[k]
         last = block.ndim - 1
@@ -188,7 +248,7 @@ def _scatter_general(g: GraphTensor, sizes: Dims, strides: Dims, offset: Expr,
             )
             block = padded._with_view(skew).sum(-2)
         extent = new_extent
-    return block._pad_axis(0, offset, n_src - offset - extent)
+    return block, extent, terms
 
 
 # Most loads per output element that overlapping axes may add up to as sums of shifted views

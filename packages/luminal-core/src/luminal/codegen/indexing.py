@@ -119,12 +119,61 @@ def _narrowed(view: View, axes: Sequence[Expr]) -> tuple[list[Expr], dict[str, E
     return out, back
 
 
+def _boxed(view: View, src_shape: Shape, axes: Sequence[Expr]) -> list[Expr] | None:
+    """Source indices when `view` reads a box of the source: every view axis that moves
+    steps along one source axis with that axis's own stride (slices, pads, permutes,
+    broadcasts; a concatenation's inputs), so source axis a is read at `start_a + axes[k]`
+    with no division. The box (the mask's valid range) must lie inside the source. Concrete
+    shapes only."""
+    exprs = (*view.shape, *view.strides, view.offset, *src_shape)
+    if not all(e.is_const for e in exprs):
+        return None
+    shape = [d.value for d in src_shape]
+    rm = [s.value for s in row_major_strides(src_shape)]
+    owner: dict[int, int] = {}  # source axis -> view axis
+    for k, (d, st) in enumerate(zip(view.shape, view.strides)):
+        if d.value == 1 or st.value == 0:
+            continue
+        a = next((a for a in range(len(shape)) if shape[a] != 1 and rm[a] == st.value), None)
+        if a is None or a in owner:
+            return None
+        owner[a] = k
+    lo = [0] * len(view.shape)
+    hi = [d.value for d in view.shape]
+    if view.mask is not None:
+        lo = [m[0].value if m[0].is_const else None for m in view.mask]
+        hi = [m[1].value if m[1].is_const else None for m in view.mask]
+        if None in lo or None in hi:
+            return None
+    if any(h <= low for low, h in zip(lo, hi)):
+        return None  # nothing valid: any index will do, but let the general path decide
+    # the first valid element, unravelled, gives each source axis its start
+    first = view.offset.value + sum(low * st.value for low, st in zip(lo, view.strides))
+    if first < 0:
+        return None
+    out: list[Expr] = []
+    for a in range(len(shape)):
+        pos, first = divmod(first, rm[a])
+        k = owner.get(a)
+        if k is None:
+            if not 0 <= pos < shape[a]:
+                return None
+            out.append(Expr.const(pos))
+            continue
+        if not (0 <= pos and pos + hi[k] - 1 - lo[k] < shape[a]):
+            return None
+        out.append(axes[k] + (pos - lo[k]))
+    return out
+
+
 def source_axes(view: View, src_shape: Shape, axes: Sequence[Expr]) -> list[Expr]:
     """Per-axis indices into a source of `src_shape` that `view` reads at `axes`.
 
     Only meaningful where `view.valid(axes)` holds (padding reads no source element).
     """
     direct = _reshaped(view, src_shape, axes)
+    if direct is None:
+        direct = _boxed(view, src_shape, axes)
     if direct is not None:
         return direct
     narrowed, back = _narrowed(view, axes)

@@ -62,6 +62,14 @@ _OP_COST = {ops.Log2: 8, ops.Exp2: 8, ops.Sin: 8, ops.Sqrt: 2, ops.Recip: 2}
 _REDUCE_COST = 1000
 # Most arithmetic a node may cost and still be recomputed at every broadcast read.
 BROADCAST_INLINE_LIMIT = 4
+# A node read by several nodes is recomputed by each of them (no buffer, no extra kernel)
+# when it is elementwise, costs at most this much arithmetic (its inlined inputs included)
+# and has at most this many readers: a mask, a comparison, a bias add or a concatenation
+# is cheaper to recompute from its inputs than to write out and read back. Its inlined
+# region may not hold another such node, so recomputation never compounds (a chain of
+# residual adds alternates between recomputed and stored, the same in every layer).
+SHARED_INLINE_LIMIT = 8
+SHARED_INLINE_READERS = 3
 
 
 def _zero(dtype) -> Const:
@@ -216,6 +224,7 @@ class Lowering:
             forced.add(m.a.node)
             forced.add(m.b.node)
         cost: dict[int, int] = {}
+        shared: set[int] = set()  # inlined nodes with several readers, and what inlines them
         mat = self.materialised
         nodes = self.graph.nodes
         for node in self.order:
@@ -230,20 +239,29 @@ class Lowering:
                 _OP_COST.get(type(op), 1))
             cost[node.id] = own + sum(cost.get(e.src, 0) for e in node.inputs)
             readers = set(self.users[node.id])
+            # whether the inlined region of this node already holds a shared node
+            holds_shared = any(e.src in shared for e in node.inputs)
             if node.id in self.one_hot:
                 pass  # shared by several gathers perhaps, but each gather reads indices only
-            elif len(readers) > 1:
+            elif len(readers) > 1 and (
+                len(readers) > SHARED_INLINE_READERS or cost[node.id] > SHARED_INLINE_LIMIT
+                or holds_shared
+            ):
                 mat.add(node.id)
-            elif len(readers) == 1:
-                reader = nodes[next(iter(readers))]
+            elif readers:
                 # the one-hot of a gather is never computed: it must stay inline to be seen
-                broadcast = reader.id not in self.gather_muls and any(
-                    e.src == node.id and patterns.expands(e.view) for e in reader.inputs
+                broadcast = any(
+                    reader not in self.gather_muls and any(
+                        e.src == node.id and patterns.expands(e.view)
+                        for e in nodes[reader].inputs)
+                    for reader in readers
                 )
                 if broadcast and cost[node.id] > BROADCAST_INLINE_LIMIT:
                     mat.add(node.id)
             if node.id in mat:
                 cost[node.id] = 0
+            elif len(readers) > 1 or holds_shared:
+                shared.add(node.id)
 
     # ----- building -----------------------------------------------------------------------
     def _has_buffer(self, node: Node) -> bool:

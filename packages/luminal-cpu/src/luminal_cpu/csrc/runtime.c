@@ -130,7 +130,33 @@ static inline void lm_ukernel(long kc, const float *restrict a, const float *res
     _mm512_storeu_ps(ci + 16, _mm512_add_ps(_mm512_loadu_ps(ci + 16), acc[i][1]));
   }
 }
+
+/* the same for a panel at most 16 columns wide (narrow matrices: half the work) */
+static inline void lm_ukernel16(long kc, const float *restrict a, const float *restrict b,
+                                float *restrict c, long ldc) {
+  __m512 acc[LM_MR];
+  for (int i = 0; i < LM_MR; i++) acc[i] = _mm512_setzero_ps();
+  for (long k = 0; k < kc; k++) {
+    const __m512 b0 = _mm512_load_ps(b + k * LM_NR);
+    for (int i = 0; i < LM_MR; i++)
+      acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[k * LM_MR + i]), b0, acc[i]);
+  }
+  for (int i = 0; i < LM_MR; i++) {
+    float *ci = c + i * ldc;
+    _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), acc[i]));
+  }
+}
 #else
+static inline void lm_ukernel16(long kc, const float *restrict a, const float *restrict b,
+                                float *restrict c, long ldc) {
+  float acc[LM_MR][16] = {{0}};
+  for (long k = 0; k < kc; k++)
+    for (int i = 0; i < LM_MR; i++)
+      for (int j = 0; j < 16; j++) acc[i][j] = fmaf(a[k * LM_MR + i], b[k * LM_NR + j], acc[i][j]);
+  for (int i = 0; i < LM_MR; i++)
+    for (int j = 0; j < 16; j++) c[i * ldc + j] += acc[i][j];
+}
+
 static inline void lm_ukernel(long kc, const float *restrict a, const float *restrict b,
                               float *restrict c, long ldc) {
   float acc[LM_MR][LM_NR] = {{0}};
@@ -210,16 +236,27 @@ static void lm_pack_bq(const lm_qmat *W, long n0, long nr, long k0, long kc, flo
 }
 
 /* ----- tiled GEMM ------------------------------------------------------------------------- */
-/* packed panels and the C tile of one thread: on the heap, so small thread stacks suffice */
+/* packed panels and the C tile of one thread: on the heap (small thread stacks suffice),
+ * allocated once per thread and kept for the life of the process */
 typedef struct { float ap[LM_MC * LM_KC], bp[LM_NC * LM_KC], ct[LM_MC * LM_NC]; } lm_work;
 
-static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, long K,
-                    const lm_mat *A, const long *aoff, const lm_mat *B, const long *boff,
-                    const lm_qmat *W, const lm_out *C) {
+static lm_work *lm_thread_work(void) {
+  static _Thread_local lm_work *work;
+  if (!work) work = (lm_work *)aligned_alloc(64, sizeof(lm_work));
+  return work;
+}
+
+/* the mc x nc tile at (m0, n0) of batch b, summed over k in [k_lo, k_hi), written to `dst`
+ * (row stride `ldd`) when given, else stored into C */
+static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, long k_lo,
+                    long k_hi, const lm_mat *A, const long *aoff, const lm_mat *B,
+                    const long *boff, const lm_qmat *W, const lm_out *C, float *dst, long ldd) {
   float *restrict ap = work->ap, *restrict bp = work->bp, *restrict ct = work->ct;
-  memset(ct, 0, sizeof work->ct);
-  for (long k0 = 0; k0 < K; k0 += LM_KC) {
-    const long kc = K - k0 < LM_KC ? K - k0 : LM_KC;
+  const long width = (nc + 15) / 16 * 16;  /* columns the micro-kernels touch */
+  for (long i = 0; i < (mc + LM_MR - 1) / LM_MR * LM_MR; i++)
+    memset(ct + i * LM_NC, 0, sizeof(float) * width);
+  for (long k0 = k_lo; k0 < k_hi; k0 += LM_KC) {
+    const long kc = k_hi - k0 < LM_KC ? k_hi - k0 : LM_KC;
     for (long j = 0; j < nc; j += LM_NR) {
       const long nr = nc - j < LM_NR ? nc - j : LM_NR;
       if (W) lm_pack_bq(W, n0 + j, nr, k0, kc, bp + j * kc);
@@ -227,11 +264,19 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
     }
     for (long i = 0; i < mc; i += LM_MR)
       lm_pack_a(A, aoff[b], m0 + i, mc - i < LM_MR ? mc - i : LM_MR, k0, kc, ap + i * kc);
-    for (long j = 0; j < nc; j += LM_NR)
-      for (long i = 0; i < mc; i += LM_MR)
-        lm_ukernel(kc, ap + i * kc, bp + j * kc, ct + i * LM_NC + j, LM_NC);
+    for (long j = 0; j < nc; j += LM_NR) {
+      const int narrow = nc - j <= 16;
+      for (long i = 0; i < mc; i += LM_MR) {
+        if (narrow) lm_ukernel16(kc, ap + i * kc, bp + j * kc, ct + i * LM_NC + j, LM_NC);
+        else lm_ukernel(kc, ap + i * kc, bp + j * kc, ct + i * LM_NC + j, LM_NC);
+      }
+    }
   }
   for (long i = 0; i < mc; i++) {
+    if (dst) {
+      memcpy(dst + i * ldd, ct + i * LM_NC, sizeof(float) * nc);
+      continue;
+    }
     const long row = C->off[b] + (m0 + i) * C->rs + n0;
     if (C->dt == LM_F32) memcpy((float *)C->p + row, ct + i * LM_NC, sizeof(float) * nc);
     else for (long j = 0; j < nc; j++) lm_put(C->p, C->dt, row + j, ct[i * LM_NC + j]);
@@ -239,7 +284,13 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
 }
 
 /* tiles of at most LM_MC x LM_NC, evenly sized (no thin leftover tile), and at least one
- * per thread when the matrix allows it, so both cores of a small matmul get work */
+ * per thread when the matrix allows it, so both cores of a small matmul get work. A product
+ * with fewer tiles than LM_SPLIT_TASKS and a long K (a weight gradient: a sum over every
+ * position of a batch) is also split along K into partial products that are added up
+ * afterwards; the split depends on the shapes only, so results do not depend on the number
+ * of threads. */
+#define LM_SPLIT_TASKS 8
+#define LM_SPLIT_MIN_K 512
 static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, long N, long K,
                           const lm_mat *A, const lm_mat *B, const lm_qmat *W, const lm_out *C) {
   long tm = (M + LM_MC - 1) / LM_MC, tn = (N + LM_NC - 1) / LM_NC;
@@ -248,14 +299,52 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
   const long nc = ((N + tn - 1) / tn + LM_NR - 1) / LM_NR * LM_NR;
   tm = (M + mc - 1) / mc;
   tn = (N + nc - 1) / nc;
-  lm_work *work = (lm_work *)aligned_alloc(64, sizeof(lm_work));
-  #pragma omp for schedule(dynamic, 1)
-  for (long t = 0; t < nb * tm * tn; t++) {
-    const long b = t / (tm * tn), m0 = t / tn % tm * mc, n0 = t % tn * nc;
-    lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, K, A, aoff,
-            B, boff, W, C);
+  const long tiles = nb * tm * tn;
+  long ks = 1;
+  if (!W && tiles < LM_SPLIT_TASKS)
+    while (ks * 2 * tiles <= LM_SPLIT_TASKS && K / (ks * 2) >= LM_SPLIT_MIN_K) ks *= 2;
+  lm_work *work = lm_thread_work();
+  if (ks == 1) {
+    #pragma omp for schedule(dynamic, 1)
+    for (long t = 0; t < tiles; t++) {
+      const long b = t / (tm * tn), m0 = t / tn % tm * mc, n0 = t % tn * nc;
+      lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, 0, K, A,
+              aoff, B, boff, W, C, NULL, 0);
+    }
+    return;
   }
-  free(work);
+  /* chunks of K in whole LM_KC panels; partial p of batch b is an M x N matrix */
+  const long kchunk = (K / ks + LM_KC - 1) / LM_KC * LM_KC;
+  /* the partial sums, shared by the team: one thread allocates, copyprivate hands it out */
+  float *parts = NULL;
+  #pragma omp single copyprivate(parts)
+  parts = (float *)malloc(sizeof(float) * nb * ks * M * N);
+  #pragma omp for schedule(dynamic, 1)
+  for (long t = 0; t < tiles * ks; t++) {
+    const long tile = t / ks, p = t % ks;
+    const long b = tile / (tm * tn), m0 = tile / tn % tm * mc, n0 = tile % tn * nc;
+    const long k_lo = p * kchunk, k_hi = k_lo + kchunk < K ? k_lo + kchunk : K;
+    float *dst = parts + ((b * ks + p) * M + m0) * N + n0;
+    if (k_lo >= k_hi) {  /* an empty chunk adds zeros */
+      for (long i = 0; i < (M - m0 < mc ? M - m0 : mc); i++)
+        memset(dst + i * N, 0, sizeof(float) * (N - n0 < nc ? N - n0 : nc));
+      continue;
+    }
+    lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, k_lo, k_hi,
+            A, aoff, B, boff, W, C, dst, N);
+  }
+  #pragma omp for schedule(static)
+  for (long r = 0; r < nb * M; r++) {
+    const long b = r / M, m = r % M;
+    const long row = C->off[b] + m * C->rs;
+    for (long n = 0; n < N; n++) {
+      float acc = 0.0f;
+      for (long p = 0; p < ks; p++) acc += parts[((b * ks + p) * M + m) * N + n];
+      lm_put(C->p, C->dt, row + n, acc);
+    }
+  }
+  #pragma omp single nowait
+  free(parts);
 }
 
 /* ----- GEMV paths (M <= LM_GEMV_MAX_M): B is read once, at memory bandwidth --------------- */
