@@ -246,7 +246,7 @@ def _draw(rng: np.random.Generator, shape, positive: bool) -> np.ndarray:
     return rng.standard_normal(shape)
 
 
-def run_case(case: Case, seed: int = 0) -> None:
+def run_case(case: Case, seed: int = 0, backend: str = "reference") -> None:
     rng = np.random.default_rng(seed)
     values = [_draw(rng, s, case.positive) for s in case.shapes]
     g = lm.Graph()
@@ -257,7 +257,7 @@ def run_case(case: Case, seed: int = 0) -> None:
     loss = (out * g.tensor(cot.shape, name="cot").set(cot.astype(np.float32))).sum()
     grads = [t.retrieve() for t in lt.grad(loss, xs)]
     out.retrieve()
-    g.compile(lm.GenericCompiler())
+    g.compile((lm.GenericCompiler(), lt.default_backend(backend)))
     g.execute()
 
     ts = [torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in values]
@@ -278,6 +278,21 @@ def _close(got: np.ndarray, want: np.ndarray, tol: float, what: str) -> None:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_train_grad_matches_torch(case: Case) -> None:
     run_case(case)
+
+
+def _cpu_or_skip() -> str:
+    """"cpu" when the luminal-cpu backend is installed and usable, else skip."""
+    status = {b.name: b for b in lm.backends()}.get("cpu")
+    if status is None or not status.available:
+        pytest.skip(f"cpu backend unavailable: {status.reason if status else 'not installed'}")
+    return "cpu"
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_train_grad_matches_torch_on_cpu_backend(case: Case) -> None:
+    """The same gradients compiled by the cpu backend: the backward graph autograd builds
+    (matmuls, col2im, gathers, masks) is a graph like any other, for any backend."""
+    run_case(case, backend=_cpu_or_skip())
 
 
 @pytest.mark.parametrize("seed", [1, 2])

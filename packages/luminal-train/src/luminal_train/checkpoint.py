@@ -55,11 +55,19 @@ def load_checkpoint(
 ) -> int:
     """Bind the saved values to `params` (default: the optimizer's) and the optimizer's state
     inputs; returns the saved step. Names and shapes must match."""
-    with safe_open(os.fspath(path), framework="numpy") as f:
-        metadata = f.metadata() or {}
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint {os.fspath(path)!r} does not exist")
+    try:
+        with safe_open(os.fspath(path), framework="numpy") as f:
+            metadata = f.metadata() or {}
+        if metadata.get("format") == FORMAT:
+            tensors = load_file(os.fspath(path))
+    except Exception as e:  # safetensors raises its own error types for corrupt files
+        raise ValueError(
+            f"{os.fspath(path)!r} is not a readable checkpoint (a safetensors file written by "
+            f"save_checkpoint): {e}") from e
     if metadata.get("format") != FORMAT:
         raise ValueError(f"{path}: not a {FORMAT} checkpoint (format={metadata.get('format')!r})")
-    tensors = load_file(os.fspath(path))
     for name, p in _resolve(params, optimizer).items():
         key = f"param/{name}"
         if key not in tensors:

@@ -20,6 +20,8 @@ def clip_grad_norm(
     grads = list(grads)
     if not grads:
         raise ValueError("clip_grad_norm: no gradients")
+    if not float(max_norm) >= 0.0:
+        raise ValueError(f"clip_grad_norm: max_norm must be >= 0, got {max_norm}")
     if norm_type == 2.0:
         total = (grads[0] * grads[0]).sum()
         for g in grads[1:]:

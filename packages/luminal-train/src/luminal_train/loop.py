@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from .autograd import grad
 from .checkpoint import load_checkpoint, save_checkpoint
 from .clip import clip_grad_norm as clip_by_global_norm
+from .losses import check_targets
 from .optim import Optimizer
 
 Feeds = Mapping[GraphTensor, ArrayLike]
@@ -73,6 +74,7 @@ class TrainStep:
     def __call__(self, feeds: Feeds) -> float:
         for tensor, value in feeds.items():
             tensor.set(value)
+        check_targets(self.graph)  # class indices out of range: an error, as in PyTorch
         self.optimizer.schedule_lr(self.step)
         self.graph.execute()
         self.step += 1
@@ -97,6 +99,12 @@ class Batches:
 
     def __init__(self, arrays: Mapping[GraphTensor, np.ndarray], batch_size: int,
                  shuffle: bool = True, drop_last: bool = True, seed: int = 0):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
+                batch_size <= 0):
+            raise ValueError(
+                f"batch_size should be a positive integer value, but got batch_size={batch_size}")
+        if not arrays:
+            raise ValueError("Batches: no arrays to batch")
         sizes = {len(a) for a in arrays.values()}
         if len(sizes) != 1:
             raise ValueError(f"Batches: arrays have different lengths {sorted(sizes)}")

@@ -6,10 +6,59 @@ graph. `reduction` is "mean" (default), "sum" or "none".
 
 from __future__ import annotations
 
-from luminal import GraphTensor
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+from luminal import Graph, GraphTensor, ops
 from luminal.functional import one_hot
+from luminal.symbolic import Expr
 
 REDUCTIONS = ("mean", "sum", "none")
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    """Class indices that an input feeds to `loss`: every value must lie in [0, classes),
+    or equal `ignore_index`. The graph cannot raise, so the host checks the array bound to
+    `node` before a run (`check_targets`; `TrainStep` does it at every step)."""
+
+    loss: str
+    node: int
+    classes: Expr
+    ignore_index: int
+
+
+_TARGETS: weakref.WeakKeyDictionary[Graph, list[TargetCheck]] = weakref.WeakKeyDictionary()
+
+
+def _register_targets(loss: str, target: GraphTensor, classes: Expr, ignore_index: int) -> None:
+    """Remember to range-check `target` when it is (a view of) a graph input."""
+    if isinstance(target.node.op, ops.Input) and not target.dtype.is_float:
+        _TARGETS.setdefault(target.graph, []).append(
+            TargetCheck(loss, target.id, classes, ignore_index))  # inputs keep their id
+
+
+def check_targets(graph: Graph) -> None:
+    """Raise an IndexError (PyTorch's "Target 12 is out of bounds.") when the data bound to
+    an input used as class indices holds a value outside [0, classes) other than the loss's
+    `ignore_index`. Inputs without data yet are skipped."""
+    for check in _TARGETS.get(graph, ()):
+        data = graph.data.get(graph.resolve(check.node))
+        if data is None or data.size == 0:
+            continue
+        classes = check.classes.evaluate(graph.dims) if check.classes.free_vars else (
+            check.classes.value)
+        values = np.asarray(data)
+        bad = (values < 0) | (values >= classes)
+        bad &= values != check.ignore_index
+        if bad.any():
+            value = values[bad].flat[0]
+            node = graph.nodes.get(graph.resolve(check.node))
+            name = node.op.label_name if node is not None else f"node {check.node}"
+            raise IndexError(
+                f"{check.loss}: Target {value} is out of bounds (input {name!r}: class indices "
+                f"must lie in [0, {classes}) or equal ignore_index={check.ignore_index})")
 
 
 def _reduce(loss: GraphTensor, reduction: str) -> GraphTensor:
@@ -49,6 +98,7 @@ def nll_loss(
     are left out of the mean."""
     logp = _class_last(input)
     n_classes = logp.layout.shape[-1]
+    _register_targets("nll_loss", target, n_classes, ignore_index)
     picked = (logp * one_hot(target, n_classes).to(logp.dtype)).sum(-1)
     loss = -picked
     if reduction != "mean":
@@ -68,8 +118,11 @@ def cross_entropy(
     """Cross entropy between logits `input` ((C,), (N, C) or (N, C, d1, ...)) and class
     indices `target`, with PyTorch's `label_smoothing` (the target distribution is
     (1 - eps) * one_hot + eps / C) and `ignore_index`."""
+    if not 0.0 <= float(label_smoothing) <= 1.0:
+        raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
     logp = _class_last(input).log_softmax(-1)
     n_classes = logp.layout.shape[-1]
+    _register_targets("cross_entropy", target, n_classes, ignore_index)
     kept = (target != ignore_index).to(logp.dtype)
     loss = -(logp * one_hot(target, n_classes).to(logp.dtype)).sum(-1)
     if label_smoothing:

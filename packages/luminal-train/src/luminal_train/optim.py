@@ -56,7 +56,7 @@ class Optimizer:
             raise ValueError("optimizer got an empty parameter list")
         self.graph: Graph = next(iter(self.params.values())).graph
         self.schedule: Schedule = lr if callable(lr) else Constant(float(lr))
-        self.lr = self.graph.tensor((), name="optim.lr").set(self.schedule(0))
+        self.lr = self.graph.tensor((), name="optim.lr").set(_check_lr(self.schedule(0)))
         self.step_count = self.graph.tensor((), name="optim.step").set(0.0)
         self.state: dict[str, State] = {
             name: {
@@ -116,7 +116,7 @@ class Optimizer:
     # ----- host-side control --------------------------------------------------------------
     def set_lr(self, value: float) -> None:
         """Learning rate of the next executions (a scalar input: no recompilation)."""
-        self.lr.set(np.float32(value))
+        self.lr.set(np.float32(_check_lr(value)))
 
     def schedule_lr(self, step: int) -> float:
         """Set the learning rate from the schedule for 0-based step `step`; returns it."""
@@ -150,6 +150,19 @@ class Optimizer:
         return f"{type(self).__name__}({len(self.params)} params, lr={self.schedule!r}, {args})"
 
 
+def _check_lr(lr: float) -> float:
+    """`lr` itself; a ValueError (PyTorch's message) when it is negative or not a number."""
+    value = float(lr)
+    if not value >= 0.0:
+        raise ValueError(f"Invalid learning rate: {lr}")
+    return value
+
+
+def _check_nonnegative(name: str, value: float) -> None:
+    if not float(value) >= 0.0:
+        raise ValueError(f"Invalid {name} value: {value}")
+
+
 def _power(beta: float, t: GraphTensor) -> GraphTensor:
     """beta ** t in the graph (t a float scalar tensor >= 1)."""
     if beta == 0.0:
@@ -166,6 +179,8 @@ class SGD(Optimizer):
     def __init__(self, params: Params, lr: float | Schedule = 1e-3, momentum: float = 0.0,
                  dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
                  maximize: bool = False, grads: Iterable[GraphTensor] | None = None):
+        _check_nonnegative("momentum", momentum)
+        _check_nonnegative("weight_decay", weight_decay)
         if nesterov and (momentum <= 0 or dampening != 0):
             raise ValueError("Nesterov momentum requires a momentum and zero dampening")
         self.momentum, self.dampening = momentum, dampening
@@ -205,6 +220,13 @@ class Adam(Optimizer):
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  weight_decay: float = 0.0, amsgrad: bool = False, maximize: bool = False,
                  grads: Iterable[GraphTensor] | None = None):
+        _check_nonnegative("epsilon", eps)
+        _check_nonnegative("weight_decay", weight_decay)
+        if len(betas) != 2:
+            raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+        for k, beta in enumerate(betas):
+            if not 0.0 <= float(beta) < 1.0:
+                raise ValueError(f"Invalid beta parameter at index {k}: {beta}")
         self.betas = (float(betas[0]), float(betas[1]))
         self.eps, self.weight_decay = eps, weight_decay
         self.amsgrad, self.maximize = amsgrad, maximize
