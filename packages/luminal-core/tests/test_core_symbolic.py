@@ -16,6 +16,7 @@ from luminal.symbolic import (
     C_PRELUDE,
     Expr,
     UnboundDimError,
+    evaluator,
     floordiv,
     logical_and,
     lt,
@@ -194,3 +195,14 @@ int main(void) {{
     out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
     want = [str(fn(env)) for env in envs() for _, fn in exprs]
     assert len(out) == len(want) == 30 * 8 * 8 * 6 and out == want
+
+
+def test_evaluator_evaluates_many_expressions_in_one_call():
+    n, m = Expr.var("n"), Expr.var("m")
+    exprs = [n * 2, Expr.const(3), n * 2, (n + m) // 2, smax(n, m) - smin(n, m)]
+    evaluate = evaluator(exprs)
+    for env in ({"n": 3, "m": 5}, {"n": 10, "m": 1}):
+        assert evaluate(env) == tuple(e.evaluate(env) for e in exprs)
+    with pytest.raises(UnboundDimError, match="'m'"):
+        evaluate({"n": 1})
+    assert evaluator([])({}) == ()

@@ -520,6 +520,33 @@ _BUILDERS: dict[str, Callable[..., Expr]] = {
 }
 
 
+def evaluator(exprs: Iterable[ExprLike]) -> Callable[[Mapping[str, int]], tuple[int, ...]]:
+    """One compiled function that evaluates every expression of `exprs`, in order.
+
+    For hot paths that evaluate many sizes per run (a runtime binding its buffers when a dim
+    changes): one Python call and one check of the bound dims instead of one per expression.
+    Raises `UnboundDimError` when `env` lacks a dim the expressions use.
+    """
+    exprs = [to_expr(e) for e in exprs]
+    needed = frozenset().union(*(e.free_vars for e in exprs))
+    # Expressions are hash-consed: each distinct one is rendered and evaluated once, bound to
+    # a parameter of an inner lambda that lays the values out in order.
+    slot = {id(e): k for k, e in enumerate({id(e): e for e in exprs}.values())}
+    distinct = {id(e): e for e in exprs}.values()
+    values = "".join(render(e, lambda n: f"env[{n!r}]", _PY_SYNTAX) + ", " for e in distinct)
+    params = "".join(f"v{k}, " for k in range(len(slot)))
+    layout = "".join(f"v{slot[id(e)]}, " for e in exprs)
+    compiled = eval(f"lambda env: (lambda {params}: ({layout}))({values})",
+                    {"_min": min, "_max": max})
+
+    def evaluate(env: Mapping[str, int]) -> tuple[int, ...]:
+        if not needed <= env.keys():
+            raise UnboundDimError(sorted(needed - env.keys()))
+        return compiled(env)
+
+    return evaluate
+
+
 # ----- rendering ----------------------------------------------------------------------------
 class _Syntax:
     def __init__(self, floordiv, mod, minf, maxf, lt, land, pretty=False):

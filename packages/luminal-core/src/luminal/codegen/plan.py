@@ -9,9 +9,11 @@ kernels may assume their arguments do not alias.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
-from ..symbolic import Expr
+from ..symbolic import Expr, evaluator
 from .ir import Program
 
 ALIGN = 64  # bytes: a cache line, and the widest vector load
@@ -30,12 +32,18 @@ class MemoryPlan:
 
     def layout(self, dims: dict[str, int]) -> tuple[list[int], int]:
         """Byte offset of every slot in the arena, and the arena's size, for these dims."""
+        values = iter(self._evaluate_sizes(dims))
         offsets, total = [], 0
         for sizes in self.sizes:
             offsets.append(total)
-            need = max((s.evaluate(dims) for s in sizes), default=0)
+            need = max((next(values) for _ in sizes), default=0)
             total += (need + ALIGN - 1) // ALIGN * ALIGN
         return offsets, total
+
+    @cached_property
+    def _evaluate_sizes(self) -> Callable[[dict[str, int]], tuple[int, ...]]:
+        # a decode step binds a new sequence length every run: one call evaluates every size
+        return evaluator(s for sizes in self.sizes for s in sizes)
 
 
 def plan_memory(program: Program) -> MemoryPlan:
