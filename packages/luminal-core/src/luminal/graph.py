@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +11,7 @@ import numpy as np
 from . import ops
 from .dtypes import DType, dtype_of, float32
 from .shape import Shape, View, as_shape, show_shape
-from .symbolic import Expr, ExprLike, UnboundDimError, to_expr
+from .symbolic import Expr, ExprLike, UnboundDimError, evaluator, to_expr
 
 if TYPE_CHECKING:
     from .backend import Runtime
@@ -68,7 +68,7 @@ class Graph:
         self._compilers: Any = None
         self._version = 0  # bumped when nodes change
         self._free_dims_cache: tuple[int, frozenset[str]] = (-1, frozenset())
-        self._input_shapes_cache: tuple[int, list] = (-1, [])
+        self._input_shapes_cache: tuple[int, Any] = (-1, None)
         self._compiled_version = -1
         self._zero_dims_checked: tuple | None = None  # (version, dims) last checked
 
@@ -262,13 +262,14 @@ class Graph:
                 names |= n.op.value.free_vars
         return frozenset(names)
 
-    def _input_shapes(self) -> list[tuple[Node, tuple[int, ...] | None]]:
-        """Every input with its shape when it is static (None when it has symbolic dims),
-        cached until the graph changes."""
+    def _input_shapes(self) -> tuple[list[Node], Callable[[dict[str, int]], tuple[int, ...]]]:
+        """Every input, and one compiled function giving all their dims, flat, for the bound
+        dim values (`execute()` checks every input on every run); cached until the graph
+        changes."""
         version, shapes = self._input_shapes_cache
         if version != self._version:
-            shapes = [(n, tuple(d.value for d in n.shape) if all(d.is_const for d in n.shape)
-                       else None) for n in self.input_nodes()]
+            nodes = self.input_nodes()
+            shapes = (nodes, evaluator(d for n in nodes for d in n.shape))
             self._input_shapes_cache = (self._version, shapes)
         return shapes
 
@@ -314,13 +315,15 @@ class Graph:
             raise UnboundDimError(missing)
         if 0 in self.dims.values():
             self._check_zero_dims()
-        for n, static in self._input_shapes():
+        nodes, evaluate_dims = self._input_shapes()
+        flat, start = evaluate_dims(self.dims), 0
+        for n in nodes:
             if n.id not in self.data:
                 raise ValueError(
                     f"input {n.op.label_name!r} {show_shape(n.shape)} was never set(): "
                     f"bind data with tensor.set(array) before execute()"
                 )
-            want = static if static is not None else tuple(d.evaluate(self.dims) for d in n.shape)
+            want, start = flat[start:start + len(n.shape)], start + len(n.shape)
             have = self.data[n.id].shape
             if have != want:
                 bound = ", ".join(f"{k}={self.dims[k]}" for k in sorted(
