@@ -66,6 +66,18 @@ def test_padded_and_sliced_reads_index_each_axis_without_division():
     assert " / " not in body and " % " not in body
 
 
+def test_only_enough_outer_axes_are_work_shared():
+    """OpenMP splits the fewest outer axes that give the threads rows to share (here 64 x 4
+    = 256); the short inner axes stay plain loops the compiler can unroll."""
+    def build(g):
+        x = g.tensor((64, 16, 6, 6)).exp2()
+        return [x.unfold(2, 3, 1).unfold(3, 3, 1).permute(0, 2, 3, 1, 4, 5).contiguous()]
+
+    (kernel,) = lowered(build).kernels
+    source = render_kernel(kernel, "k", C)
+    assert "collapse(2)" in source and source.count("for (long _i") == 6
+
+
 def test_axes_merge_into_one_flat_loop_for_contiguous_elementwise():
     (kernel,) = lowered(lambda g: [g.tensor((5, 6, 7)) * 3]).kernels
     assert len(kernel.domain) == 1 and kernel.domain[0] == 210

@@ -364,3 +364,18 @@ def test_train_grad_max_ties_split_like_torch() -> None:
     t = torch.tensor(values, requires_grad=True)
     (t.amax(1) * 2.0).sum().backward()
     np.testing.assert_allclose(gx.numpy(), t.grad.numpy(), rtol=1e-6)
+
+
+def test_train_grad_max_over_several_axes_splits_ties_jointly() -> None:
+    """A max over several axes (amax over dims, a pool window) shares the gradient among all
+    tied positions together, as PyTorch's amax does, in one backward step."""
+    values = np.array([[[1.0, 3.0], [3.0, 0.0]], [[2.0, 2.0], [2.0, 2.0]],
+                       [[0.0, 1.0], [5.0, 1.0]]], np.float32)
+    g = lm.Graph()
+    x = g.tensor(values.shape, name="x").set(values)
+    (gx,) = (t.retrieve() for t in lt.grad((x.amax((1, 2)) * g.constant(2.0)).sum(), [x]))
+    g.execute()
+    t = torch.tensor(values, requires_grad=True)
+    (t.amax((1, 2)) * 2.0).sum().backward()
+    np.testing.assert_allclose(gx.numpy(), t.grad.numpy(), rtol=1e-6)
+    assert gx.numpy()[1].tolist() == [[0.5, 0.5], [0.5, 0.5]]

@@ -18,6 +18,7 @@ import numpy as np
 from luminal import ops
 from luminal.codegen import MemoryPlan, Program
 from luminal.graph import Graph
+from luminal.symbolic import evaluator
 
 from .source import ENTRY_POINT
 from .threads import governor
@@ -31,23 +32,26 @@ def _address(a: np.ndarray) -> int:
 
 
 class _Recycler:
-    """The arrays of one output, reused once nothing outside holds them."""
+    """The arrays of one output (with their addresses), reused once nothing outside holds
+    them."""
 
     KEEP = 3
 
     def __init__(self, dtype: np.dtype) -> None:
         self.dtype = dtype
-        self._owned: list[np.ndarray] = []
+        self._owned: list[tuple[np.ndarray, int]] = []
 
-    def get(self, n: int) -> np.ndarray:
+    def get(self, n: int) -> tuple[np.ndarray, int]:
         for k in range(len(self._owned)):
-            # 2 references when no one else holds it: the list and getrefcount's argument
-            if self._owned[k].size == n and sys.getrefcount(self._owned[k]) <= 2:
+            a = self._owned[k][0]
+            # 3 references when no one else holds it: the tuple, `a` and getrefcount's argument
+            if a.size == n and sys.getrefcount(a) <= 3:
                 return self._owned.pop(k)
-        return np.empty(n, self.dtype)
+        a = np.empty(n, self.dtype)
+        return a, _address(a)
 
-    def give(self, a: np.ndarray) -> None:
-        self._owned.append(a)
+    def give(self, entry: tuple[np.ndarray, int]) -> None:
+        self._owned.append(entry)
         del self._owned[: -self.KEEP]
 
 
@@ -67,8 +71,12 @@ class CpuRuntime:
         fresh = graph.retrieved | set(graph.assignments.values())
         self._fresh = [k for k, b in enumerate(bufs) if b.role == "output" and b.node in fresh]
         self._kept = [k for k, b in enumerate(bufs) if b.role == "output" and b.node not in fresh]
-        self._numel: list[int] = [0] * len(bufs)
+        self._numel: tuple[int, ...] = (0,) * len(bufs)
+        self._evaluate_numel = evaluator(b.numel for b in bufs)
         self._dims_key: tuple[int, ...] | None = None
+        self._shapes: dict[int, tuple[int, ...]] = {}  # of assigned nodes, at these dims
+        # input node -> (the array last run's assignment bound to it, its address)
+        self._assigned: dict[int, tuple[np.ndarray, int]] = {}
         self._arena = np.empty(0, np.uint8)
         self._kept_arrays: dict[int, np.ndarray] = {}
         self._recyclers = {k: _Recycler(bufs[k].dtype.numpy) for k in self._fresh}
@@ -80,10 +88,11 @@ class CpuRuntime:
         if key == self._dims_key:
             return
         self._dims_key = key
+        self._shapes.clear()
         for k, v in enumerate(key):
             self._dims[k] = v
         bufs = self.program.buffers
-        self._numel = [b.numel.evaluate(dims) for b in bufs]
+        self._numel = self._evaluate_numel(dims)
         offsets, total = self.plan.layout(dims)
         if total + _ALIGN > self._arena.size:
             self._arena = np.empty(total + _ALIGN, np.uint8)
@@ -102,32 +111,45 @@ class CpuRuntime:
         self._bind_dims(dims)
         bufs = self.program.buffers
         bound = self._bound
+        assigned = self._assigned
         for k, node in self._inputs:
             a = graph.data[node]
             if a is bound.get(k):
                 continue  # same array object: the pointer is still right
-            if a.dtype != bufs[k].dtype.numpy or not a.flags.c_contiguous:
-                a = np.ascontiguousarray(a, dtype=bufs[k].dtype.numpy)
-                graph.set_data(node, a)
+            hint = assigned.get(node)
+            if hint is not None and hint[0] is a:
+                address = hint[1]  # last run's output, fed back: ours, and its address known
+            else:
+                if a.dtype != bufs[k].dtype.numpy or not a.flags.c_contiguous:
+                    a = np.ascontiguousarray(a, dtype=bufs[k].dtype.numpy)
+                    graph.set_data(node, a)
+                address = _address(a)
             bound[k] = a
-            self._ptrs[k] = _address(a)
+            self._ptrs[k] = address
         self.values = {}  # drop last run's references so its arrays can be recycled
         values = {bufs[k].node: a for k, a in self._kept_arrays.items()}
+        addresses: dict[int, int] = {}
         for k in self._fresh:
             recycler = self._recyclers[k]
-            a = recycler.get(self._numel[k])
-            recycler.give(a)
-            self._ptrs[k] = _address(a)
+            entry = recycler.get(self._numel[k])
+            recycler.give(entry)
+            a, self._ptrs[k] = entry
             values[bufs[k].node] = a
+            addresses[bufs[k].node] = entry[1]
         self._run(self._ptrs, self._dims, governor().threads())
         self.values = values
+        assigned.clear()
         for target, src in graph.assignments.items():
             node = graph.nodes[src]
-            shape = tuple(d.evaluate(dims) for d in node.shape)
+            shape = self._shapes.get(src)
+            if shape is None:  # forgotten whenever the dims change
+                shape = self._shapes[src] = tuple(d.evaluate(dims) for d in node.shape)
             if isinstance(node.op, ops.Input):
                 graph.set_data(target, graph.data[src].reshape(shape))
             else:
-                graph.set_data(target, values[src].reshape(shape))
+                a = values[src].reshape(shape)
+                graph.set_data(target, a)
+                assigned[target] = (a, addresses[src])
 
     def fetch(self, node_id: int) -> np.ndarray:
         return self.values[node_id]

@@ -104,6 +104,7 @@ def build_gradients(loss: GraphTensor, params: Sequence[GraphTensor]) -> list[Gr
         loss.id: [transpose_view(seed, loss.layout, loss.node.shape)]
     }
     found: dict[int, GraphTensor] = {}
+    users = graph.consumers()
     for node in reversed(graph.toposort()):
         parts = pending.pop(node.id, None)
         if parts is None:
@@ -115,6 +116,17 @@ def build_gradients(loss: GraphTensor, params: Sequence[GraphTensor]) -> list[Gr
         inputs = [
             GraphTensor(graph, e.src, e.view, graph.nodes[e.src].dtype) for e in node.inputs
         ]
+        if isinstance(node.op, ops.MaxReduce):
+            chain = _max_chain(graph, node, users)
+            if len(chain) > 1:
+                first = chain[-1]
+                edge = first.inputs[0]
+                if edge.src in relevant:
+                    gin = _joint_max_grad(graph, chain, g)
+                    src = graph.nodes[edge.src]
+                    pending.setdefault(edge.src, []).append(
+                        transpose_view(gin, edge.view, src.shape))
+                continue
         if isinstance(node.op, ops.Mul):
             for k, edge in enumerate(node.inputs):
                 if edge.src in relevant:
@@ -131,6 +143,45 @@ def build_gradients(loss: GraphTensor, params: Sequence[GraphTensor]) -> list[Gr
         found[pid] if pid in found else graph.zeros(p.layout.shape, p.dtype)
         for pid, p in zip(param_ids, params)
     ]
+
+
+def _max_chain(graph: Graph, node, users: dict[int, list[int]]) -> list:
+    """`node` and the MaxReduces it reduces further (a max over several axes, e.g. a pool's
+    window): each read whole (an identity view) by the next one only. Outermost first."""
+    chain = [node]
+    while True:
+        edge = chain[-1].inputs[0]
+        inner = graph.nodes[edge.src]
+        if not (isinstance(inner.op, ops.MaxReduce) and users[inner.id] == [chain[-1].id]
+                and edge.view.is_contiguous and tuple(edge.view.shape) == tuple(inner.shape)):
+            return chain
+        chain.append(inner)
+
+
+def _joint_max_grad(graph: Graph, chain: list, g: GraphTensor) -> GraphTensor:
+    """The gradient of the input of a chain of MaxReduces (`_max_chain`) in the shape the
+    innermost one reads it: shared evenly among all the positions equal to the overall max,
+    as PyTorch's amax over several dims does, in one step instead of one per axis."""
+    first = chain[-1]
+    edge = first.inputs[0]
+    x = GraphTensor(graph, edge.src, edge.view, graph.nodes[edge.src].dtype)
+    shape = x.layout.shape
+    # the reduced axes in the coordinates of x: each reduce's axis, shifted past the axes
+    # that the reduces inside it removed
+    axes: list[int] = []
+    for node in reversed(chain):
+        a = node.op.axis
+        for b in sorted(axes):
+            if b <= a:
+                a += 1
+        axes.append(a)
+    peak = GraphTensor(graph, chain[0].id, View.contiguous(chain[0].shape), chain[0].dtype)
+    for a in sorted(axes):
+        peak = peak.unsqueeze(a)
+        g = g.unsqueeze(a)
+    hits = 1.0 - (x < peak.expand(shape)).to(g.dtype)  # x <= peak everywhere: x == peak
+    count = hits.sum(sorted(axes), keepdim=True)
+    return hits * (g / count).expand(shape)
 
 
 def _mul_input_grad(g: GraphTensor, other: GraphTensor, view: View, src) -> GraphTensor:

@@ -46,17 +46,32 @@ class CDialect(Dialect):
         inner = [*(["#pragma omp simd"] if simd_last else []),
                  f"for (long {last} = 0; {last} < {n}; {last}++) {{", *("  " + b for b in body),
                  "}"]
-        # the outer axes as one collapsed work-shared loop: OpenMP splits their product, and
-        # each thread steps its loop variables forwards (no division per row)
+        # the fewest outer axes that give every thread rows to work on are one collapsed
+        # work-shared loop (OpenMP splits their product and each thread steps its loop
+        # variables forwards: no division per row); the axes inside them are plain loops,
+        # which the compiler unrolls and vectorises when they are short
         heads = [f"for (long {v} = 0; {v} < {e}; {v}++)" for v, e in zip(names, extents)][:-1]
+        shared, rows = 0, 1
+        for e in extents[:-1]:
+            shared += 1
+            if not e.isdigit():
+                break  # a symbolic extent: assume it is large
+            rows *= int(e)
+            if rows >= self.parallel_rows:
+                break
+        pragma = (f"#pragma omp for collapse({shared}) schedule(static)" if shared > 1 else
+                  "#pragma omp for schedule(static)")
         return [
-            f"#pragma omp for collapse({len(heads)}) schedule(static)" if len(heads) > 1 else
-            "#pragma omp for schedule(static)",
-            *heads[:-1],
-            heads[-1] + " {",
+            pragma,
+            *heads[: shared - 1],
+            heads[shared - 1] + " {",
+            *("  " + x for x in heads[shared:]),
             *("  " + x for x in inner),
             "}",
         ]
+
+    # rows (points of the outer axes) a work-shared loop should split among the threads
+    parallel_rows = 256
 
     lanes = 64
 
