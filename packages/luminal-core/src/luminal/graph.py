@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -263,13 +264,14 @@ class Graph:
         return frozenset(names)
 
     def _input_shapes(self) -> tuple[list[Node], Callable[[dict[str, int]], tuple[int, ...]]]:
-        """Every input, and one compiled function giving all their dims, flat, for the bound
-        dim values (`execute()` checks every input on every run); cached until the graph
+        """Every input, and one compiled function giving each one's rank and dims, flat, for
+        the bound dim values (`execute()` checks every input on every run); cached until the graph
         changes."""
         version, shapes = self._input_shapes_cache
         if version != self._version:
             nodes = self.input_nodes()
-            shapes = (nodes, evaluator(d for n in nodes for d in n.shape))
+            # each input's rank, then its dims: equal flat tuples mean equal shapes
+            shapes = (nodes, evaluator(d for n in nodes for d in (len(n.shape), *n.shape)))
             self._input_shapes_cache = (self._version, shapes)
         return shapes
 
@@ -316,21 +318,28 @@ class Graph:
         if 0 in self.dims.values():
             self._check_zero_dims()
         nodes, evaluate_dims = self._input_shapes()
-        flat, start = evaluate_dims(self.dims), 0
+        flat, data = evaluate_dims(self.dims), self.data
+        try:  # the common case in one pass: every input set, every shape right
+            shapes = ((len(s := data[n.id].shape), *s) for n in nodes)
+            if tuple(chain.from_iterable(shapes)) == flat:
+                return dict(self.dims)
+        except KeyError:
+            pass
+        start = 0
         for n in nodes:
             if n.id not in self.data:
                 raise ValueError(
                     f"input {n.op.label_name!r} {show_shape(n.shape)} was never set(): "
                     f"bind data with tensor.set(array) before execute()"
                 )
-            want, start = flat[start:start + len(n.shape)], start + len(n.shape)
+            want, start = flat[start + 1:start + 1 + len(n.shape)], start + 1 + len(n.shape)
             have = self.data[n.id].shape
             if have != want:
                 bound = ", ".join(f"{k}={self.dims[k]}" for k in sorted(
                     set().union(*(d.free_vars for d in n.shape))))
                 raise ValueError(
-                    f"input {n.op.label_name!r} holds data of shape {have} but its shape "
-                    f"{show_shape(n.shape)} with {bound} is {want}"
+                    f"input {n.op.label_name!r} holds data of shape {have} but its shape is "
+                    + (f"{show_shape(n.shape)} with {bound}, so {want}" if bound else f"{want}")
                 )
         return dict(self.dims)
 
