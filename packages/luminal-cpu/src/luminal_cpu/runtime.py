@@ -74,7 +74,13 @@ class CpuRuntime:
         self._numel: tuple[int, ...] = (0,) * len(bufs)
         self._evaluate_numel = evaluator(b.numel for b in bufs)
         self._dims_key: tuple[int, ...] | None = None
-        self._shapes: dict[int, tuple[int, ...]] = {}  # of assigned nodes, at these dims
+        # (target input, source node, source is an input); fixed once compiled
+        self._assignments = [(t, src, isinstance(graph.nodes[src].op, ops.Input))
+                             for t, src in graph.assignments.items()]
+        self._evaluate_assigned = evaluator(
+            d for _, src, _ in self._assignments
+            for d in (len(graph.nodes[src].shape), *graph.nodes[src].shape))
+        self._assigned_shapes: list[tuple[int, ...]] = []  # at the bound dims
         # input node -> (the array last run's assignment bound to it, its address)
         self._assigned: dict[int, tuple[np.ndarray, int]] = {}
         self._arena = np.empty(0, np.uint8)
@@ -88,7 +94,10 @@ class CpuRuntime:
         if key == self._dims_key:
             return
         self._dims_key = key
-        self._shapes.clear()
+        flat, self._assigned_shapes = self._evaluate_assigned(dims), []
+        while flat:  # each shape is its rank followed by its dims
+            self._assigned_shapes.append(flat[1:1 + flat[0]])
+            flat = flat[1 + flat[0]:]
         for k, v in enumerate(key):
             self._dims[k] = v
         bufs = self.program.buffers
@@ -139,12 +148,8 @@ class CpuRuntime:
         self._run(self._ptrs, self._dims, governor().threads())
         self.values = values
         assigned.clear()
-        for target, src in graph.assignments.items():
-            node = graph.nodes[src]
-            shape = self._shapes.get(src)
-            if shape is None:  # forgotten whenever the dims change
-                shape = self._shapes[src] = tuple(d.evaluate(dims) for d in node.shape)
-            if isinstance(node.op, ops.Input):
+        for (target, src, from_input), shape in zip(self._assignments, self._assigned_shapes):
+            if from_input:
                 graph.set_data(target, graph.data[src].reshape(shape))
             else:
                 a = values[src].reshape(shape)
