@@ -14,7 +14,7 @@ Systems:
   luminal       this repository, on --backend (default cpu)
   transformers  Hugging Face transformers, eager, fp32 (it dequantizes the GGUF), DynamicCache
   llama.cpp     llama-cpp-python, Q4_1 weights as shipped; included only when importable
-                (`pip install llama-cpp-python` builds llama.cpp from source: ~15 minutes)
+                (`bash scripts/setup-bench.sh` builds llama.cpp from source: ~15 minutes)
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def main() -> None:
             parser.error(f"unknown system {system!r}")
         if system == "llama.cpp" and not _importable("llama_cpp"):
             results[system] = {"skipped": "llama-cpp-python is not installed (optional: "
-                                          "`pip install llama-cpp-python` builds llama.cpp, "
+                                          "`bash scripts/setup-bench.sh` builds llama.cpp, "
                                           "about 15 minutes)"}
             continue
         if system == "transformers" and not _importable("transformers"):
