@@ -229,7 +229,7 @@ def test_train_rejects_bad_hyperparameters() -> None:
     """Invalid settings fail when they are given, with PyTorch's messages."""
     g = lm.Graph()
     w, x, y, logits = _tiny_model(g)
-    with pytest.raises(ValueError, match="Invalid learning rate: -0.1"):
+    with pytest.raises(ValueError, match=r"Invalid learning rate: -0\.1"):
         lt.SGD([w], lr=-0.1)
     with pytest.raises(ValueError, match="Invalid learning rate"):
         lt.AdamW([w], lr=lt.Constant(-1.0))
@@ -250,7 +250,7 @@ def test_train_rejects_bad_hyperparameters() -> None:
     with pytest.raises(ValueError, match="Invalid learning rate"):
         scheduled.schedule_lr(3)
     for smoothing in (-0.1, 1.5):
-        with pytest.raises(ValueError, match="label_smoothing must be between 0.0 and 1.0"):
+        with pytest.raises(ValueError, match=r"label_smoothing must be between 0\.0 and 1\.0"):
             lt.cross_entropy(logits, y, label_smoothing=smoothing)
     with pytest.raises(ValueError, match="max_norm"):
         lt.clip_grad_norm([w * 1.0], -1.0)
@@ -285,12 +285,12 @@ def test_train_checkpoint_garbage_file_is_a_clear_error(tmp_path) -> None:
     w = g.tensor((2,), name="w").set(np.ones(2, np.float32))
     garbage = tmp_path / "garbage.safetensors"
     garbage.write_bytes(b"\x00\x01not a safetensors file at all" * 10)
-    with pytest.raises(ValueError, match="garbage.safetensors.*not a readable checkpoint"):
+    with pytest.raises(ValueError, match=r"garbage\.safetensors.*not a readable checkpoint"):
         lt.load_checkpoint(garbage, params={"w": w})
     truncated = tmp_path / "truncated.safetensors"
     lt.save_checkpoint(truncated, params={"w": w})
     truncated.write_bytes(truncated.read_bytes()[:-5])
-    with pytest.raises(ValueError, match="truncated.safetensors"):
+    with pytest.raises(ValueError, match=r"truncated\.safetensors"):
         lt.load_checkpoint(truncated, params={"w": w})
-    with pytest.raises(FileNotFoundError, match="missing.safetensors"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.safetensors"):
         lt.load_checkpoint(tmp_path / "missing.safetensors", params={"w": w})

@@ -160,7 +160,7 @@ def _boxed(view: View, src_shape: Shape, axes: Sequence[Expr]) -> list[Expr] | N
                 return None
             out.append(Expr.const(pos))
             continue
-        if not (0 <= pos and pos + hi[k] - 1 - lo[k] < shape[a]):
+        if not (pos >= 0 and pos + hi[k] - 1 - lo[k] < shape[a]):
             return None
         out.append(axes[k] + (pos - lo[k]))
     return out
