@@ -3,8 +3,9 @@
 Fusion policy (decided once per node, in topological order):
 
 - a node gets a buffer ("materialises") when it is an input, an output (retrieved, kept or
-  assigned), read by several nodes, an operand of a matmul, or read through a broadcast when
-  recomputing it per read would be costly (it contains a reduction or transcendental math);
+  assigned), read by several nodes (unless it is cheap elementwise work that each of a few
+  readers recomputes: `SHARED_INLINE_LIMIT`), an operand of a matmul, or read through a
+  broadcast when recomputing it per read would be costly (a reduction or transcendental math);
 - everything else is inlined into the kernel of the node that reads it: elementwise chains
   fuse with each other and into the reductions that consume them, and a reduction fuses into
   the elementwise ops after it as long as they read each result once;
