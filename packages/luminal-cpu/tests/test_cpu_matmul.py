@@ -7,7 +7,8 @@ import luminal as lm
 import luminal.functional as F
 import numpy as np
 import pytest
-from cpu_helpers import check_vs_reference
+from cpu_helpers import check_vs_reference, run_on
+from luminal_cpu import CpuBackend
 from luminal.codegen import Kernel, Matmul, lower
 from luminal.codegen.ir import Bind, walk
 
@@ -133,3 +134,27 @@ def test_batch_sharing_the_right_operand_folds_into_rows():
     mms = [k for k in program_of(build).kernels if isinstance(k, Matmul)]
     shapes = sorted((len(k.batch), k.m.evaluate({"b": 3})) for k in mms)
     assert shapes == [(0, 18), (1, 6)], shapes
+
+
+@pytest.mark.parametrize("m, n", [(16, 9), (16, 100), (40, 300)])
+def test_long_k_products_split_along_k_and_do_not_depend_on_threads(m, n, monkeypatch):
+    """A product with few output tiles and a long K (a weight gradient over a batch) is split
+    along K across the threads; the split follows the shapes only, so 1 and 2 threads give
+    the same bits, and the reference's values."""
+    from luminal_cpu import threads
+
+    k = 4096
+
+    def build(g):
+        a, b = g.tensor((m, k)), g.tensor((k, n))
+        return [a, b], [a @ b]
+
+    data = [[randn(m, k), randn(k, n)]]
+    results = []
+    for count in ("1", "2"):
+        monkeypatch.setenv("LUMINAL_CPU_THREADS", count)
+        threads.governor.cache_clear()
+        results.append(run_on(CpuBackend(), build, data)[0][0])
+    threads.governor.cache_clear()
+    np.testing.assert_array_equal(results[0], results[1])
+    check_vs_reference(build, data, atol=1e-3, rtol=1e-4)

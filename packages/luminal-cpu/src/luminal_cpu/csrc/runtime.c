@@ -294,15 +294,16 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
 static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, long N, long K,
                           const lm_mat *A, const lm_mat *B, const lm_qmat *W, const lm_out *C) {
   long tm = (M + LM_MC - 1) / LM_MC, tn = (N + LM_NC - 1) / LM_NC;
+  /* the K split is decided on the shapes alone (before tiles are added for the threads) */
+  long ks = 1;
+  if (!W && nb * tm * tn < LM_SPLIT_TASKS)
+    while (ks * 2 * nb * tm * tn <= LM_SPLIT_TASKS && K / (ks * 2) >= LM_SPLIT_MIN_K) ks *= 2;
   while (nb * tm * tn < lm_threads() && (N + tn) / (tn + 1) >= LM_NR) tn++;
   const long mc = ((M + tm - 1) / tm + LM_MR - 1) / LM_MR * LM_MR;
   const long nc = ((N + tn - 1) / tn + LM_NR - 1) / LM_NR * LM_NR;
   tm = (M + mc - 1) / mc;
   tn = (N + nc - 1) / nc;
   const long tiles = nb * tm * tn;
-  long ks = 1;
-  if (!W && tiles < LM_SPLIT_TASKS)
-    while (ks * 2 * tiles <= LM_SPLIT_TASKS && K / (ks * 2) >= LM_SPLIT_MIN_K) ks *= 2;
   lm_work *work = lm_thread_work();
   if (ks == 1) {
     #pragma omp for schedule(dynamic, 1)
