@@ -54,6 +54,12 @@ def test_a_cheap_node_with_several_readers_is_recomputed_not_stored():
 
     assert len(lowered(chain).calls) == 4
 
+    def softmax_input(g):
+        s = g.tensor((4, 64)) * 2 + 1  # read by a long reduction (the max): stored
+        return [(s - s.amax(-1, keepdim=True)).exp2()]
+
+    assert len(lowered(softmax_input).calls) == 3
+
 
 def test_padded_and_sliced_reads_index_each_axis_without_division():
     """Reading a producer through a pad or a crop keeps per-axis indices (no / or %)."""

@@ -49,7 +49,9 @@ def program_size(layers: int) -> tuple[int, int]:
 def test_identical_layers_share_kernels():
     k1, c1 = program_size(1)
     k3, c3 = program_size(3)
-    assert k3 == k1 + 1  # the residual stream's input differs for the first layer only
+    k8, _ = program_size(8)
+    # the residual stream's input differs for the first layer only: at most one kernel more
+    assert k1 <= k3 <= k1 + 1 and k8 <= k1 + 1
     assert c3 > 2 * c1
 
 

@@ -71,6 +71,9 @@ BROADCAST_INLINE_LIMIT = 4
 # residual adds alternates between recomputed and stored, the same in every layer).
 SHARED_INLINE_LIMIT = 8
 SHARED_INLINE_READERS = 3
+# ... and none of its readers is a reduction over more elements than this (recomputing inside
+# a long reduction loop, a softmax's max over the keys, measured slower than storing it).
+SHARED_INLINE_REDUCE = 16
 
 
 def _zero(dtype) -> Const:
@@ -246,7 +249,7 @@ class Lowering:
                 pass  # shared by several gathers perhaps, but each gather reads indices only
             elif len(readers) > 1 and (
                 len(readers) > SHARED_INLINE_READERS or cost[node.id] > SHARED_INLINE_LIMIT
-                or holds_shared
+                or holds_shared or any(self._long_reduction(nodes[r]) for r in readers)
             ):
                 mat.add(node.id)
             elif readers:
@@ -263,6 +266,15 @@ class Lowering:
                 cost[node.id] = 0
             elif len(readers) > 1 or holds_shared:
                 shared.add(node.id)
+
+    @staticmethod
+    def _long_reduction(node: Node) -> bool:
+        """A reduction over more than `SHARED_INLINE_REDUCE` elements (a softmax's max over
+        the keys): a shared node is stored rather than recomputed inside its loop."""
+        if not isinstance(node.op, (ops.SumReduce, ops.MaxReduce)):
+            return False
+        size = node.inputs[0].view.shape[node.op.axis]
+        return not (size.is_const and size.value <= SHARED_INLINE_REDUCE)
 
     # ----- building -----------------------------------------------------------------------
     def _has_buffer(self, node: Node) -> bool:
