@@ -154,6 +154,20 @@ def test_nn_sliding_window_attention_matches_torch_with_and_without_cache(rng, w
     g.execute()
     np.testing.assert_allclose(out.numpy(), want, atol=ATOL)
 
+    _decode_in_steps(mod, x, want)
+
+
+def test_nn_sliding_window_needs_causal_and_a_positive_size():
+    with pytest.raises(ValueError, match="sliding_window"):
+        nn.MultiHeadAttention(8, 2, causal=False, sliding_window=4)
+    with pytest.raises(ValueError, match="sliding_window"):
+        nn.MultiHeadAttention(8, 2, sliding_window=0)
+    assert "sliding_window=4" in repr(nn.MultiHeadAttention(8, 2, sliding_window=4))
+
+
+def _decode_in_steps(mod, x: np.ndarray, want: np.ndarray) -> nn.KVCache:
+    """Prefill 4 positions of `x`, then decode the rest one at a time with one compiled graph
+    and a KV cache; each step's output must equal the matching rows of `want`."""
     g = lm.Graph()
     cache = nn.KVCache(g, num_layers=1, batch=1, num_kv_heads=2, head_dim=8)
     inp = g.tensor((1, "seq", 24))
@@ -164,14 +178,7 @@ def test_nn_sliding_window_attention_matches_torch_with_and_without_cache(rng, w
         g.execute()
         cache.advance(stop - start)
         np.testing.assert_allclose(out.numpy(), want[:, start:stop], atol=ATOL)
-
-
-def test_nn_sliding_window_needs_causal_and_a_positive_size():
-    with pytest.raises(ValueError, match="sliding_window"):
-        nn.MultiHeadAttention(8, 2, causal=False, sliding_window=4)
-    with pytest.raises(ValueError, match="sliding_window"):
-        nn.MultiHeadAttention(8, 2, sliding_window=0)
-    assert "sliding_window=4" in repr(nn.MultiHeadAttention(8, 2, sliding_window=4))
+    return cache
 
 
 def test_nn_kv_cache_decode_matches_full_recompute(rng):
@@ -186,16 +193,7 @@ def test_nn_kv_cache_decode_matches_full_recompute(rng):
     full_graph.execute()
     want = full.numpy()
 
-    g = lm.Graph()
-    cache = nn.KVCache(g, num_layers=1, batch=1, num_kv_heads=2, head_dim=8)
-    inp = g.tensor((1, "seq", 24))
-    out = mod(inp, cache[0]).retrieve()
-    g.compile(lm.GenericCompiler())
-    for start, stop in [(0, 4), (4, 5), (5, 6), (6, 7)]:
-        inp.set(x[:, start:stop])
-        g.execute()
-        cache.advance(stop - start)
-        np.testing.assert_allclose(out.numpy(), want[:, start:stop], atol=ATOL)
+    cache = _decode_in_steps(mod, x, want)
     assert cache.length == 7
     assert cache[0].k.numpy().shape == (1, 2, 7, 8)
     cache.reset()

@@ -132,11 +132,8 @@ def _as_box(g: GraphTensor, sizes: Dims, strides: Dims, offset: Expr,
         if axis is None:
             return None
         owner[axis] = k
-    starts, rem = [], offset.value
-    for a in range(len(shape_i)):
-        starts.append(rem // rm[a] if shape_i[a] != 1 else 0)
-        rem -= starts[-1] * rm[a]
-    if rem != 0 or min(starts, default=0) < 0:
+    starts = _axis_starts(offset.value, shape_i, rm)
+    if starts is None:
         return None
     for a, n in enumerate(shape_i):
         length = sizes_i[owner[a]] if a in owner else 1
@@ -149,6 +146,16 @@ def _as_box(g: GraphTensor, sizes: Dims, strides: Dims, offset: Expr,
         length = sizes_i[owner[a]] if a in owner else 1
         pads += [starts[a], shape_i[a] - starts[a] - length]
     return out.pad(pads) if any(pads) else out
+
+
+def _axis_starts(offset: int, shape: list[int], row_major: list[int]) -> list[int] | None:
+    """The position along each buffer axis where a flat `offset` lies, or None when it is
+    not a whole position (or lies before the buffer)."""
+    starts, rem = [], offset
+    for n, stride in zip(shape, row_major):
+        starts.append(rem // stride if n != 1 else 0)
+        rem -= starts[-1] * stride
+    return starts if rem == 0 and min(starts, default=0) >= 0 else None
 
 
 def _guess(e: Expr) -> int:
@@ -177,11 +184,8 @@ def _as_separable(g: GraphTensor, sizes: Dims, strides: Dims, offset: Expr,
         a = max(fits, key=lambda a: rm[a])
         owned[a].append(k)
         steps[k] = s.value // rm[a]
-    starts, rem = [], offset.value
-    for a in range(len(shape_i)):
-        starts.append(rem // rm[a] if shape_i[a] != 1 else 0)
-        rem -= starts[-1] * rm[a]
-    if rem != 0 or min(starts, default=0) < 0:
+    starts = _axis_starts(offset.value, shape_i, rm)
+    if starts is None:
         return None
     for a, n in enumerate(shape_i):
         reach = sum((sizes[k].value - 1) * steps[k] for k in owned[a])
