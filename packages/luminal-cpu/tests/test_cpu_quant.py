@@ -51,6 +51,20 @@ def test_quantized_matmul_matches_numpy(qtype, m, n, k, transposed):
 
 
 @pytest.mark.parametrize("qtype", sorted(QTYPES))
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 98])
+def test_quantized_matvec_any_row_count(qtype, n):
+    """Decode's x @ W.T walks W four rows at a time: counts that are not a multiple of four."""
+    raw, w = quantized(qtype, n, 64)
+    x = rng.standard_normal((3, 1, 64)).astype(np.float32)
+    g = lm.Graph()
+    xt, rt = g.tensor((3, 1, 64)).set(x), g.tensor(raw.shape, dtype=lm.uint8).set(raw)
+    y = (xt @ dequantize(rt, qtype, (n, 64)).T).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    g.execute()
+    np.testing.assert_allclose(y.numpy(), x @ w.T, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("qtype", sorted(QTYPES))
 def test_decomposition_matches_gguf_exactly(qtype):
     raw, w = quantized(qtype, 4, 64)
     g = lm.Graph()
