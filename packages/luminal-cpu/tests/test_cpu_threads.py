@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import luminal as lm
 import numpy as np
 import pytest
@@ -13,7 +16,9 @@ class FakeMachine:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.now = self.busy = self.own = 0.0
-        monkeypatch.setattr(threads, "_machine_busy_seconds", lambda: self.busy)
+        self.cpus = 4  # CPUs this process may use
+        monkeypatch.setattr(threads, "_cpus", lambda: frozenset(range(self.cpus)))
+        monkeypatch.setattr(threads, "_busy_seconds", lambda cpus: self.busy)
         monkeypatch.setattr(threads.time, "monotonic", lambda: self.now)
         monkeypatch.setattr(threads.time, "process_time", lambda: self.own)
 
@@ -44,6 +49,7 @@ def test_governor_gives_up_the_cores_others_use_and_takes_them_back(machine):
 
 
 def test_governor_hysteresis_keeps_a_borderline_load_from_flapping(machine):
+    machine.cpus = 2
     gov = threads.ThreadGovernor(cores=2, interval=0.1, take=0.6, release=0.3)
     gov.threads()
     counts = []
@@ -54,10 +60,29 @@ def test_governor_hysteresis_keeps_a_borderline_load_from_flapping(machine):
 
 
 def test_governor_always_leaves_one_thread(machine):
+    machine.cpus = 2
     gov = threads.ThreadGovernor(cores=2, interval=0.1)
     gov.threads()
     machine.advance(0.2, others=8.0, own=0.5)
     assert gov.threads() == 1
+
+
+def test_governor_counts_only_the_cpus_it_may_use_against_its_cap(machine):
+    # 8 CPUs in this process's set, 4 threads wanted (OMP_NUM_THREADS=4, say): others using
+    # 3 of the 8 leave room for all 4; using 5 they leave 3
+    machine.cpus = 8
+    gov = threads.ThreadGovernor(cores=4, interval=0.1)
+    gov.threads()
+    machine.advance(0.2, others=3.0, own=4.0)
+    assert gov.threads() == 4
+    machine.advance(0.2, others=5.0, own=3.0)
+    assert gov.threads() == 3
+
+
+def test_governor_survives_a_clock_that_did_not_move(machine):
+    gov = threads.ThreadGovernor(cores=4, interval=0.0)
+    gov.threads()
+    assert gov.threads() == 4  # same timestamp: no division by zero
 
 
 def test_fixed_thread_count_and_omp_cap(machine, monkeypatch):
@@ -71,7 +96,7 @@ def test_fixed_thread_count_and_omp_cap(machine, monkeypatch):
 
 
 def test_without_proc_stat_every_run_gets_every_core(machine, monkeypatch):
-    monkeypatch.setattr(threads, "_machine_busy_seconds", lambda: None)
+    monkeypatch.setattr(threads, "_busy_seconds", lambda cpus: None)
     gov = threads.ThreadGovernor(cores=4)
     assert not gov.adaptive and gov.threads() == 4
 
@@ -91,3 +116,15 @@ def test_results_do_not_depend_on_the_thread_count(monkeypatch, count):
     want = (np.exp(z - z.max(-1, keepdims=True))
             / np.exp(z - z.max(-1, keepdims=True)).sum(-1, keepdims=True)).sum(0)
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="no /proc/stat (not Linux)")
+def test_busy_seconds_reads_the_cpus_of_this_process():
+    cpus = threads._cpus()
+    before = threads._busy_seconds(cpus)
+    end = time.process_time() + 0.05
+    while time.process_time() < end:  # keep one of our CPUs busy for a moment
+        pass
+    after = threads._busy_seconds(cpus)
+    assert before is not None and 0 < before <= after
+    assert threads._busy_seconds(frozenset()) == 0

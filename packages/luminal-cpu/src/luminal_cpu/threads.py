@@ -5,9 +5,9 @@ model's decode step crosses hundreds of them. When another process holds a core,
 that shares that core reaches each barrier a scheduler time slice late, and throughput
 collapses (SmolLM2 decode on 2 cores: 160 tok/s alone, 47 tok/s next to one busy process,
 100 tok/s with one thread). Passive waiting helps the contended case but costs 3x on an idle
-machine, so instead the governor measures, every `interval` seconds, how much CPU the rest
-of the machine used (`/proc/stat` less this process's own CPU time) and hands the runs only
-the cores that are left.
+machine, so instead the governor measures, every `interval` seconds, how much of the CPUs this
+process may use the rest of the machine kept busy (`/proc/stat` less this process's own CPU
+time) and hands the runs only the cores that are left.
 
 `OMP_NUM_THREADS` caps the count; `LUMINAL_CPU_THREADS=N` fixes it and turns the governor off.
 Without `/proc/stat` (not Linux) every run gets all cores.
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
 
 from . import device
@@ -33,60 +34,78 @@ def _positive_int(text: str | None) -> int | None:
     return value if value > 0 else None
 
 
-def _machine_busy_seconds() -> float | None:
-    """CPU-seconds all processes have been busy since boot, or None where unknown."""
+def _cpus() -> frozenset[int]:
+    """The CPUs this process may run on (a container's cpuset, `taskset`), or all of them."""
+    if hasattr(os, "sched_getaffinity"):
+        return frozenset(os.sched_getaffinity(0))
+    return frozenset(range(os.cpu_count() or 1))
+
+
+def _busy_seconds(cpus: frozenset[int]) -> float | None:
+    """CPU-seconds all processes have kept `cpus` busy since boot, or None where unknown."""
     try:
         with open(_STAT, "rb") as f:
-            fields = f.readline().split()
+            lines = f.read().splitlines()
     except OSError:
         return None
-    # cpu  user nice system idle iowait irq softirq steal ...
-    busy = sum(int(fields[i]) for i in (1, 2, 3, 6, 7, 8) if i < len(fields))
-    return busy / os.sysconf("SC_CLK_TCK")
+    ticks = 0
+    for line in lines[1:]:  # per-CPU lines: cpuN user nice system idle iowait irq softirq steal
+        fields = line.split()
+        if not fields or not fields[0].startswith(b"cpu"):
+            break
+        if int(fields[0][3:]) in cpus:
+            ticks += sum(int(fields[i]) for i in (1, 2, 3, 6, 7, 8) if i < len(fields))
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 class ThreadGovernor:
     """Chooses the thread count of each run (see the module docstring).
 
-    Hysteresis keeps it from flapping: a core counts as taken once others use more than
-    `take` of it and as free again below `release`.
+    Only the CPUs this process may use are measured. Hysteresis keeps the count from
+    flapping: a CPU counts as taken once others use more than `take` of it and as free
+    again below `release`. Safe to call from several threads.
     """
 
     def __init__(self, cores: int | None = None, interval: float = 0.2,
                  take: float = 0.6, release: float = 0.3) -> None:
         fixed = _positive_int(os.environ.get(ENV_THREADS))
         cap = _positive_int(os.environ.get("OMP_NUM_THREADS"))
+        self.cpus = _cpus()
         self.cores = fixed or min(cores or device.cores(), cap or 1 << 30)
-        self.adaptive = fixed is None and self.cores > 1 and _machine_busy_seconds() is not None
+        self.adaptive = (fixed is None and self.cores > 1
+                         and _busy_seconds(self.cpus) is not None)
         self.interval, self.take, self.release = interval, take, release
+        self._taken = 0  # CPUs of self.cpus that other processes keep busy
         self._threads = self.cores
         self._last: tuple[float, float, float] | None = None
+        self._lock = threading.Lock()
 
     def threads(self) -> int:
         """The thread count for the next run."""
         if not self.adaptive:
             return self.cores
-        now = time.monotonic()
-        if self._last is not None and now - self._last[0] < self.interval:
+        with self._lock:
+            now, last = time.monotonic(), self._last
+            if last is not None and now - last[0] < self.interval:
+                return self._threads
+            busy, own = _busy_seconds(self.cpus), time.process_time()
+            if busy is None:
+                return self._threads
+            if last is not None and now > last[0]:
+                others = max(0.0, (busy - last[1]) - (own - last[2])) / (now - last[0])
+                self._threads = self._count(others)
+            self._last = (now, busy, own)
             return self._threads
-        busy, own = _machine_busy_seconds(), time.process_time()
-        if busy is None:
-            return self._threads
-        if self._last is not None:
-            wall, last_busy, last_own = self._last
-            others = max(0.0, (busy - last_busy) - (own - last_own)) / (now - wall)
-            self._threads = self._count(others)
-        self._last = (now, busy, own)
-        return self._threads
 
     def _count(self, others: float) -> int:
-        """Threads to use when other processes keep `others` cores busy."""
-        taken = self.cores - self._threads  # cores given up so far
-        while taken < self.cores - 1 and others > taken + self.take:
+        """Threads to use when other processes keep `others` of our CPUs busy."""
+        taken, usable = self._taken, len(self.cpus)
+        while taken < usable - 1 and others > taken + self.take:
             taken += 1
         while taken > 0 and others < taken - 1 + self.release:
             taken -= 1
-        return self.cores - taken
+        self._taken = taken
+        return max(1, min(self.cores, usable - taken))
 
 
 @functools.lru_cache(maxsize=1)
