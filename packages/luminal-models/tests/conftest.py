@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,9 @@ from luminal_models.errors import DownloadError
 from luminal_models.gguf_file import GGUFFile
 from luminal_models.hub import smollm2_path
 from luminal_models.tokenizer import Tokenizer
+
+# pytest runs with --import-mode=importlib, which does not put test directories on sys.path
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture(scope="session")

@@ -10,12 +10,12 @@ about 10x what that produces on this model.
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import luminal as lm
 import numpy as np
 import pytest
+from llama_helpers import check_greedy, cpu_backend
 from luminal_models.generate import Generator
 from luminal_models.llama import Llama, LlamaConfig, load_llama, unpermute_qk
 from luminal_models.sampling import SamplingParams
@@ -25,7 +25,6 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 LOGITS_ATOL = 1e-3
-TIE_MARGIN = 0.05  # a greedy divergence is excused only where transformers' top-2 are closer
 STORY = "Once upon a time"
 CHAT = "What is the capital of France?"
 # name -> (text, wrapped in the chat template?): the prompts whose greedy ids are compared
@@ -95,21 +94,7 @@ def _model_for(request: pytest.FixtureRequest, backend_name: str) -> Llama:
 
 
 def _backend(name: str):
-    """The named backend; "cpu" is skipped (with the reason) only where luminal-cpu is not
-    importable: installed but unable to run is a failure."""
-    if name == "reference":
-        return lm.backend("reference")
-    pytest.importorskip("luminal_cpu", reason="luminal-cpu is not installed")
-    try:
-        return lm.backend("cpu")
-    except ValueError:
-        # importable from a source checkout but not pip-installed, so no entry point
-        # announces it: register its plugin module by hand
-        import luminal_cpu.plugin
-        from luminal import plugins
-
-        plugins.get_plugin_manager().register(luminal_cpu.plugin, name="luminal-cpu")
-        return lm.backend("cpu")
+    return lm.backend("reference") if name == "reference" else cpu_backend()
 
 
 @pytest.fixture(scope="session", params=["reference", "cpu"])
@@ -153,27 +138,12 @@ def test_llama_first_forward_logits_match_transformers(request, oracle, backend_
     assert (got.argmax(-1) == want.argmax(-1)).all()
 
 
-def _check_greedy(got: list[int], want: list[int], margins: list[float]) -> bool:
-    """Same ids as transformers; a divergence is tolerated only at a near-tie step (then
-    False is returned, after a warning naming the step)."""
-    for step, (a, b) in enumerate(zip(got, want)):
-        if a != b:
-            assert margins[step] < TIE_MARGIN, (
-                f"greedy ids diverge from transformers at step {step} ({a} vs {b}) where its "
-                f"top-2 logits differ by {margins[step]:.3f} >= {TIE_MARGIN}")
-            warnings.warn(f"greedy ids diverge at step {step}, a near tie in transformers "
-                          f"(top-2 margin {margins[step]:.3f})", stacklevel=2)
-            return False
-    assert len(got) == len(want), (got, want)
-    return True
-
-
 @pytest.mark.parametrize("prompt", list(PROMPTS))
 def test_llama_greedy_generation_matches_transformers(generator: Generator, oracle, prompt):
     steps = GREEDY_TOKENS[generator.backend.name]
     want, margins = oracle[f"{prompt}_greedy"]
     result = generator.generate(oracle[f"{prompt}_ids"], max_tokens=steps)
-    matched = _check_greedy(result.token_ids, want[:steps], margins)
+    matched = check_greedy(result.token_ids, want[:steps], margins, "transformers") is None
     if prompt == "chat":
         assert result.stop_reason == "stop_token" and result.token_ids[-1] == 2
         assert result.text == "The capital of France is Paris."
