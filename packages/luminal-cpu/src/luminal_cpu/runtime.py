@@ -127,7 +127,9 @@ class CpuRuntime:
                 continue  # same array object: the pointer is still right
             hint = assigned.get(node)
             if hint is not None and hint[0] is a:
-                address = hint[1]  # last run's output, fed back: ours, and its address known
+                # last run's output, fed back: a fresh contiguous array of ours, of the
+                # input's dtype (Graph.assign checks it), whose address is known
+                address = hint[1]
             else:
                 if a.dtype != bufs[k].dtype.numpy or not a.flags.c_contiguous:
                     a = np.ascontiguousarray(a, dtype=bufs[k].dtype.numpy)
