@@ -1,0 +1,329 @@
+"""`Search(backend)`: the search compiler.
+
+For each region of the graph (a kernel of the default plan; identical regions once) it builds
+candidates: the default plan, schedule variants the backend honours (store a recomputed node,
+matmul as generated loops) and algebraic rewrites extracted from an e-graph. It checks every
+candidate against the reference backend on random inputs (and its NaN/inf behaviour against
+the default plan's), times the survivors on the device and keeps the fastest; the default plan
+is always timed, so a region never gets slower than its default in the region-alone timing. The
+chosen plan is cached on disk; the backend then compiles the rewritten graph with the chosen
+`luminal.codegen.Schedule`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from luminal import plugins
+from luminal.backend import Backend
+from luminal.backends.reference import ReferenceBackend
+from luminal.codegen import Schedule
+from luminal.compilers import DeadCodeElimination
+from luminal.graph import Graph
+
+from . import cache, measure, terms
+from .egraph import Limits, saturate
+from .regions import Region, find_regions, leaves, subgraph, views_and_extents
+
+DEFAULT_DIM = 64  # value given to a symbolic dim the graph has not bound, for timing
+MAX_STORE_VARIANTS = 2
+
+
+@dataclass
+class Candidate:
+    """One way to compile a region: `kind` is "default", "store", "loops" or "rewrite"."""
+
+    kind: str
+    label: str
+    steps: terms.Steps | None = None  # "rewrite": the region's new term
+    store: tuple[int, ...] = ()  # "store": positions in `Region.nodes` to store
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "label": self.label, "steps": self.steps,
+                "store": list(self.store)}
+
+
+@dataclass
+class RegionResult:
+    """What search found for one distinct region."""
+
+    label: str
+    instances: int
+    choice: Candidate
+    default_s: float = 0.0
+    best_s: float = 0.0
+    timed: int = 0
+    rejected: list[str] = field(default_factory=list)
+    egraph_s: float = 0.0
+
+    @property
+    def gain(self) -> float:
+        return self.default_s / self.best_s if self.best_s > 0 else 1.0
+
+
+@dataclass
+class SearchReport:
+    """`Search.report` after `compile`: per-region choices and timings."""
+
+    regions: list[RegionResult]
+    seconds: float
+    cached: bool
+    cache_path: str = ""
+
+    def explain(self) -> str:
+        """A table of each distinct region: what search chose and the measured gain."""
+        lines = [f"search: {len(self.regions)} distinct regions, "
+                 f"{'plan from cache' if self.cached else 'searched'} in {self.seconds:.2f} s"]
+        lines.append(f"{'region':<48} {'n':>3} {'timed':>5} {'default':>10} {'best':>10} "
+                     f"{'gain':>6}  choice")
+        for r in self.regions:
+            lines.append(f"{r.label[:48]:<48} {r.instances:>3} {r.timed:>5} "
+                         f"{r.default_s * 1e6:>8.1f}us {r.best_s * 1e6:>8.1f}us "
+                         f"{r.gain:>5.2f}x  {r.choice.label}")
+            lines += [f"    rejected: {why}" for why in r.rejected]
+        return "\n".join(lines)
+
+
+class Search:
+    """The search compiler for `backend` (any backend with `schedulable = True`).
+
+    `g.compile((lm.GenericCompiler(), Search(lm.backend("cpu"))))`. Options: `top` candidates
+    timed per region (besides the default), e-graph `limits`, `rulesets` (names of registered
+    rule sets; None = all), `seed` for the random check inputs, `progress` bar, `use_cache`.
+    """
+
+    def __init__(self, backend: Backend | None = None, *, top: int = 4, limits: Limits = Limits(),
+                 rulesets: tuple[str, ...] | None = None, seed: int = 0, progress: bool = True,
+                 use_cache: bool = True):
+        self.backend = backend if backend is not None else plugins.backend()
+        if not self.backend.schedulable:
+            raise TypeError(f"backend {self.backend.name!r} cannot be searched: it does not "
+                            f"lower through luminal.codegen.lower (Backend.schedulable)")
+        self.top, self.limits, self.seed = top, limits, seed
+        self.rulesets = rulesets
+        self.progress, self.use_cache = progress, use_cache
+        self.report: SearchReport | None = None
+
+    def __repr__(self) -> str:
+        return f"Search({self.backend!r})"
+
+    def explain(self) -> str:
+        if self.report is None:
+            return "search has not compiled a graph yet"
+        return self.report.explain()
+
+    # ----- compile ------------------------------------------------------------------------
+    def compile(self, graph: Graph) -> None:
+        t0 = time.perf_counter()
+        regions = find_regions(graph)
+        rulesets = self._rulesets()
+        device = self.backend.probe().device
+        options = f"top={self.top} {self.limits} rulesets={[n for n, _ in rulesets]}"
+        key = cache.plan_key(graph, self.backend.name, device, options + repr(rulesets))
+        plan = cache.load(key) if self.use_cache else None
+        cached = plan is not None and self._fits(graph, regions, plan["regions"])
+        if cached:
+            results = [_result_from_json(r) for r in plan["regions"].values()]
+            choices = {sig: _candidate_from_json(r["choice"]) for sig, r in plan["regions"].items()}
+            path = str(cache.cache_dir() / f"{key}.json")
+        else:
+            found = self._search(graph, regions, rulesets)
+            choices = {sig: r.choice for sig, r in found.items()}
+            results = list(found.values())
+            path = str(cache.store(key, {sig: _result_json(r) for sig, r in found.items()})
+                       ) if self.use_cache else ""
+        schedule = self._apply(graph, regions, choices)
+        self.backend.with_schedule(schedule).compile(graph)
+        self.report = SearchReport(results, time.perf_counter() - t0, cached, path)
+
+    def _rulesets(self) -> list[tuple[str, str]]:
+        found = [(r.name, r.program) for r in plugins.rulesets()]
+        if self.rulesets is None:
+            return found
+        known = {n for n, _ in found}
+        missing = [n for n in self.rulesets if n not in known]
+        if missing:
+            raise ValueError(f"unknown rule sets {missing}; registered: {sorted(known)}")
+        return [(n, p) for n, p in found if n in self.rulesets]
+
+    @staticmethod
+    def _fits(graph: Graph, regions: list[Region], stored: dict) -> bool:
+        """A cached plan covers every region and each choice is well formed for it."""
+        by_sig = {r.signature: r for r in regions}
+        if set(stored) != set(by_sig):
+            return False
+        try:
+            for sig, entry in stored.items():
+                _check_candidate(graph, by_sig[sig], _candidate_from_json(entry["choice"]))
+                _result_from_json(entry)
+        except (KeyError, TypeError, ValueError, IndexError):
+            return False
+        return True
+
+    # ----- searching ----------------------------------------------------------------------
+    def _search(self, graph: Graph, regions: list[Region], rulesets) -> dict[str, RegionResult]:
+        from tqdm import tqdm
+
+        groups: dict[str, list[Region]] = {}
+        for region in regions:
+            groups.setdefault(region.signature, []).append(region)
+        results: dict[str, RegionResult] = {}
+        bar = tqdm(groups.items(), desc="search", unit="region", disable=not self.progress,
+                   leave=False)
+        for sig, members in bar:
+            region = members[0]
+            label = region.label(graph)
+            bar.set_postfix_str(label[:40])
+            results[sig] = self._search_region(graph, region, rulesets, label, len(members))
+            best = results[sig]
+            bar.set_postfix_str(f"{label[:30]} timed={best.timed} best={best.gain:.2f}x")
+        return results
+
+    def _candidates(self, graph: Graph, region: Region, rulesets) -> tuple[list[Candidate], float]:
+        out = [Candidate("default", "default")]
+        if region.matmul:
+            out.append(Candidate("loops", "matmul as generated loops"))
+        for n in region.recomputed[:MAX_STORE_VARIANTS]:
+            pos = region.nodes.index(n)
+            out.append(Candidate("store", f"store {graph.nodes[n].op.name} (node {pos})",
+                                 store=(pos,)))
+        sat = saturate(graph, region, rulesets, self.limits)
+        out += [Candidate("rewrite", f"rewrite ({r.profile}, cost {r.cost})", steps=r.steps)
+                for r in sat.rewrites]
+        return out[: 1 + self.top], sat.seconds
+
+    def _search_region(self, graph: Graph, region: Region, rulesets, label: str,
+                       instances: int) -> RegionResult:
+        candidates, egraph_s = self._candidates(graph, region, rulesets)
+        result = RegionResult(label, instances, candidates[0], egraph_s=egraph_s)
+        if len(candidates) == 1 or not _checkable(graph, region):
+            return result
+        rng = np.random.default_rng(self.seed)
+        dims = {d: graph.dims.get(d, DEFAULT_DIM) for d in graph.free_dims()}
+        reference, _ = self._instance(graph, region, candidates[0], dims, ReferenceBackend())
+        data = measure.random_inputs(reference, rng)
+        special = measure.random_inputs(reference, rng, specials=True)
+        want = measure.run(reference, data, _root(reference))
+        default_special = None
+        survivors: list[tuple[Candidate, Graph]] = []
+        for cand in candidates:
+            try:
+                sub, root = self._instance(graph, region, cand, dims, None)
+                got = measure.run(sub, data, root)
+                odd = measure.run(sub, special, root)
+            except Exception as e:  # a candidate that fails to build is dropped, with why
+                result.rejected.append(f"{cand.label}: {type(e).__name__}: {e}"[:200])
+                continue
+            if cand.kind == "default":
+                default_special = odd
+            elif not measure.agrees(got, want) or (
+                    default_special is not None and not measure.agrees(odd, default_special)):
+                result.rejected.append(f"{cand.label}: disagrees with the reference")
+                continue
+            survivors.append((cand, sub))
+        times = measure.time_interleaved([sub for _, sub in survivors], data)
+        result.timed = len(survivors)
+        for (cand, _), seconds in zip(survivors, times):
+            if cand.kind == "default":
+                result.default_s = seconds
+        result.best_s = result.default_s
+        for (cand, _), seconds in zip(survivors, times):
+            if cand.kind != "default" and seconds < result.best_s:
+                result.best_s, result.choice = seconds, cand
+        return result
+
+    def _instance(self, graph: Graph, region: Region, cand: Candidate, dims: dict,
+                  backend: Backend | None) -> tuple[Graph, int]:
+        """The region alone as a graph, with `cand` applied, compiled for `backend` (the
+        searched backend when None); returns it and its output node."""
+        sub, ids = subgraph(graph, region)
+        for d, v in dims.items():
+            sub.set_dim(d, v)
+        local = Region(ids[region.root], [ids[n] for n in region.nodes],
+                       [ids[n] for n in region.inputs], region.matmul)
+        schedule = self._apply(sub, [local], {"": cand}, by_signature=False)
+        sub.compile(backend or self.backend.with_schedule(schedule))
+        return sub, _root(sub)
+
+    # ----- applying -----------------------------------------------------------------------
+    @staticmethod
+    def _apply(graph: Graph, regions: list[Region], choices: dict[str, Candidate],
+               by_signature: bool = True) -> Schedule:
+        """Rewrite the regions whose choice is a rewrite; the schedule for the others."""
+        store, loops = set(), set()
+        rewritten = False
+        for region in regions:
+            cand = choices[region.signature] if by_signature else choices[""]
+            if cand.kind == "store":
+                store.update(region.nodes[p] for p in cand.store)
+            elif cand.kind == "loops":
+                loops.add(region.root)
+            elif cand.kind == "rewrite":
+                leaf_ids = leaves(graph, region)
+                views, _ = views_and_extents(graph, region, leaf_ids)
+                new = terms.rebuild(graph, cand.steps, [graph.resolve(n) for n in leaf_ids], views)
+                graph.replace(graph.resolve(region.root), new)
+                rewritten = True
+        if rewritten:
+            DeadCodeElimination().compile(graph)
+        return Schedule(store=frozenset(store), loop_matmuls=frozenset(loops))
+
+
+def _root(graph: Graph) -> int:
+    (root,) = graph.retrieved
+    return root
+
+
+def _checkable(graph: Graph, region: Region) -> bool:
+    """Random inputs exercise the region: every input is a float, int32 or bool tensor."""
+    return all(graph.nodes[n].dtype.is_float or graph.nodes[n].dtype.name in ("int32", "bool")
+               for n in region.inputs)
+
+
+def _check_candidate(graph: Graph, region: Region, cand: Candidate) -> None:
+    if cand.kind not in ("default", "store", "loops", "rewrite"):
+        raise ValueError(f"unknown candidate kind {cand.kind!r}")
+    if cand.kind == "loops" and not region.matmul:
+        raise ValueError("loops on a region that is not a matmul")
+    for p in cand.store:
+        region.nodes[p]  # raises IndexError when out of range
+    if cand.kind == "rewrite":
+        leaf_ids = leaves(graph, region)
+        views, _ = views_and_extents(graph, region, leaf_ids)
+        _check_steps(cand.steps, len(leaf_ids), len(views))
+
+
+def _check_steps(steps: Any, n_leaves: int, n_views: int) -> None:
+    if not isinstance(steps, list) or not steps:
+        raise ValueError("empty rewrite")
+    names = {**terms.UNARY, **terms.BINARY, **terms.REDUCE}
+    for k, step in enumerate(steps):
+        kind = step[0]
+        if kind == "leaf" and 0 <= step[1] < n_leaves:
+            continue
+        if kind == "read" and 0 <= step[1] < k and 0 <= step[2] < n_views:
+            continue
+        if kind == "op" and step[1] in names and all(0 <= a < k for a in step[3]) and len(
+                step[3]) == (2 if step[1] in terms.BINARY else 1):
+            continue
+        raise ValueError(f"malformed rewrite step {step!r}")
+
+
+def _candidate_from_json(d: dict) -> Candidate:
+    return Candidate(str(d["kind"]), str(d["label"]), d["steps"],
+                     tuple(int(p) for p in d["store"]))
+
+
+def _result_json(r: RegionResult) -> dict[str, Any]:
+    return {"label": r.label, "instances": r.instances, "choice": r.choice.as_json(),
+            "default_s": r.default_s, "best_s": r.best_s, "timed": r.timed,
+            "rejected": r.rejected, "egraph_s": r.egraph_s}
+
+
+def _result_from_json(d: dict) -> RegionResult:
+    return RegionResult(str(d["label"]), int(d["instances"]), _candidate_from_json(d["choice"]),
+                        float(d["default_s"]), float(d["best_s"]), int(d["timed"]),
+                        list(d["rejected"]), float(d["egraph_s"]))
