@@ -70,13 +70,14 @@ def program(encoded: terms.Encoded, rulesets: Sequence[tuple[str, str]],
 
 
 def saturate(graph: Graph, region: Region, rulesets: Sequence[tuple[str, str]],
-             limits: Limits = Limits(), profiles: dict[str, dict[str, int]] | None = None,
+             limits: Limits | None = None, profiles: dict[str, dict[str, int]] | None = None,
              ) -> Saturation:
     """Rewrites of `region` found by `rulesets`, one per cost profile, duplicates dropped
     (the unchanged region is not among them)."""
     from egglog.bindings import EGraph
 
     t0 = time.perf_counter()
+    limits = limits or Limits()
     modelled = [n for n in region.nodes if n not in region.inputs]
     if len(modelled) > limits.max_nodes or not rulesets:
         return Saturation([], 0.0)

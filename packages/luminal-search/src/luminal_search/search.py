@@ -80,9 +80,10 @@ class SearchReport:
         lines.append(f"{'region':<48} {'n':>3} {'timed':>5} {'default':>10} {'best':>10} "
                      f"{'gain':>6}  choice")
         for r in self.regions:
-            lines.append(f"{r.label[:48]:<48} {r.instances:>3} {r.timed:>5} "
-                         f"{r.default_s * 1e6:>8.1f}us {r.best_s * 1e6:>8.1f}us "
-                         f"{r.gain:>5.2f}x  {r.choice.label}")
+            timing = (f"{r.default_s * 1e6:>8.1f}us {r.best_s * 1e6:>8.1f}us {r.gain:>5.2f}x"
+                      if r.timed else f"{'-':>10} {'-':>10} {'-':>6}")
+            lines.append(f"{r.label[:48]:<48} {r.instances:>3} {r.timed:>5} {timing}  "
+                         f"{r.choice.label}")
             lines += [f"    rejected: {why}" for why in r.rejected]
         return "\n".join(lines)
 
@@ -95,14 +96,14 @@ class Search:
     rule sets; None = all), `seed` for the random check inputs, `progress` bar, `use_cache`.
     """
 
-    def __init__(self, backend: Backend | None = None, *, top: int = 4, limits: Limits = Limits(),
-                 rulesets: tuple[str, ...] | None = None, seed: int = 0, progress: bool = True,
-                 use_cache: bool = True):
+    def __init__(self, backend: Backend | None = None, *, top: int = 4,
+                 limits: Limits | None = None, rulesets: tuple[str, ...] | None = None,
+                 seed: int = 0, progress: bool = True, use_cache: bool = True):
         self.backend = backend if backend is not None else plugins.backend()
         if not self.backend.schedulable:
             raise TypeError(f"backend {self.backend.name!r} cannot be searched: it does not "
                             f"lower through luminal.codegen.lower (Backend.schedulable)")
-        self.top, self.limits, self.seed = top, limits, seed
+        self.top, self.limits, self.seed = top, limits or Limits(), seed
         self.rulesets = rulesets
         self.progress, self.use_cache = progress, use_cache
         self.report: SearchReport | None = None

@@ -91,7 +91,8 @@ def encode(graph: Graph, root: int, leaves: Sequence[int], views: Sequence[View]
         for e in node.inputs:
             src = graph.nodes[e.src]
             ref = names[e.src]
-            args.append(ref if is_identity(e.view, src.shape) else f"(Read {ref} {view_of[e.view]})")
+            identity = is_identity(e.view, src.shape)
+            args.append(ref if identity else f"(Read {ref} {view_of[e.view]})")
         name = NAME_OF[type(node.op)]
         if name in REDUCE:
             extent = node.inputs[0].view.shape[node.op.axis]
