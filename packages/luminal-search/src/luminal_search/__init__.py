@@ -10,10 +10,12 @@
 Also `luminal.plugins.compiler("search", backend=lm.backend("cpu"))`. See README.md.
 """
 
+from .candidates import Candidate, RegionResult, WholeGraph
 from .egraph import Limits
-from .search import Candidate, RegionResult, Search, SearchReport
+from .search import Search, SearchReport
 from .version import SEARCH_VERSION
 
 __version__ = "0.1.0"
 
-__all__ = ["SEARCH_VERSION", "Candidate", "Limits", "RegionResult", "Search", "SearchReport"]
+__all__ = ["SEARCH_VERSION", "Candidate", "Limits", "RegionResult", "Search", "SearchReport",
+           "WholeGraph"]

@@ -68,11 +68,11 @@ def load(key: str) -> dict[str, Any] | None:
     return plan
 
 
-def store(key: str, regions: dict[str, Any]) -> Path:
+def store(key: str, plan: dict[str, Any]) -> Path:
     directory = cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{key}.json"
-    text = json.dumps({"version": SEARCH_VERSION, "key": key, "regions": regions})
+    text = json.dumps({**plan, "version": SEARCH_VERSION, "key": key})
     fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         f.write(text)

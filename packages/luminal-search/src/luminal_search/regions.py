@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from luminal import ops
 from luminal.codegen.lower import Lowering
+from luminal.codegen.patterns import QuantWeight
 from luminal.graph import Edge, Graph
 from luminal.shape import View
 
@@ -28,6 +29,8 @@ class Region:
     matmul: bool  # the default plan makes it a matmul micro-kernel
     recomputed: list[int] = field(default_factory=list)  # inlined nodes read more than once
     signature: str = ""
+    # a quantized matmul reads packed weights the region alone cannot reproduce: not searched
+    searchable: bool = True
 
     def label(self, graph: Graph) -> str:
         names = [graph.nodes[n].op.name for n in self.nodes if n not in self.inputs]
@@ -37,14 +40,20 @@ class Region:
 
 
 def find_regions(graph: Graph) -> list[Region]:
-    """The regions of `graph` under the default lowering heuristics, in topological order."""
+    """The regions of `graph` under the default lowering heuristics, in topological order:
+    one per kernel call of the default program (nodes a pattern absorbs, like the dequantizing
+    ops of a quantized matmul's weight, make no region)."""
     lowering = Lowering(graph)
     stored = lowering.materialised
+    built = {b.node for b in lowering.program().buffers if b.role != "input"}
     regions = []
     for node in lowering.order:
-        if node.id not in stored or isinstance(node.op, ops.Input):
+        if node.id not in built:
             continue
-        regions.append(_region(graph, node.id, stored, node.id in lowering.matmuls))
+        match = lowering.matmuls.get(node.id)
+        region = _region(graph, node.id, stored, match is not None)
+        region.searchable = not (match is not None and isinstance(match.b, QuantWeight))
+        regions.append(region)
     return regions
 
 

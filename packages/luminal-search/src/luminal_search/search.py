@@ -12,9 +12,9 @@ chosen plan is cached on disk; the backend then compiles the rewritten graph wit
 
 from __future__ import annotations
 
+import copy
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 from luminal import plugins
@@ -24,7 +24,8 @@ from luminal.codegen import Schedule
 from luminal.compilers import DeadCodeElimination
 from luminal.graph import Graph
 
-from . import cache, measure, terms
+from . import cache, measure, plan, terms
+from .candidates import DEFAULT, Candidate, RegionResult, WholeGraph
 from .egraph import Limits, saturate
 from .regions import Region, find_regions, leaves, subgraph, views_and_extents
 
@@ -33,42 +34,11 @@ MAX_STORE_VARIANTS = 2
 
 
 @dataclass
-class Candidate:
-    """One way to compile a region: `kind` is "default", "store", "loops" or "rewrite"."""
-
-    kind: str
-    label: str
-    steps: terms.Steps | None = None  # "rewrite": the region's new term
-    store: tuple[int, ...] = ()  # "store": positions in `Region.nodes` to store
-
-    def as_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "label": self.label, "steps": self.steps,
-                "store": list(self.store)}
-
-
-@dataclass
-class RegionResult:
-    """What search found for one distinct region."""
-
-    label: str
-    instances: int
-    choice: Candidate
-    default_s: float = 0.0
-    best_s: float = 0.0
-    timed: int = 0
-    rejected: list[str] = field(default_factory=list)
-    egraph_s: float = 0.0
-
-    @property
-    def gain(self) -> float:
-        return self.default_s / self.best_s if self.best_s > 0 else 1.0
-
-
-@dataclass
 class SearchReport:
     """`Search.report` after `compile`: per-region choices and timings."""
 
     regions: list[RegionResult]
+    whole: WholeGraph
     seconds: float
     cached: bool
     cache_path: str = ""
@@ -77,6 +47,13 @@ class SearchReport:
         """A table of each distinct region: what search chose and the measured gain."""
         lines = [f"search: {len(self.regions)} distinct regions, "
                  f"{'plan from cache' if self.cached else 'searched'} in {self.seconds:.2f} s"]
+        w = self.whole
+        if w.default_s:
+            verdict = "kept" if w.kept else "not faster: the default plan is used"
+            lines.append(f"whole graph: default {w.default_s * 1e3:.3f} ms, with the choices "
+                         f"below {w.searched_s * 1e3:.3f} ms ({verdict})")
+        else:
+            lines.append("whole graph: every region keeps the default plan")
         lines.append(f"{'region':<48} {'n':>3} {'timed':>5} {'default':>10} {'best':>10} "
                      f"{'gain':>6}  choice")
         for r in self.regions:
@@ -119,26 +96,29 @@ class Search:
     # ----- compile ------------------------------------------------------------------------
     def compile(self, graph: Graph) -> None:
         t0 = time.perf_counter()
-        regions = find_regions(graph)
         rulesets = self._rulesets()
         device = self.backend.probe().device
-        options = f"top={self.top} {self.limits} rulesets={[n for n, _ in rulesets]}"
-        key = cache.plan_key(graph, self.backend.name, device, options + repr(rulesets))
-        plan = cache.load(key) if self.use_cache else None
-        cached = plan is not None and self._fits(graph, regions, plan["regions"])
-        if cached:
-            results = [_result_from_json(r) for r in plan["regions"].values()]
-            choices = {sig: _candidate_from_json(r["choice"]) for sig, r in plan["regions"].items()}
+        options = f"top={self.top} {self.limits} {rulesets!r}"
+        key = cache.plan_key(graph, self.backend.name, device, options)
+        order = [n.id for n in graph.toposort()]
+        loaded = self._load(graph, key, order)
+        path = ""
+        if loaded is not None:
+            results, regions, whole = loaded
             path = str(cache.cache_dir() / f"{key}.json")
         else:
-            found = self._search(graph, regions, rulesets)
-            choices = {sig: r.choice for sig, r in found.items()}
-            results = list(found.values())
-            path = str(cache.store(key, {sig: _result_json(r) for sig, r in found.items()})
-                       ) if self.use_cache else ""
+            regions = find_regions(graph)
+            results = self._search(graph, regions, rulesets)
+            whole = self._check_whole(graph, regions, results)
+            if not whole.kept:
+                regions = []
+            if self.use_cache:
+                path = str(cache.store(key, plan.to_json(results, regions, whole, order)))
+        choices = {sig: r.choice for sig, r in results.items()}
         schedule = self._apply(graph, regions, choices)
         self.backend.with_schedule(schedule).compile(graph)
-        self.report = SearchReport(results, time.perf_counter() - t0, cached, path)
+        self.report = SearchReport(list(results.values()), whole, time.perf_counter() - t0,
+                                   loaded is not None, path)
 
     def _rulesets(self) -> list[tuple[str, str]]:
         found = [(r.name, r.program) for r in plugins.rulesets()]
@@ -150,19 +130,15 @@ class Search:
             raise ValueError(f"unknown rule sets {missing}; registered: {sorted(known)}")
         return [(n, p) for n, p in found if n in self.rulesets]
 
-    @staticmethod
-    def _fits(graph: Graph, regions: list[Region], stored: dict) -> bool:
-        """A cached plan covers every region and each choice is well formed for it."""
-        by_sig = {r.signature: r for r in regions}
-        if set(stored) != set(by_sig):
-            return False
+    def _load(self, graph: Graph, key: str, order: list[int]):
+        """The cached plan for this graph, or None (absent, corrupt, stale, not fitting)."""
+        stored = cache.load(key) if self.use_cache else None
+        if stored is None:
+            return None
         try:
-            for sig, entry in stored.items():
-                _check_candidate(graph, by_sig[sig], _candidate_from_json(entry["choice"]))
-                _result_from_json(entry)
-        except (KeyError, TypeError, ValueError, IndexError):
-            return False
-        return True
+            return plan.from_json(graph, stored, order)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            return None
 
     # ----- searching ----------------------------------------------------------------------
     def _search(self, graph: Graph, regions: list[Region], rulesets) -> dict[str, RegionResult]:
@@ -184,7 +160,7 @@ class Search:
         return results
 
     def _candidates(self, graph: Graph, region: Region, rulesets) -> tuple[list[Candidate], float]:
-        out = [Candidate("default", "default")]
+        out = [DEFAULT]
         if region.matmul:
             out.append(Candidate("loops", "matmul as generated loops"))
         for n in region.recomputed[:MAX_STORE_VARIANTS]:
@@ -198,9 +174,11 @@ class Search:
 
     def _search_region(self, graph: Graph, region: Region, rulesets, label: str,
                        instances: int) -> RegionResult:
+        if not _checkable(graph, region):
+            return RegionResult(label, instances, DEFAULT)
         candidates, egraph_s = self._candidates(graph, region, rulesets)
         result = RegionResult(label, instances, candidates[0], egraph_s=egraph_s)
-        if len(candidates) == 1 or not _checkable(graph, region):
+        if len(candidates) == 1:
             return result
         rng = np.random.default_rng(self.seed)
         dims = {d: graph.dims.get(d, DEFAULT_DIM) for d in graph.free_dims()}
@@ -249,6 +227,29 @@ class Search:
         sub.compile(backend or self.backend.with_schedule(schedule))
         return sub, _root(sub)
 
+    def _check_whole(self, graph: Graph, regions: list[Region],
+                     results: dict[str, RegionResult]) -> WholeGraph:
+        """Time the whole graph with the default plan and with every region's choice; the
+        choices are kept only if they agree with the default plan and are faster together."""
+        if all(r.choice.kind == "default" for r in results.values()):
+            return WholeGraph()
+        default, searched = _clone(graph), _clone(graph)
+        for g in (default, searched):
+            for d in graph.free_dims() - graph.dims.keys():
+                g.set_dim(d, DEFAULT_DIM)
+        choices = {sig: r.choice for sig, r in results.items()}
+        default.compile(self.backend)
+        searched.compile(self.backend.with_schedule(self._apply(searched, regions, choices)))
+        rng = np.random.default_rng(self.seed)
+        data = {n: x for n, x in measure.random_inputs(default, rng).items()
+                if n not in graph.data or n in graph.assignments}
+        outputs = sorted(graph.retrieved)
+        want = [measure.run(default, data, default.resolve(n)) for n in outputs]
+        got = [measure.run(searched, data, searched.resolve(n)) for n in outputs]
+        times = measure.time_interleaved([default, searched], data)
+        agree = all(measure.agrees(a, b) for a, b in zip(got, want))
+        return WholeGraph(times[0], times[1], agree and times[1] < times[0])
+
     # ----- applying -----------------------------------------------------------------------
     @staticmethod
     def _apply(graph: Graph, regions: list[Region], choices: dict[str, Candidate],
@@ -257,7 +258,7 @@ class Search:
         store, loops = set(), set()
         rewritten = False
         for region in regions:
-            cand = choices[region.signature] if by_signature else choices[""]
+            cand = choices.get(region.signature if by_signature else "", DEFAULT)
             if cand.kind == "store":
                 store.update(region.nodes[p] for p in cand.store)
             elif cand.kind == "loops":
@@ -273,6 +274,14 @@ class Search:
         return Schedule(store=frozenset(store), loop_matmuls=frozenset(loops))
 
 
+def _clone(graph: Graph) -> Graph:
+    """A copy of the graph's structure and state sharing its input arrays (weights), with no
+    runtime: what the whole-graph comparison compiles twice."""
+    memo = {id(x): x for x in graph.data.values()}
+    memo[id(graph.runtime)] = None
+    return copy.deepcopy(graph, memo)
+
+
 def _root(graph: Graph) -> int:
     (root,) = graph.retrieved
     return root
@@ -280,51 +289,5 @@ def _root(graph: Graph) -> int:
 
 def _checkable(graph: Graph, region: Region) -> bool:
     """Random inputs exercise the region: every input is a float, int32 or bool tensor."""
-    return all(graph.nodes[n].dtype.is_float or graph.nodes[n].dtype.name in ("int32", "bool")
-               for n in region.inputs)
-
-
-def _check_candidate(graph: Graph, region: Region, cand: Candidate) -> None:
-    if cand.kind not in ("default", "store", "loops", "rewrite"):
-        raise ValueError(f"unknown candidate kind {cand.kind!r}")
-    if cand.kind == "loops" and not region.matmul:
-        raise ValueError("loops on a region that is not a matmul")
-    for p in cand.store:
-        region.nodes[p]  # raises IndexError when out of range
-    if cand.kind == "rewrite":
-        leaf_ids = leaves(graph, region)
-        views, _ = views_and_extents(graph, region, leaf_ids)
-        _check_steps(cand.steps, len(leaf_ids), len(views))
-
-
-def _check_steps(steps: Any, n_leaves: int, n_views: int) -> None:
-    if not isinstance(steps, list) or not steps:
-        raise ValueError("empty rewrite")
-    names = {**terms.UNARY, **terms.BINARY, **terms.REDUCE}
-    for k, step in enumerate(steps):
-        kind = step[0]
-        if kind == "leaf" and 0 <= step[1] < n_leaves:
-            continue
-        if kind == "read" and 0 <= step[1] < k and 0 <= step[2] < n_views:
-            continue
-        if kind == "op" and step[1] in names and all(0 <= a < k for a in step[3]) and len(
-                step[3]) == (2 if step[1] in terms.BINARY else 1):
-            continue
-        raise ValueError(f"malformed rewrite step {step!r}")
-
-
-def _candidate_from_json(d: dict) -> Candidate:
-    return Candidate(str(d["kind"]), str(d["label"]), d["steps"],
-                     tuple(int(p) for p in d["store"]))
-
-
-def _result_json(r: RegionResult) -> dict[str, Any]:
-    return {"label": r.label, "instances": r.instances, "choice": r.choice.as_json(),
-            "default_s": r.default_s, "best_s": r.best_s, "timed": r.timed,
-            "rejected": r.rejected, "egraph_s": r.egraph_s}
-
-
-def _result_from_json(d: dict) -> RegionResult:
-    return RegionResult(str(d["label"]), int(d["instances"]), _candidate_from_json(d["choice"]),
-                        float(d["default_s"]), float(d["best_s"]), int(d["timed"]),
-                        list(d["rejected"]), float(d["egraph_s"]))
+    dtypes = [graph.nodes[n].dtype for n in region.inputs]
+    return region.searchable and all(d.is_float or d.name in ("int32", "bool") for d in dtypes)
