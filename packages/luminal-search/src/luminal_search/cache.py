@@ -32,9 +32,17 @@ def structure_digest(graph: Graph) -> str:
     order = graph.toposort()
     local = {n.id: k for k, n in enumerate(order)}
     h = hashlib.sha256()
+    texts: dict = {}  # a model reads through a few hundred distinct views: render each once
+
+    def text(view) -> str:
+        got = texts.get(view)
+        if got is None:
+            got = texts[view] = repr(view)
+        return got
+
     for node in order:
         op = f"in {node.op.label_name}" if isinstance(node.op, ops.Input) else repr(node.op)
-        edges = " ".join(f"{local[e.src]}@{e.view!r}" for e in node.inputs)
+        edges = " ".join(f"{local[e.src]}@{text(e.view)}" for e in node.inputs)
         h.update(f"{op} {node.dtype.name} {node.shape!r} <- {edges}\n".encode())
     outputs = sorted(local[n] for n in graph.outputs() if n in local)
     assigned = sorted((local[k], local[v]) for k, v in graph.assignments.items()

@@ -65,11 +65,12 @@ def agrees(got: np.ndarray, want: np.ndarray) -> bool:
 def time_interleaved(graphs: list[Graph], data: dict, budget_s: float = 0.3,
                      rounds: int = 9, warmup: int = 3) -> list[float]:
     """Median seconds of `execute()` for each graph, timed in interleaved rounds (one run of
-    each per round) so that a machine-wide slowdown hits every candidate alike; inputs are
-    bound once, and each graph runs `warmup` times first (thread pools, caches)."""
+    each per round) so that a machine-wide slowdown hits every candidate alike. Inputs are
+    bound before every run (a graph that assigns its inputs, a KV cache, would otherwise grow
+    them), and each graph runs `warmup` times first (thread pools, caches)."""
     for g in graphs:
-        bind(g, data)
         for _ in range(warmup):
+            bind(g, data)
             g.execute()
     times: list[list[float]] = [[] for _ in graphs]
     deadline = time.perf_counter() + budget_s
@@ -77,6 +78,7 @@ def time_interleaved(graphs: list[Graph], data: dict, budget_s: float = 0.3,
         if r >= 3 and time.perf_counter() > deadline:
             break
         for g, ts in zip(graphs, times):
+            bind(g, data)
             t0 = time.perf_counter()
             g.execute()
             ts.append(time.perf_counter() - t0)
