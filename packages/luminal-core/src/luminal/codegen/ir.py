@@ -177,11 +177,15 @@ class Store:
 
 @dataclass(frozen=True)
 class Kernel:
-    """`out` stored at every point of `domain` (loop variables `loop_var(k, domain[k])`)."""
+    """`out` stored at every point of `domain` (loop variables `loop_var(k, domain[k])`).
+
+    `tuning` overrides settings of the dialect that renders it, `(name, value)` pairs from its
+    `Dialect.tunable` (a searched schedule's choice, see `Schedule.tuning`)."""
 
     params: tuple[Param, ...]
     domain: tuple[Expr, ...]
     out: Store
+    tuning: tuple[tuple[str, int], ...] = ()
 
     @property
     def loop_vars(self) -> tuple[Expr, ...]:
