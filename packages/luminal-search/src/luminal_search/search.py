@@ -71,9 +71,10 @@ class SearchReport:
 class Search:
     """The search compiler for `backend` (any backend with `schedulable = True`).
 
-    `g.compile((lm.GenericCompiler(), Search(lm.backend("cpu"))))`. Options: `top` candidates
-    timed per region (besides the default), e-graph `limits`, `rulesets` (names of registered
-    rule sets; None = all), `seed` for the random check inputs, `progress` bar, `use_cache`.
+    `g.compile((lm.GenericCompiler(), Search(lm.backend("cpu"))))`. Options: `top`
+    candidates timed per region besides the default (the first that pass the check, in cost
+    order), e-graph `limits`, `rulesets` (names of registered rule sets; None = all), `seed`
+    for the random check inputs, `progress` bar, `use_cache`.
     """
 
     def __init__(self, backend: Backend | None = None, *, top: int = 4,
@@ -139,7 +140,7 @@ class Search:
         if stored is None:
             return None
         try:
-            return plan.from_json(graph, stored, order)
+            return plan.from_json(graph, stored, order, self.backend.schedule_space)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             return None
 
@@ -173,7 +174,10 @@ class Search:
         sat = saturate(graph, region, rulesets, self.limits)
         out += [Candidate("rewrite", f"rewrite ({r.profile}, cost {r.cost})", steps=r.steps)
                 for r in sat.rewrites]
-        return out[: 1 + self.top], sat.seconds
+        if not region.matmul:
+            out += [Candidate("tune", f"{name}={value}", tuning=((name, value),))
+                    for name, values in self.backend.schedule_space.items() for value in values]
+        return out, sat.seconds
 
     def _search_region(self, graph: Graph, region: Region, rulesets, label: str,
                        instances: int) -> RegionResult:
@@ -191,7 +195,11 @@ class Search:
         want = measure.run(reference, data, _root(reference))
         default_special = None
         survivors: list[tuple[Candidate, Graph]] = []
-        for cand in candidates:
+        # candidates in cost order until `top` pass the check (at most twice that many tried:
+        # each try compiles the region)
+        for cand in candidates[: 1 + 2 * self.top]:
+            if len(survivors) > self.top:
+                break
             try:
                 sub, root = self._instance(graph, region, cand, dims, None)
                 got = measure.run(sub, data, root)
@@ -259,7 +267,7 @@ class Search:
     def _apply(graph: Graph, regions: list[Region], choices: dict[str, Candidate],
                by_signature: bool = True) -> Schedule:
         """Rewrite the regions whose choice is a rewrite; the schedule for the others."""
-        store, loops = set(), set()
+        store, loops, tuning = set(), set(), {}
         rewritten = False
         for region in regions:
             cand = choices.get(region.signature if by_signature else "", DEFAULT)
@@ -267,6 +275,8 @@ class Search:
                 store.update(region.nodes[p] for p in cand.store)
             elif cand.kind == "loops":
                 loops.add(region.root)
+            elif cand.kind == "tune":
+                tuning[region.root] = cand.tuning
             elif cand.kind == "rewrite":
                 leaf_ids = leaves(graph, region)
                 views, _ = views_and_extents(graph, region, leaf_ids)
@@ -275,7 +285,7 @@ class Search:
                 rewritten = True
         if rewritten:
             DeadCodeElimination().compile(graph)
-        return Schedule(store=frozenset(store), loop_matmuls=frozenset(loops))
+        return Schedule(store=frozenset(store), loop_matmuls=frozenset(loops), tuning=tuning)
 
 
 def _clone(graph: Graph) -> Graph:
