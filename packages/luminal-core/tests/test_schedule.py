@@ -60,9 +60,16 @@ def test_overlapping_overrides_are_refused():
         Schedule(store=frozenset({1}), inline=frozenset({1}))
 
 
-@pytest.mark.parametrize("choice", ["store", "inline", "loops", "tuning"])
-def test_every_override_keeps_results(choice):
-    pytest.importorskip("luminal_cpu")
+def available(name: str) -> bool:
+    return any(b.name == name and b.available for b in lm.backends())
+
+
+@pytest.mark.parametrize("backend,choice", [
+    ("cpu", "store"), ("cpu", "inline"), ("cpu", "loops"), ("cpu", "tuning"),
+    ("rocm", "store"), ("rocm", "inline"), ("rocm", "loops")])
+def test_every_override_keeps_results(backend, choice):
+    if not available(backend):
+        pytest.skip(f"backend {backend!r} is not available here")
     want_g, want = graph()
     want_g.execute()
     g, out = graph()
@@ -76,7 +83,7 @@ def test_every_override_keeps_results(choice):
                 "loops": Schedule(loop_matmuls=frozenset(mm)),
                 "tuning": Schedule(tuning={g.resolve(out.id): (("lanes", 16),
                                                                  ("parallel_rows", 4096))})}[choice]
-    g.compile(lm.backend("cpu").with_schedule(schedule))
+    g.compile(lm.backend(backend).with_schedule(schedule))
     g.execute()
     np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
 
