@@ -17,9 +17,10 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import dtypes, folding, ops_elementwise, ops_nn, ops_reduce, ops_shape  # noqa: F401
+from . import dtypes, folding
+from . import ops_elementwise, ops_loss, ops_nn, ops_quant, ops_reduce, ops_select, ops_shape  # noqa: F401,E501
 from .errors import NeedsStaticInputError, OnnxImportError, UnsupportedError
-from .registry import CONVERTERS
+from .registry import CONVERTERS  # filled by the ops_* modules imported above
 
 Value = lm.GraphTensor | np.ndarray
 _REQUIRED = object()
@@ -40,6 +41,7 @@ class ImportedGraph:
     inputs: dict[str, GraphInput]
     outputs: dict[str, Value]  # a NumPy array when the output is known at import time
     output_dtypes: dict[str, np.dtype] = field(default_factory=dict)
+    ignored_inputs: set[str] = field(default_factory=set)  # declared but never read
 
 
 class NodeContext:
@@ -107,8 +109,9 @@ class NodeContext:
         if isinstance(value, np.ndarray):
             return value
         name = self.node.input[i]
-        if name in self.importer.graph_inputs:
-            raise NeedsStaticInputError(self.name, self.op_type, self.opset, name)
+        source = self.importer.graph_input_behind(name)
+        if source is not None:
+            raise NeedsStaticInputError(self.name, self.op_type, self.opset, source)
         raise self.fail(f"input {name!r} is computed at run time, but luminal needs its value "
                         "at import time (data-dependent shapes are not supported)")
 
@@ -133,7 +136,8 @@ class Importer:
         self.graph = lm.Graph()
         self.graph_inputs: dict[str, GraphInput] = {}
         self.values: dict[str, Value | None] = {"": None}
-        self._constants: dict[int, lm.GraphTensor] = {}
+        self._constants: dict[int, tuple[lm.GraphTensor, np.ndarray]] = {}
+        self._producer_inputs: dict[str, list[str]] = {}  # value -> its node's input names
         self.node_index = 0
 
     # ----- values -------------------------------------------------------------------------
@@ -167,6 +171,18 @@ class Importer:
         self._constants[key] = (t, arr)  # keeps arr alive so its id stays unique
         return t
 
+    def graph_input_behind(self, name: str) -> str | None:
+        """A graph input that value `name` is computed from (None if there is none)."""
+        seen, todo = set(), [name]
+        while todo:
+            current = todo.pop()
+            if current in self.graph_inputs:
+                return current
+            if current not in seen:
+                seen.add(current)
+                todo.extend(self._producer_inputs.get(current, ()))
+        return None
+
     # ----- building -----------------------------------------------------------------------
     def run(self) -> ImportedGraph:
         g = self.model.graph
@@ -197,7 +213,18 @@ class Importer:
                 value = value.contiguous() if value.id in self._input_ids() else value
                 value.retrieve()
             outputs[vi.name] = value
-        return ImportedGraph(self.graph, self.graph_inputs, outputs, output_dtypes)
+        return ImportedGraph(self.graph, self.graph_inputs, outputs, output_dtypes,
+                             self._drop_unused_inputs())
+
+    def _drop_unused_inputs(self) -> set[str]:
+        """Remove inputs nothing reads (CastLike's `like` is only a dtype), so that running
+        needs no data for them; their names are still accepted as feeds."""
+        consumers = self.graph.consumers()
+        unused = {name for name, gi in self.graph_inputs.items()
+                  if not consumers[gi.tensor.id] and gi.tensor.id not in self.graph.retrieved}
+        for name in unused:
+            self.graph.remove(self.graph_inputs.pop(name).tensor.id)
+        return unused
 
     def _input_ids(self) -> set[int]:
         return {gi.tensor.id for gi in self.graph_inputs.values()} | {
@@ -263,6 +290,7 @@ class Importer:
         for out_name, value in zip(node.output, outputs):
             if out_name:
                 self.values[out_name] = value
+                self._producer_inputs[out_name] = [i for i in node.input if i]
         missing = [o for o in node.output[len(outputs):] if o]
         if missing:
             raise ctx.fail(f"optional output(s) {', '.join(missing)} are not supported")

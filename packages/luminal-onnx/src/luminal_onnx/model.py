@@ -102,7 +102,7 @@ class OnnxModel:
         """
         compiled = self.compiled(backend)
         missing = sorted(set(compiled.inputs) - set(feeds))
-        extra = sorted(set(feeds) - set(compiled.inputs))
+        extra = sorted(set(feeds) - set(compiled.inputs) - compiled.ignored_inputs)
         if missing or extra:
             raise ValueError(f"{self.source}: feeds must be exactly the inputs "
                              f"{sorted(compiled.inputs)}; missing {missing}, unexpected {extra}")

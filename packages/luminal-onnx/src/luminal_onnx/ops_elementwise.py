@@ -16,7 +16,15 @@ if TYPE_CHECKING:
 
 
 def _binary(fn):
-    return lambda ctx: fn(ctx.tensor(0), ctx.tensor(1))
+    return lambda ctx: _wrapping(fn, ctx.tensor(0), ctx.tensor(1))
+
+
+def _wrapping(fn, a: lm.GraphTensor, b: lm.GraphTensor) -> lm.GraphTensor:
+    """uint8 arithmetic wraps around (ONNX, NumPy): compute in int32, cast back."""
+    if a.dtype == lm.uint8 and b.dtype == lm.uint8:
+        out = fn(a.to(lm.int32), b.to(lm.int32))
+        return out if out.dtype == lm.bool else (out % 256).to(lm.uint8)
+    return fn(a, b)
 
 
 _BINARY = {
@@ -78,6 +86,9 @@ _UNARY = {
     "Asinh": lambda x: (x + (x * x + 1.0).sqrt()).log(),
     "Acosh": lambda x: (x + (x * x - 1.0).sqrt()).log(),
     "Atanh": lambda x: ((1.0 + x) / (1.0 - x)).log() * 0.5,
+    "Atan": lambda x: _atan(x),
+    "Asin": lambda x: _asin(x),
+    "Acos": lambda x: math.pi / 2 - _asin(x),
     "Sigmoid": lambda x: x.sigmoid(),
     "Tanh": lambda x: x.tanh(),
     "Relu": lambda x: x.relu(),
@@ -105,6 +116,7 @@ def _identity(ctx: NodeContext):
 @converter("Dropout")
 def _dropout(ctx: NodeContext):
     ctx.attr("seed", None)
+    ctx.attr("ratio", 0.5)  # before opset 12; ignored at inference
     if ctx.attr("is_test", 1) == 0 or (ctx.has(2) and bool(ctx.static(2))):
         raise ctx.fail("training-mode dropout (random masks) is not supported")
     x = ctx.tensor(0)
@@ -201,8 +213,8 @@ def _variadic(fn):
 
 
 converter("Sum")(_variadic(lambda a, b: a + b))
-converter("Max")(_variadic(lm.maximum))
-converter("Min")(_variadic(lm.minimum))
+converter("Max")(_variadic(lambda a, b: _wrapping(lm.maximum, a, b)))
+converter("Min")(_variadic(lambda a, b: _wrapping(lm.minimum, a, b)))
 
 
 @converter("Mean")
@@ -235,3 +247,21 @@ def cast_to(ctx: NodeContext, x: lm.GraphTensor, elem_type: int) -> lm.GraphTens
     if x.dtype.is_float and not dtype.is_float and dtype != lm.bool:
         x = x.trunc()  # float -> int truncates toward zero in ONNX
     return x.to(dtype)
+
+
+def _atan(x: lm.GraphTensor) -> lm.GraphTensor:
+    """arctan: two half-angle steps, atan(x) = 2 atan(x / (1 + sqrt(1 + x^2))), bring the
+    argument within tan(pi/8) where the Taylor series to x^17 is within 2e-8."""
+    t = x
+    for _ in range(2):
+        t = t / ((t * t + 1.0).sqrt() + 1.0)
+    t2 = t * t
+    series = 0.0
+    for k in reversed(range(9)):  # sum of (-1)^k t^(2k+1) / (2k+1), Horner in t^2
+        series = series * t2 + (-1) ** k / (2 * k + 1)
+    return t * series * 4.0
+
+
+def _asin(x: lm.GraphTensor) -> lm.GraphTensor:
+    """arcsin(x) = 2 atan(x / (1 + sqrt(1 - x^2))), finite at x = +-1."""
+    return _atan(x / ((1.0 - x * x).sqrt() + 1.0)) * 2.0

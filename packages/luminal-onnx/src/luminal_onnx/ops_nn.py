@@ -217,7 +217,9 @@ def _gemm(ctx: NodeContext):
 # ----- Resize: per-axis gathers with weights computed at import time -------------------
 def _source_coords(ctx: NodeContext, mode: str, n: int, m: int, scale: float,
                    roi: tuple[float, float]) -> np.ndarray:
-    """Where each of the `m` outputs samples the `n` inputs, in input coordinates."""
+    """Where each of the `m` outputs samples the `n` inputs, in input coordinates. ONNX
+    uses the unrounded output length n * scale in the align_corners / crop formulas."""
+    length = n * scale
     o = np.arange(m, dtype=np.float64)
     if mode == "half_pixel":
         return (o + 0.5) / scale - 0.5
@@ -226,11 +228,11 @@ def _source_coords(ctx: NodeContext, mode: str, n: int, m: int, scale: float,
     if mode == "asymmetric":
         return o / scale
     if mode == "align_corners":
-        return o * (n - 1) / (m - 1) if m > 1 else np.zeros(m)
+        return o * (n - 1) / (length - 1) if length > 1 else np.zeros(m)
     if mode == "tf_crop_and_resize":
         start, end = roi
-        if m > 1:
-            return start * (n - 1) + o * (end - start) * (n - 1) / (m - 1)
+        if length > 1:
+            return start * (n - 1) + o * (end - start) * (n - 1) / (length - 1)
         return np.full(m, 0.5 * (start + end) * (n - 1))
     raise ctx.fail(f"coordinate_transformation_mode {mode!r} is not supported")
 
@@ -344,3 +346,62 @@ def _resize(ctx: NodeContext):
         span = (roi[k], roi[k + len(axes)]) if roi is not None else (0.0, 1.0)
         x = _resize_axis(ctx, x, axis, m, scale, span)
     return x
+
+
+# ----- ConvTranspose: a convolution over the stride-dilated input ----------------------
+def _insert_zeros(x: lm.GraphTensor, axis: int, stride: int) -> lm.GraphTensor:
+    """(stride - 1) zeros between neighbours along `axis`: length (n - 1) * stride + 1."""
+    if stride == 1:
+        return x
+    n = x.shape[axis]
+    moved = x.movedim(axis, -1).unsqueeze(-1)
+    spread = moved.pad((0, stride - 1)).reshape((*moved.shape[:-2], n * stride))
+    return spread[..., : (n - 1) * stride + 1].movedim(-1, axis)
+
+
+@converter("ConvTranspose")
+def _conv_transpose(ctx: NodeContext):
+    x, w = ctx.tensor(0), ctx.tensor(1)
+    bias = ctx.tensor(2) if ctx.has(2) else None
+    spatial = w.ndim - 2
+    if spatial not in (1, 2):
+        raise ctx.fail(f"{spatial}-D transposed convolution is not supported (1-D and 2-D are)")
+    kernel = [_static_dim(ctx, d, "the kernel size") for d in w.shape[2:]]
+    ctx.attr("kernel_shape", None)
+    strides = list(ctx.attr("strides", [1] * spatial))
+    dilations = list(ctx.attr("dilations", [1] * spatial))
+    out_pad = list(ctx.attr("output_padding", [0] * spatial))
+    groups = ctx.attr("group", 1)
+    sizes = [_static_dim(ctx, d, "a spatial dim") for d in x.shape[2:]]
+    full = [s * (n - 1) + o + (k - 1) * d + 1
+            for n, s, o, k, d in zip(sizes, strides, out_pad, kernel, dilations)]
+    wanted = ctx.attr("output_shape", None)
+    auto_pad = ctx.attr("auto_pad", "NOTSET")
+    if wanted is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        target = list(wanted)[-spatial:] if wanted is not None else [
+            n * s for n, s in zip(sizes, strides)]
+        pads = []
+        for f, t in zip(full, target):
+            total = f - t
+            small = total // 2
+            pads.append((total - small, small) if auto_pad == "SAME_UPPER" else
+                        (small, total - small))
+    elif auto_pad == "VALID" or auto_pad == "NOTSET":
+        flat = ctx.attr("pads", [0] * 2 * spatial)
+        pads = [(flat[k], flat[k + spatial]) for k in range(spatial)]
+    else:
+        raise ctx.fail(f"auto_pad {auto_pad!r} is not supported")
+    for k in range(spatial):
+        x = _insert_zeros(x, 2 + k, strides[k])
+    # pad by the kernel's reach, minus the requested cropping, plus output_padding
+    border = [((kernel[k] - 1) * dilations[k] - pads[k][0],
+               (kernel[k] - 1) * dilations[k] - pads[k][1] + out_pad[k]) for k in range(spatial)]
+    x = x.pad(_flat_pads(border))
+    c_in = _static_dim(ctx, w.shape[0], "the input channels")
+    m = _static_dim(ctx, w.shape[1], "the output channels per group") * groups
+    g = groups
+    flipped = w.flip(*range(2, w.ndim))
+    weight = flipped.reshape((g, c_in // g, m // g, *kernel)).transpose(1, 2).reshape(
+        (m, c_in // g, *kernel))
+    conv = F.conv1d if spatial == 1 else F.conv2d
+    return conv(x, weight, bias, stride=1, padding=0, dilation=dilations, groups=groups)
