@@ -74,10 +74,10 @@ def _read_tensors(folder: Path, prefix: str) -> list[onnx.TensorProto | None]:
     return out
 
 
-def _array(proto: onnx.TensorProto) -> np.ndarray:
-    """The proto's values; bfloat16 test data comes back from NumPy as raw uint16 bits."""
+def _array(proto: onnx.TensorProto, declared: int) -> np.ndarray:
+    """The proto's values; the suite stores bfloat16 data as raw uint16 bits."""
     arr = numpy_helper.to_array(proto)
-    if proto.data_type == onnx.TensorProto.BFLOAT16 and arr.dtype == np.uint16:
+    if declared == onnx.TensorProto.BFLOAT16 and arr.dtype == np.uint16:
         arr = arr.view(ml_dtypes.bfloat16)
     return arr
 
@@ -110,18 +110,20 @@ def run_case(case: Path, backend: str) -> CaseResult:
     initialized = {i.name for i in model.graph.initializer}
     input_names = [vi.name for vi in model.graph.input if vi.name not in initialized]
     output_names = [vi.name for vi in model.graph.output]
+    declared = {vi.name: vi.type.tensor_type.elem_type
+                for vi in [*model.graph.input, *model.graph.output]}
     for data_set in sorted(case.glob("test_data_set_*")):
         inputs = _read_tensors(data_set, "input")
         expected = _read_tensors(data_set, "output")
         if any(t is None for t in inputs + expected):
             return CaseResult(case.name, op, "excluded", "sequence or optional test data")
-        feeds = {n: _array(t) for n, t in zip(input_names, inputs)}
+        feeds = {n: _array(t, declared[n]) for n, t in zip(input_names, inputs)}
         result = _run(model, feeds, backend, case.name)
         if isinstance(result, CaseResult):
             result.operator = op
             return result
         for name, want in zip(output_names, expected):
-            want_arr = _array(want)
+            want_arr = _array(want, declared[name])
             got = result[name]
             problem = _mismatch(got, want_arr)
             if problem:

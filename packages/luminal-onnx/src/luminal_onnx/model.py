@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import luminal as lm
@@ -14,6 +14,9 @@ from google.protobuf.message import DecodeError
 from . import dtypes
 from .errors import OnnxImportError
 from .importer import ImportedGraph, Importer
+
+# post-processing added to a model's outputs before compiling (see `OnnxModel.compiled`)
+Head = Callable[[dict[str, lm.GraphTensor]], dict[str, lm.GraphTensor]]
 
 # a protobuf message cannot exceed 2 GiB; larger models keep their weights in external files
 _MAX_FILE = 2**31
@@ -56,7 +59,7 @@ class OnnxModel:
         self.source = source
         self.static_inputs = dict(static_inputs)
         self._imported = self._import()  # fails here, at load time, on anything unsupported
-        self._compiled: dict[str, ImportedGraph] = {}
+        self._compiled: dict[tuple[str, Head | None], ImportedGraph] = {}
 
     def _import(self) -> ImportedGraph:
         return Importer(self.proto, self.static_inputs, self.source).run()
@@ -83,24 +86,33 @@ class OnnxModel:
         """Each graph input's shape: ints, or symbolic dims as `luminal.Expr`."""
         return {n: gi.tensor.shape for n, gi in self._imported.inputs.items()}
 
-    def compiled(self, backend: str | lm.Backend | None = None) -> ImportedGraph:
-        """The graph imported afresh and compiled for `backend` (cached by backend name)."""
+    def compiled(self, backend: str | lm.Backend | None = None, head: Head | None = None
+                 ) -> ImportedGraph:
+        """The graph imported afresh and compiled for `backend` (cached per backend and head).
+
+        `head(outputs) -> outputs` may replace the model's outputs (graph tensors by name)
+        with post-processing built on them before compilation (a detector's box decoding).
+        """
         be = backend if isinstance(backend, lm.Backend) else lm.backend(backend)
-        cached = self._compiled.get(be.name)
+        key = (be.name, head)
+        cached = self._compiled.get(key)
         if cached is None:
             cached = self._import()
+            if head is not None:
+                cached.outputs = {name: t.retrieve() for name, t in head(cached.outputs).items()}
+                cached.output_dtypes = {name: t.dtype.numpy for name, t in cached.outputs.items()}
             cached.graph.compile((lm.GenericCompiler(), be))
-            self._compiled[be.name] = cached
+            self._compiled[key] = cached
         return cached
 
-    def run(self, feeds: Mapping[str, np.ndarray], backend: str | lm.Backend | None = None
-            ) -> dict[str, np.ndarray]:
+    def run(self, feeds: Mapping[str, np.ndarray], backend: str | lm.Backend | None = None,
+            head: Head | None = None) -> dict[str, np.ndarray]:
         """Run the model: `feeds` maps every input name to an array; returns every output.
 
         `backend` is a backend name or instance (default: the best installed one). Outputs
-        have the dtypes the model declares.
+        have the dtypes the model declares. `head`: see `compiled`.
         """
-        compiled = self.compiled(backend)
+        compiled = self.compiled(backend, head)
         missing = sorted(set(compiled.inputs) - set(feeds))
         extra = sorted(set(feeds) - set(compiled.inputs) - compiled.ignored_inputs)
         if missing or extra:

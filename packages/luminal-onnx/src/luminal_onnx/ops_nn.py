@@ -223,6 +223,8 @@ def _source_coords(ctx: NodeContext, mode: str, n: int, m: int, scale: float,
     o = np.arange(m, dtype=np.float64)
     if mode == "half_pixel":
         return (o + 0.5) / scale - 0.5
+    if mode == "tf_half_pixel_for_nn":
+        return (o + 0.5) / scale
     if mode == "pytorch_half_pixel":
         return (o + 0.5) / scale - 0.5 if m > 1 else np.zeros(m)
     if mode == "asymmetric":
@@ -384,8 +386,9 @@ def _conv_transpose(ctx: NodeContext):
         for f, t in zip(full, target):
             total = f - t
             small = total // 2
-            pads.append((total - small, small) if auto_pad == "SAME_UPPER" else
-                        (small, total - small))
+            # ConvTranspose puts the larger half at the end for SAME_UPPER (Conv: the start)
+            pads.append((small, total - small) if auto_pad == "SAME_UPPER" else
+                        (total - small, small))
     elif auto_pad == "VALID" or auto_pad == "NOTSET":
         flat = ctx.attr("pads", [0] * 2 * spatial)
         pads = [(flat[k], flat[k + spatial]) for k in range(spatial)]

@@ -305,9 +305,10 @@ def _space_to_depth(ctx: NodeContext):
 def _trilu(ctx: NodeContext):
     x = ctx.tensor(0)
     k = int(ctx.static(1).item()) if ctx.has(1) else 0
+    upper = ctx.attr("upper", 1)
     if 0 in x.shape:
         return x
-    return x.triu(k) if ctx.attr("upper", 1) else x.tril(k)
+    return x.triu(k) if upper else x.tril(k)
 
 
 @converter("EyeLike")
