@@ -17,7 +17,6 @@ import pytest
 from luminal_onnx import yolo
 from luminal_onnx.draw import annotate
 from onnx import TensorProto, helper
-
 from onnx_helpers import darknet_image, render_document_page, yolo_model_path
 
 ort = pytest.importorskip("onnxruntime")

@@ -177,7 +177,8 @@ def summarize(results: list[CaseResult]) -> dict:
     return {
         "totals": {s: totals[s] for s in STATUSES},
         "pass_rate": totals["passed"] / counted if counted else 0.0,
-        "per_operator": {op: {s: c[s] for s in STATUSES if c[s]} for op, c in sorted(per_op.items())},
+        "per_operator": {op: {s: c[s] for s in STATUSES if c[s]}
+                         for op, c in sorted(per_op.items())},
     }
 
 

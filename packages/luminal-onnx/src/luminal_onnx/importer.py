@@ -17,8 +17,20 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from . import dtypes, folding
-from . import ops_elementwise, ops_loss, ops_nn, ops_quant, ops_reduce, ops_select, ops_shape  # noqa: F401,E501
+from . import (  # noqa: F401  (each registers its converters)
+    dtypes,
+    folding,
+    ops_elementwise,
+    ops_loss,
+    ops_nn,
+    ops_quant,
+    ops_reduce,
+    ops_rnn,
+    ops_select,
+    ops_shape,
+    ops_signal,
+    ops_training,
+)
 from .errors import NeedsStaticInputError, OnnxImportError, UnsupportedError
 from .registry import CONVERTERS  # filled by the ops_* modules imported above
 
@@ -266,12 +278,11 @@ class Importer:
         if opset is None:
             raise UnsupportedError(name, node.op_type, 0, f"domain {domain!r} is not imported "
                                    "by the model")
-        if domain != "ai.onnx":
-            raise UnsupportedError(name, node.op_type, opset,
-                                   f"operators of domain {domain!r} are not supported")
-        converter = CONVERTERS.get(node.op_type)
+        converter = CONVERTERS.get((domain, node.op_type))
         if converter is None:
-            raise UnsupportedError(name, node.op_type, opset, "operator not supported")
+            known = any(d == domain for d, _ in CONVERTERS)
+            raise UnsupportedError(name, node.op_type, opset, "operator not supported" if known
+                                   else f"operators of domain {domain!r} are not supported")
         inputs = []
         for input_name in node.input:
             if input_name not in self.values:

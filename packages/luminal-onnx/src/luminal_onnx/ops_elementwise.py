@@ -116,8 +116,12 @@ def _identity(ctx: NodeContext):
 @converter("Dropout")
 def _dropout(ctx: NodeContext):
     ctx.attr("seed", None)
-    ctx.attr("ratio", 0.5)  # before opset 12; ignored at inference
-    if ctx.attr("is_test", 1) == 0 or (ctx.has(2) and bool(ctx.static(2))):
+    if ctx.opset < 12:
+        ratio, training = ctx.attr("ratio", 0.5), ctx.attr("is_test", 1) == 0
+    else:
+        ratio = float(ctx.static(1).item()) if ctx.has(1) else 0.5
+        training = ctx.has(2) and bool(ctx.static(2).item())
+    if training and ratio != 0:
         raise ctx.fail("training-mode dropout (random masks) is not supported")
     x = ctx.tensor(0)
     if len([o for o in ctx.node.output if o]) > 1:
@@ -265,3 +269,15 @@ def _atan(x: lm.GraphTensor) -> lm.GraphTensor:
 def _asin(x: lm.GraphTensor) -> lm.GraphTensor:
     """arcsin(x) = 2 atan(x / (1 + sqrt(1 - x^2))), finite at x = +-1."""
     return _atan(x / ((1.0 - x * x).sqrt() + 1.0)) * 2.0
+
+
+@converter("BitShift")
+def _bit_shift(ctx: NodeContext):
+    x, shift = ctx.tensor(0), ctx.tensor(1)
+    if x.dtype != lm.uint8:
+        raise ctx.fail(f"bit shifts of {x.dtype.name} are not supported (uint8 is)")
+    factor = lm.where(shift.to(lm.int32) < 8, 2 ** shift.to(lm.int32).clamp(0, 8), 256)
+    wide = x.to(lm.int32)
+    if ctx.attr("direction") == "LEFT":
+        return (wide * factor % 256).to(lm.uint8)
+    return (wide // factor).to(lm.uint8)

@@ -34,7 +34,8 @@ def _window_pads(ctx: NodeContext, x: lm.GraphTensor, kernel, strides, dilations
             span = (kernel[k] - 1) * dilations[k] + 1
             total = max((math.ceil(size / strides[k]) - 1) * strides[k] + span - size, 0)
             small = total // 2
-            out.append((small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small))
+            out.append((small, total - small) if auto_pad == "SAME_UPPER" else
+                       (total - small, small))
         return out
     if auto_pad == "VALID":
         return [(0, 0)] * spatial
@@ -58,8 +59,36 @@ def _window_attrs(ctx: NodeContext, x: lm.GraphTensor, kernel=None):
 
 @converter("Conv")
 def _conv(ctx: NodeContext):
-    x, w = ctx.tensor(0), ctx.tensor(1)
     bias = ctx.tensor(2) if ctx.has(2) else None
+    return _convolve(ctx, ctx.tensor(0), ctx.tensor(1), bias)
+
+
+def _zero_pointed(ctx: NodeContext, i: int, zero_point: int, rank: int) -> lm.GraphTensor:
+    """Integer input `i` minus its zero point (input `zero_point`), as float32."""
+    x = ctx.tensor(i).to(lm.float32)
+    if not ctx.has(zero_point):
+        return x
+    zp = ctx.tensor(zero_point).to(lm.float32)
+    return x - (zp.reshape((-1,) + (1,) * (rank - 1)) if zp.ndim == 1 and rank > 1 and
+                zp.shape[0] != 1 else zp)
+
+
+@converter("ConvInteger")
+def _conv_integer(ctx: NodeContext):
+    x, w = _zero_pointed(ctx, 0, 2, 1), _zero_pointed(ctx, 1, 3, ctx.tensor(1).ndim)
+    return _convolve(ctx, x, w, None).round().to(lm.int32)
+
+
+@converter("MatMulInteger")
+def _matmul_integer(ctx: NodeContext):
+    a = _zero_pointed(ctx, 0, 2, 1)
+    b = ctx.tensor(1).to(lm.float32)
+    if ctx.has(3):
+        b = b - ctx.tensor(3).to(lm.float32)  # per column of b: broadcasts over the last axis
+    return lm.matmul(a, b).round().to(lm.int32)
+
+
+def _convolve(ctx: NodeContext, x: lm.GraphTensor, w: lm.GraphTensor, bias):
     spatial = w.ndim - 2
     if spatial not in (1, 2):
         raise ctx.fail(f"{spatial}-D convolution is not supported (1-D and 2-D are)")
@@ -108,13 +137,25 @@ def _avg_pool(ctx: NodeContext):
     include_pad = bool(ctx.attr("count_include_pad", 0))
     if any(b != e for b, e in pads):
         if not include_pad:
-            raise ctx.fail("asymmetric pads with count_include_pad=0 are not supported")
+            if ceil_mode:
+                raise ctx.fail("asymmetric pads with count_include_pad=0 and ceil_mode=1 are "
+                               "not supported")
+            return _avg_pool_counted(x, kernel, strides, pads)
         x, padding = x.pad(_flat_pads(pads)), 0
     else:
         padding = [b for b, _ in pads]
     if len(kernel) == 1:
         return F.avg_pool1d(x, kernel, strides, padding, ceil_mode, include_pad)
     return F.avg_pool2d(x, kernel, strides, padding, ceil_mode, include_pad)
+
+
+def _avg_pool_counted(x, kernel, strides, pads):
+    """Average over the input elements of each window only (asymmetric explicit padding)."""
+    pool = F.avg_pool1d if len(kernel) == 1 else F.avg_pool2d
+    ones = x.graph.constant(1.0).expand(x.shape)
+    total = pool(x.pad(_flat_pads(pads)), kernel, strides)
+    count = pool(ones.pad(_flat_pads(pads)), kernel, strides)
+    return total / count
 
 
 @converter("GlobalAveragePool")
@@ -136,14 +177,24 @@ def _per_channel(t: lm.GraphTensor, rank: int) -> lm.GraphTensor:
 
 @converter("BatchNormalization")
 def _batch_norm(ctx: NodeContext):
-    if ctx.attr("training_mode", 0) or len([o for o in ctx.node.output if o]) > 1:
-        raise ctx.fail("training-mode batch normalization is not supported")
-    ctx.attr("momentum", 0.9)
+    momentum = ctx.attr("momentum", 0.9)
     if ctx.attr("spatial", 1) != 1:
         raise ctx.fail("spatial=0 is not supported")
     x = ctx.tensor(0)
     scale, bias, mean, var = (_per_channel(ctx.tensor(i), x.ndim) for i in range(1, 5))
-    return (x - mean) * (var + ctx.attr("epsilon", 1e-5)).rsqrt() * scale + bias
+    eps = ctx.attr("epsilon", 1e-5)
+    if not ctx.attr("training_mode", 0):
+        if len([o for o in ctx.node.output if o]) > 1:
+            raise ctx.fail("running statistics outputs need training_mode=1")
+        return (x - mean) * (var + eps).rsqrt() * scale + bias
+    # training: normalise with the batch's statistics and update the running ones
+    axes = [0, *range(2, x.ndim)]
+    batch_mean = x.mean(axes, keepdim=True)
+    batch_var = ((x - batch_mean) * (x - batch_mean)).mean(axes, keepdim=True)
+    y = (x - batch_mean) * (batch_var + eps).rsqrt() * scale + bias
+    running_mean = mean * momentum + batch_mean * (1 - momentum)
+    running_var = var * momentum + batch_var * (1 - momentum)
+    return [y, running_mean.reshape((-1,)), running_var.reshape((-1,))]
 
 
 @converter("InstanceNormalization")
@@ -342,7 +393,7 @@ def _resize(ctx: NodeContext):
             scale = m / n
         else:
             scale = float(scales[k])
-            m = int(math.floor(n * scale))
+            m = math.floor(n * scale)
         if m == n and scale == 1.0:
             continue
         span = (roi[k], roi[k + len(axes)]) if roi is not None else (0.0, 1.0)

@@ -70,11 +70,13 @@ def _reshape(ctx: NodeContext):
 def _flatten(ctx: NodeContext):
     x = ctx.tensor(0)
     axis = ctx.attr("axis", 1)
-    axis = axis % x.ndim if x.ndim and axis < 0 else axis
+    axis = axis + x.ndim if axis < 0 else axis  # in [-rank, rank]
+    if not 0 <= axis <= x.ndim:
+        raise ctx.fail(f"axis {ctx.attr('axis')} is out of range for rank {x.ndim}")
     if axis == 0:
         return x.reshape((1, -1))
-    lead = x.flatten(0, axis - 1) if axis > 1 else x if axis == 1 else x
-    return lead.reshape((lead.shape[0], -1)) if x.ndim else lead.reshape((1, 1))
+    lead = x.flatten(0, axis - 1)  # (outer, *rest)
+    return lead.reshape((lead.shape[0], -1))
 
 
 @converter("Transpose")
@@ -142,6 +144,11 @@ def _split(ctx: NodeContext):
     return out
 
 
+def _clamp_index(v, big: int):
+    """ONNX uses INT64_MAX / INT64_MIN for "to the end"; keep them within int32."""
+    return v if isinstance(v, lm.Expr) else max(min(v, big), -big - 1)
+
+
 def slice_params(ctx: NodeContext, shape) -> list[slice]:
     """Python slices per axis from Slice's starts/ends/axes/steps."""
     starts, ends = ctx.static_ints(1), ctx.static_ints(2)
@@ -152,8 +159,7 @@ def slice_params(ctx: NodeContext, shape) -> list[slice]:
     for start, end, axis, step in zip(starts, ends, axes, steps):
         if step == 0:
             raise ctx.fail("a slice step of 0 is invalid")
-        clamp = (lambda v: v if isinstance(v, lm.Expr) else max(min(v, big), -big - 1))
-        start, end = clamp(start), clamp(end)
+        start, end = _clamp_index(start, big), _clamp_index(end, big)
         if step < 0 and isinstance(end, int) and end < -big + 1:
             end = None  # slice to the very beginning
         index[axis_of(ctx, axis, len(shape))] = slice(start, end, step)
@@ -337,3 +343,16 @@ def _one_hot(ctx: NodeContext):
     rank = out.ndim
     axis = axis % rank
     return out.movedim(-1, axis) if axis != rank - 1 else out
+
+
+@converter("ReverseSequence")
+def _reverse_sequence(ctx: NodeContext):
+    x, lengths = ctx.tensor(0), ctx.tensor(1).to(lm.int32)
+    time_axis, batch_axis = ctx.attr("time_axis", 0), ctx.attr("batch_axis", 1)
+    steps = x.graph.arange(x.shape[time_axis]).reshape(
+        (-1, 1) if time_axis < batch_axis else (1, -1))
+    lengths = lengths.reshape((1, -1) if time_axis < batch_axis else (-1, 1))
+    # the first `length` steps of each sequence reversed, the rest kept in place
+    source = lm.where(steps < lengths, lengths - 1 - steps, steps)
+    source = source.reshape(source.shape + (1,) * (x.ndim - 2)).expand(x.shape)
+    return x.gather(time_axis, source)
