@@ -89,6 +89,8 @@ class ReferenceRuntime:
                     and users[src.id] == [n.id]
                     and src.id not in outputs
                     and n.inputs[0].view.is_contiguous
+                    # a reshaped product has other axes than the Mul it reads
+                    and tuple(n.inputs[0].view.shape) == tuple(src.shape)
                     and src.dtype.is_float
                 ):
                     fused[n.id] = src
