@@ -81,6 +81,9 @@ class Graph:
         self._compiled_version = -1
         self._zero_dims_checked: tuple | None = None  # (version, dims) last checked
         self._executed = False  # whether execute() ran since the last compile()
+        # input id -> sizes of the axes its values index (gather, embedding, one_hot): the
+        # reference backend checks the ids are in range; other backends give zeros for them
+        self.index_bounds: dict[int, list[Expr]] = {}
 
     # ----- building -----------------------------------------------------------------------
     def add_node(self, op: ops.Op, inputs: Sequence[Edge], shape: Shape, dtype: DType) -> Node:
