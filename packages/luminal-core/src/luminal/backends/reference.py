@@ -109,6 +109,7 @@ class ReferenceRuntime:
         self.values: dict[int, np.ndarray] = {}
 
     def execute(self, graph: Graph, dims: dict[str, int]) -> None:
+        check_index_ranges(graph, dims)
         values: dict[int, np.ndarray] = {}
         for step in self.steps:
             node = step.node
@@ -168,6 +169,24 @@ def _take_axes(x: np.ndarray, axes: set[int], letters: str) -> tuple[np.ndarray,
     """`x` indexed at 0 along the axes not in `axes`, and the einsum letters of the rest."""
     index = tuple(slice(None) if i in axes else 0 for i in range(x.ndim))
     return x[index], "".join(letters[i] for i in sorted(axes))
+
+
+def check_index_ranges(graph: Graph, dims: dict[str, int]) -> None:
+    """Raise IndexError when an input used as gather / embedding / one-hot ids holds a value
+    outside the indexed axis (the one-hot decomposition would silently give zeros)."""
+    for input_id, sizes in graph.index_bounds.items():
+        nid = graph.resolve(input_id)
+        data = graph.data.get(nid)
+        if data is None or not data.size:
+            continue
+        size = min(s.evaluate(dims) for s in sizes)
+        low, high = data.min(), data.max()
+        if low < 0 or high >= size:
+            bad = low if low < 0 else high
+            name = graph.nodes[nid].op.label_name if nid in graph.nodes else input_id
+            raise IndexError(f"input {name!r}: index {bad.item()} is out of range for an axis "
+                             f"of size {size} (gather / embedding / one_hot ids must be in "
+                             f"[0, {size}))")
 
 
 def node_dtype(graph: Graph, node_id: int):
