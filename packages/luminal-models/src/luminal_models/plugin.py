@@ -12,7 +12,8 @@ from luminal.hookspecs import CommandRegistrar, hookimpl
 @hookimpl
 def luminal_register_commands(cli: CommandRegistrar) -> None:
     from . import cli as generate
-    from . import embed_cli
+    from . import embed_cli, transcribe_cli
 
     cli.register("generate", generate.HELP, generate.configure, generate.run)
     cli.register("embed", embed_cli.HELP, embed_cli.configure, embed_cli.run)
+    cli.register("transcribe", transcribe_cli.HELP, transcribe_cli.configure, transcribe_cli.run)
