@@ -93,7 +93,7 @@ class CT2File:
         if self.version not in SUPPORTED_VERSIONS:
             raise CT2Error(f"{self.path}: CTranslate2 format version {self.version} is not "
                            f"supported (this reader knows {SUPPORTED_VERSIONS}); not a "
-                           "model.bin, or one from an other CTranslate2 release")
+                           "model.bin, or one from another CTranslate2 release")
         self.spec = self._string("the spec name")
         self.revision = self._u32("the spec revision")
         count = self._u32("the variable count")

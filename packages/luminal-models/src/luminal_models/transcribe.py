@@ -382,3 +382,21 @@ def _ids(config: dict[str, Any], key: str, folder: Path) -> list[int]:
     if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
         raise ModelFileError(f"{folder / 'config.json'}: {key} must be a list of token ids")
     return values
+
+
+def normalize_words(text: str) -> list[str]:
+    """Lower-cased words without punctuation (hyphens split words), to score transcripts."""
+    cleaned = "".join(c if c.isalnum() or c == "'" else " " for c in text.lower())
+    return cleaned.split()
+
+
+def word_error_rate(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(word edits, reference words) between two texts after `normalize_words`: substitutions,
+    insertions and deletions of the cheapest alignment (Levenshtein over words)."""
+    ref, hyp = normalize_words(reference), normalize_words(hypothesis)
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
+    return row[-1], len(ref)
