@@ -161,8 +161,10 @@ class ReferenceRuntime:
 
 
 def _unbroadcast_axes(x: np.ndarray) -> set[int]:
-    """Axes along which `x` really varies (size > 1, not a stride-0 expansion)."""
-    return {i for i, (n, st) in enumerate(zip(x.shape, x.strides)) if st != 0 and n > 1}
+    """Axes along which `x` really varies (size > 1, not a stride-0 expansion), and empty
+    axes, which cannot be indexed at 0."""
+    return {i for i, (n, st) in enumerate(zip(x.shape, x.strides))
+            if (st != 0 and n > 1) or n == 0}
 
 
 def _take_axes(x: np.ndarray, axes: set[int], letters: str) -> tuple[np.ndarray, str]:
