@@ -60,6 +60,31 @@ def cat(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
     return out
 
 
+def meshgrid(*tensors: GraphTensor, indexing: str = "ij") -> tuple[GraphTensor, ...]:
+    """`torch.meshgrid`: 0-d or 1-D tensors broadcast to a grid (expanded views, no copy);
+    indexing "xy" swaps the first two axes as NumPy does."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if not tensors:
+        raise RuntimeError("meshgrid: expects a non-empty list of tensors")
+    if indexing not in ("ij", "xy"):
+        raise RuntimeError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if any(t.ndim > 1 for t in tensors):
+        raise RuntimeError("meshgrid: expects 0-D or 1-D tensors")
+    flat = [t.reshape(-1) for t in tensors]
+    order = list(range(len(flat)))
+    if indexing == "xy" and len(flat) > 1:
+        order[0], order[1] = 1, 0
+    shape = tuple(flat[k].layout.shape[0] for k in order)
+    out = []
+    for k, t in enumerate(flat):
+        axis = order.index(k)
+        view = [1] * len(flat)
+        view[axis] = t.layout.shape[0]
+        out.append(t.reshape(view).expand(shape))
+    return tuple(out)
+
+
 def stack(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
     tensors = list(tensors)
     if not tensors:
@@ -305,11 +330,11 @@ class MovementOps:
 
     def pad(self, pad: Sequence[int], mode: str = "constant", value: float = 0.0):
         """PyTorch `F.pad`: pairs (left, right) from the last dim backwards; negative pads
-        crop."""
-        if mode != "constant":
-            raise NotImplementedError(f"pad: mode {mode!r} (only 'constant' is supported)")
+        crop. Modes constant (with `value`), reflect, replicate and circular."""
         if len(pad) % 2 or len(pad) // 2 > self.ndim:
             raise ValueError(f"pad: {tuple(pad)} must hold a (left, right) pair per padded dim")
+        if mode != "constant":
+            return _pad_from_edges(self, pad, mode)
         out = self
         for k in range(len(pad) // 2):
             axis = self.ndim - 1 - k
@@ -326,6 +351,17 @@ class MovementOps:
 
             inside = self.graph.constant(True, bool_).expand(self.layout.shape).pad(pad)
             out = where(inside, out, value)
+        return out
+
+    def clone(self) -> GraphTensor:
+        """A copy in a fresh buffer (PyTorch `clone`); gradients flow through it."""
+        return self.contiguous()
+
+    def detach(self) -> GraphTensor:
+        """The same values, cut from autograd: a copy marked so that no gradient flows back
+        through it (luminal-train's `grad` treats it as a constant)."""
+        out = self.contiguous()
+        out.node.meta["detach"] = True
         return out
 
     def flip(self, *dims) -> GraphTensor:
@@ -420,10 +456,9 @@ class MovementOps:
                 f"index_select: index must be 1-D, got {show_shape(index.layout.shape)}"
             )
         n = self.layout.shape[a]
-        onehot = _one_hot(index, n, self.dtype)  # (k, n)
+        onehot = _one_hot(index, n)  # (k, n)
         moved = self.movedim(a, -1).unsqueeze(-2)  # (..., 1, n)
-        picked = (moved * onehot).sum(-1)  # (..., k)
-        return picked.movedim(-1, a)
+        return _pick(onehot, moved).movedim(-1, a)  # (..., k) moved back
 
     def gather(self, dim: int, index: GraphTensor) -> GraphTensor:
         """PyTorch `torch.gather`: out[i][j] = self[i][index[i][j]] for dim=1, etc."""
@@ -438,9 +473,9 @@ class MovementOps:
             if ax != a and di != dx:
                 x = x._slice_axis(ax, 0, di)
         n = self.layout.shape[a]
-        onehot = _one_hot(index, n, self.dtype)  # index.shape + (n,)
+        onehot = _one_hot(index, n)  # index.shape + (n,)
         xs = x.movedim(a, -1).unsqueeze(a)  # shape with 1 at a, n last
-        return (onehot * xs).sum(-1)
+        return _pick(onehot, xs)
 
     def tril(self, diagonal: int = 0) -> GraphTensor:
         return self * _tri_mask(self, diagonal, lower=True)
@@ -449,14 +484,56 @@ class MovementOps:
         return self * _tri_mask(self, diagonal, lower=False)
 
 
-def _one_hot(index: GraphTensor, n: Expr, dtype) -> GraphTensor:
-    """(index == arange(n)) with a trailing axis of size n, as `dtype`."""
+def _pad_from_edges(x: GraphTensor, pad: Sequence[int], mode: str) -> GraphTensor:
+    """Reflect, replicate or circular padding: each padded dim is a cat of slices of x."""
+    if mode not in ("reflect", "replicate", "circular"):
+        raise NotImplementedError(
+            f"pad: mode {mode!r} is not supported (constant, reflect, replicate, circular)")
+    out = x
+    for k in range(len(pad) // 2):
+        axis = x.ndim - 1 - k
+        left, right = pad[2 * k], pad[2 * k + 1]
+        n = out.layout.shape[axis]
+        n = n.value if n.is_const else None
+        if n is None or left < 0 or right < 0:
+            raise ValueError(f"pad: mode {mode!r} needs a static size and pads >= 0 on dim "
+                             f"{axis}, got {show_shape(out.layout.shape)} and {tuple(pad)}")
+        limit = n - 1 if mode == "reflect" else n
+        if mode != "replicate" and (left > limit or right > limit):
+            raise RuntimeError(f"pad: {mode} padding ({left}, {right}) must be below the size "
+                               f"{n} of dim {axis}")
+        if mode == "reflect":
+            stop = n - 2 - right  # a negative stop would count from the end: none instead
+            parts = [out._slice_axis(axis, left, 0, -1), out,
+                     out._slice_axis(axis, n - 2, stop if stop >= 0 else None, -1)]
+        elif mode == "replicate":
+            edge = list(out.layout.shape)
+            lo, hi = out._slice_axis(axis, 0, 1), out._slice_axis(axis, n - 1, n)
+            parts = [lo.expand([left if i == axis else d for i, d in enumerate(edge)]), out,
+                     hi.expand([right if i == axis else d for i, d in enumerate(edge)])]
+        else:
+            parts = [out._slice_axis(axis, n - left, n), out, out._slice_axis(axis, 0, right)]
+        out = cat([p for p in parts if p.layout.shape[axis] != 0], axis)
+    return out
+
+
+def _one_hot(index: GraphTensor, n: Expr) -> GraphTensor:
+    """(index == arange(n)) with a trailing axis of size n, as bool."""
     from .creation import IOTA_INDEX, iota
 
     idx = index.to(int32).unsqueeze(-1)
     ar = iota(index.graph, IOTA_INDEX, (n,), int32)
     shape = (*index.layout.shape, n)
-    return (idx.expand(shape) == ar.expand(shape)).to(dtype)
+    return idx.expand(shape) == ar.expand(shape)
+
+
+def _pick(onehot: GraphTensor, values: GraphTensor) -> GraphTensor:
+    """sum over the last axis of where(onehot, values, 0): the one value each row of the
+    one-hot selects, exactly (inf and NaN elsewhere in `values` never reach it). Device
+    compilers turn it into a gather."""
+    from .binary import where
+
+    return where(onehot, values, values.graph.constant(0, values.dtype)).sum(-1)
 
 
 def _tri_mask(x: GraphTensor, k: int, lower: bool) -> GraphTensor:

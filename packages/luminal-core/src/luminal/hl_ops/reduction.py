@@ -69,6 +69,8 @@ class ReductionOps:
     def amin(self, dim=None, keepdim: bool = False) -> GraphTensor:
         if self.dtype == bool_:
             return _reduce(self.logical_not(), ops.MaxReduce, dim, keepdim).logical_not()
+        if not self.dtype.is_float:  # ~x = -1 - x maps INT_MIN to INT_MAX: no overflow
+            return ~_reduce(~self, ops.MaxReduce, dim, keepdim)
         return -_reduce(-self, ops.MaxReduce, dim, keepdim)
 
     def max(self, dim: int | None = None, keepdim: bool = False):
@@ -100,6 +102,16 @@ class ReductionOps:
     def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,
             correction: int | None = None) -> GraphTensor:
         return self.var(dim, unbiased, keepdim, correction=correction).sqrt()
+
+    def std_mean(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,
+                 correction: int | None = None) -> tuple[GraphTensor, GraphTensor]:
+        return (self.std(dim, unbiased, keepdim, correction=correction),
+                self.mean(dim, keepdim))
+
+    def var_mean(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,
+                 correction: int | None = None) -> tuple[GraphTensor, GraphTensor]:
+        return (self.var(dim, unbiased, keepdim, correction=correction),
+                self.mean(dim, keepdim))
 
     def prod(self, dim: int | None = None, keepdim: bool = False) -> GraphTensor:
         """Product. Floats: exp2(sum(log2|x|)), with the sign from the count of negatives and
