@@ -492,19 +492,33 @@ def avg_pool3d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
                      divisor_override, 3, "avg_pool3d")
 
 
-def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "nearest"):
-    """Resize the spatial dims of (N, C, *S) (PyTorch semantics of mode='nearest').
+_LINEAR_MODES = {"linear": 1, "bilinear": 2, "trilinear": 3}
 
-    A symbolic spatial dim works with a whole-number `scale_factor` (each element repeated);
-    a fractional scale or a fixed `size` needs a static input size there.
+
+def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "nearest",
+                align_corners: bool | None = None):
+    """Resize the spatial dims of (N, C, *S) with PyTorch's semantics for modes nearest,
+    nearest-exact, linear, bilinear and trilinear (each axis separately: the linear modes
+    blend the two nearest source elements, picked exactly with `index_select`).
+
+    In nearest mode a symbolic spatial dim works with a whole-number `scale_factor` (each
+    element repeated); other cases need a static input size there.
     """
-    if mode != "nearest":
-        raise NotImplementedError(f"interpolate: mode {mode!r} (only 'nearest' is supported)")
     spatial = x.ndim - 2
     if spatial < 1:
         raise ValueError(
             f"interpolate: expected (N, C, ...) input, got {show_shape(x.layout.shape)}"
         )
+    linear = mode in _LINEAR_MODES
+    if not linear and mode not in ("nearest", "nearest-exact"):
+        raise NotImplementedError(
+            f"interpolate: mode {mode!r} is not supported (nearest, nearest-exact, linear, "
+            f"bilinear, trilinear)")
+    if linear and _LINEAR_MODES[mode] != spatial:
+        raise ValueError(f"interpolate: mode {mode!r} expects {_LINEAR_MODES[mode]} spatial "
+                         f"dims, got input {show_shape(x.layout.shape)}")
+    if align_corners is not None and not linear:
+        raise ValueError("interpolate: align_corners only applies to the linear modes")
     if (size is None) == (scale_factor is None):
         raise ValueError("interpolate: give exactly one of size and scale_factor")
     if size is not None:
@@ -514,10 +528,10 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
         factors = _tuple(scale_factor, spatial, "scale_factor") if not isinstance(
             scale_factor, (int, float)) else (scale_factor,) * spatial
         outs = [None] * spatial
-    out = x
+    out = x if not linear else x._float()
     for k, (i, o, f) in enumerate(zip(x.layout.shape[2:], outs, factors)):
         axis = 2 + k
-        if f is not None and float(f) == int(f) and f >= 1:
+        if mode == "nearest" and f is not None and float(f) == int(f) and f >= 1:
             out = out.repeat_interleave(int(f), axis)  # exact, for any (symbolic) size
             continue
         what = f"the input size of spatial dim {k} with size={size}" if size is not None else (
@@ -527,13 +541,31 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
             o, s = math.floor(i * f), 1.0 / f
         else:
             s = i / o
-        if o % i == 0 and s == i / o:
+        dst = iota(x.graph, IOTA_INDEX, (o,), float32)
+        if linear:
+            out = _linear_axis(out, axis, i, o, s, dst, bool(align_corners))
+        elif mode == "nearest" and o % i == 0 and s == i / o:
             out = out.repeat_interleave(o // i, axis)
         else:
-            src = iota(x.graph, IOTA_INDEX, (o,), float32) * s
-            idx = src.floor().to(int32).clamp(max=i - 1)
-            out = out.index_select(axis, idx)
+            src = dst * s if mode == "nearest" else (dst + 0.5) * s
+            out = out.index_select(axis, src.floor().to(int32).clamp(max=i - 1))
     return out
+
+
+def _linear_axis(x: GraphTensor, axis: int, i: int, o: int, s: float, dst: GraphTensor,
+                 align_corners: bool) -> GraphTensor:
+    """Linear resampling of one axis from size i to o (PyTorch's source coordinates)."""
+    if align_corners:
+        src = dst * ((i - 1) / (o - 1) if o > 1 else 0.0)
+    else:
+        src = ((dst + 0.5) * s - 0.5).clamp(min=0.0)
+    lo = src.floor().to(int32).clamp(max=i - 1)
+    hi = (lo + 1).clamp(max=i - 1)
+    frac = src - lo.to(float32)
+    shape = [1] * x.ndim
+    shape[axis] = o
+    frac = frac.reshape(shape)
+    return x.index_select(axis, lo) * (1 - frac) + x.index_select(axis, hi) * frac
 
 
 def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0,

@@ -27,8 +27,9 @@ Besides the primitives a graph holds leaves (`Input`, `Constant`), `Cast`, a dty
 conversion owned by the dtype system, and `Select` (`cond ? a : b`), the one op selection
 needs to be exact: its primitive decomposition `a*c + b*(1-c)` turns an inf or NaN in the
 branch not taken into NaN, so every backend implements it (the codegen backends as a C
-ternary, `PrimitiveBackend` through its gather) and autograd routes gradients through it. Backends add ops of their own (fused kernels, matmul);
-each such op supplies `reference()` equal to its primitive decomposition.
+ternary, `PrimitiveBackend` through its gather) and autograd routes gradients through it.
+Backends add ops of their own (fused kernels, matmul); each such op supplies `reference()`
+equal to its primitive decomposition.
 """
 
 from __future__ import annotations
@@ -263,7 +264,8 @@ class MaxReduce(Primitive):
     def reference(self, xs, dtype, dims):
         x = xs[0]
         if x.shape[self.axis] == 0:
-            fill = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
+            fill = -np.inf if np.issubdtype(x.dtype, np.floating) else (
+                False if x.dtype == np.bool_ else np.iinfo(x.dtype).min)
             shape = x.shape[: self.axis] + x.shape[self.axis + 1 :]
             return np.full(shape, fill, dtype=x.dtype)
         return np.max(x, axis=self.axis)

@@ -159,7 +159,8 @@ class ValueBuilder:
             return self._reduce(node, axes, ctx)
         raise NotImplementedError(
             f"cannot generate code for op {op.name}: only the primitive ops (and Cast, "
-            f"Select, Constant, Iota) are supported; run device compilers of other backends elsewhere"
+            f"Select, Constant, Iota) are supported; run device compilers of other backends "
+            f"elsewhere"
         )
 
     def _reduce(self, node: Node, axes: tuple[Expr, ...], ctx: Expr) -> Value:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-from typing import TYPE_CHECKING
 
 from .. import ops
 from ..dtypes import bool_, float32, int32, promote
@@ -97,8 +97,8 @@ def where(cond: Operand, x: Operand, y: Operand) -> GraphTensor:
         raise TypeError("where: at least one argument must be a GraphTensor")
     c = lift(anchor, cond).to(bool_)
     common = _where_dtype(x, y)
-    x = lift(anchor, x).to(common) if isinstance(x, GraphTensor) else anchor.graph.constant(x, common)
-    y = lift(anchor, y).to(common) if isinstance(y, GraphTensor) else anchor.graph.constant(y, common)
+    x, y = (t.to(common) if isinstance(t, GraphTensor) else anchor.graph.constant(t, common)
+            for t in (x, y))
     shape = broadcast_shape("where", c.layout.shape, x.layout.shape)
     shape = broadcast_shape("where", shape, y.layout.shape)
     return c._new(ops.Select(), *(broadcast_to(t, shape) for t in (c, x, y)))

@@ -60,6 +60,10 @@ def eye(graph: Graph, n: int, m: int | None = None, dtype: DType | str = float32
     from ..symbolic import lt
 
     m = n if m is None else m
+    if n < 0 or m < 0:
+        raise ValueError(f"eye: sizes must be non-negative, got ({n}, {m})")
+    if n == 0 or m == 0:  # nothing to index (and i % 0 is undefined)
+        return full(graph, (n, m), 0, dtype_of(dtype))
     i = IOTA_INDEX
     diag = lt(i % m - (i // m), 1).__mul__(lt(i // m - i % m, 1))
     return iota(graph, diag, (n, m), dtype_of(dtype))

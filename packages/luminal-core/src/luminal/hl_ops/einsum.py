@@ -16,7 +16,7 @@ def _parse(equation: str, n: int) -> tuple[list[str], str]:
     terms = lhs.split(",")
     if len(terms) != n:
         raise ValueError(f"einsum: {equation!r} names {len(terms)} operands, got {n}")
-    for t in terms + [rhs]:
+    for t in [*terms, rhs]:
         if "." in t:
             raise NotImplementedError("einsum: ellipsis ('...') is not supported")
         if not all(c.isalpha() for c in t):

@@ -269,10 +269,15 @@ class MovementOps:
         return self._slice_axis(a, start, to_expr(start) + to_expr(length))
 
     def __getitem__(self, index) -> GraphTensor:
+        """PyTorch indexing: ints, slices, None, Ellipsis, and advanced indices (integer
+        tensors, lists, tuples) that broadcast together; their dims go where the advanced
+        indices stand when they are adjacent, else first. Advanced indices pick exactly
+        (`index_select`), negative values count from the end."""
         from ..tensor import GraphTensor
 
         if not isinstance(index, tuple):
             index = (index,)
+        index = tuple(_as_index_tensor(self, i) for i in index)
         n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
         if sum(1 for i in index if i is Ellipsis) > 1:
             raise IndexError("an index can only have a single ellipsis")
@@ -289,6 +294,7 @@ class MovementOps:
         out = self
         axis = 0
         drop: list[int] = []
+        advanced: list[tuple[int, GraphTensor]] = []
         for i in expanded:
             if i is None:
                 out = out.unsqueeze(axis)
@@ -299,10 +305,13 @@ class MovementOps:
                 axis += 1
             elif isinstance(i, GraphTensor):
                 if i.dtype == bool_:
-                    raise IndexError("boolean mask indexing has a data-dependent shape")
-                out = out.index_select(axis, i.flatten()).unflatten(axis, i.layout.shape) if (
-                    i.ndim != 1) else out.index_select(axis, i)
-                axis += i.ndim
+                    raise IndexError(
+                        "boolean mask indexing has a data-dependent shape, which a luminal "
+                        "graph cannot have: use where(mask, x, 0) instead")
+                if i.dtype.is_float:
+                    raise IndexError(f"tensors used as indices must be integer, got {i.dtype.name}")
+                advanced.append((axis, i))
+                axis += 1
             else:
                 size = out.layout.shape[axis]
                 k = to_expr(i)
@@ -320,7 +329,8 @@ class MovementOps:
         if drop:
             shape = [d for a, d in enumerate(out.layout.shape) if a not in drop]
             out = out.reshape(shape)
-        return out
+            advanced = [(a - sum(1 for d in drop if d < a), t) for a, t in advanced]
+        return _advanced_index(out, advanced) if advanced else out
 
     def _pad_axis(self, axis: int, before: ExprLike, after: ExprLike) -> GraphTensor:
         before, after = to_expr(before), to_expr(after)
@@ -370,13 +380,29 @@ class MovementOps:
             out = out._slice_axis(_axis(d, self.ndim), None, None, -1)
         return out
 
-    def roll(self, shifts: int, dim: int) -> GraphTensor:
+    def roll(self, shifts, dims=None) -> GraphTensor:
+        """PyTorch `roll`: without `dims` the flattened tensor rolls and keeps its shape;
+        `shifts` and `dims` may be tuples (one roll per pair)."""
+        if dims is None:
+            if not isinstance(shifts, int):
+                raise RuntimeError("roll: without dims, shifts must be a single int")
+            return self.flatten().roll(shifts, 0).reshape(self.layout.shape)
+        if isinstance(shifts, (tuple, list)) or isinstance(dims, (tuple, list)):
+            shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
+            dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+            if len(shifts) != len(dims):
+                raise RuntimeError(f"roll: shifts {shifts} and dims {dims} differ in length")
+            out = self
+            for s, d in zip(shifts, dims):
+                out = out.roll(s, d)
+            return out
+        dim = dims
         a = _axis(dim, self.ndim)
         n = self.layout.shape[a]
         if not n.is_const:
             raise ValueError(f"roll: dim {dim} has the symbolic size {n}; roll needs a static "
                              f"size on the rolled dim")
-        s = shifts % n.value
+        s = shifts % n.value if n.value else 0
         if s == 0:
             return self
         return cat([self._slice_axis(a, n.value - s, None), self._slice_axis(a, 0, n.value - s)], a)
@@ -398,7 +424,14 @@ class MovementOps:
         x = x.expand(target)
         return x.reshape([to_expr(r) * d for r, d in zip(sizes, shape)])
 
-    def repeat_interleave(self, repeats: int, dim: int) -> GraphTensor:
+    def repeat_interleave(self, repeats: int, dim: int | None = None) -> GraphTensor:
+        """Each element `repeats` times along `dim` (without `dim`: of the flattened tensor)."""
+        if not isinstance(repeats, int):
+            raise NotImplementedError(
+                "repeat_interleave: only an int repeats is supported (a tensor of repeats "
+                "gives a data-dependent shape)")
+        if dim is None:
+            return self.flatten().repeat_interleave(repeats, 0)
         a = _axis(dim, self.ndim)
         x = self.unsqueeze(a + 1)
         shape = list(x.layout.shape)
@@ -478,10 +511,58 @@ class MovementOps:
         return _pick(onehot, xs)
 
     def tril(self, diagonal: int = 0) -> GraphTensor:
-        return self * _tri_mask(self, diagonal, lower=True)
+        from .binary import where
+
+        return where(_tri_mask(self, diagonal, lower=True), self, 0)
 
     def triu(self, diagonal: int = 0) -> GraphTensor:
-        return self * _tri_mask(self, diagonal, lower=False)
+        from .binary import where
+
+        return where(_tri_mask(self, diagonal, lower=False), self, 0)
+
+
+def _as_index_tensor(x: GraphTensor, i):
+    """A list or tuple inside an index becomes an int32 index tensor (bound data)."""
+    if not isinstance(i, (list, tuple)):
+        return i
+    import numpy as np
+
+    arr = np.asarray(i)
+    if arr.dtype == bool:
+        raise IndexError("boolean list indices have a data-dependent shape: use where()")
+    if arr.size and arr.dtype.kind not in "iu":
+        raise IndexError(f"list indices must be integers, got {i!r}")
+    arr = arr.astype(np.int32)
+    return x.graph.tensor(arr.shape, dtype=int32).set(arr)
+
+
+def _advanced_index(x: GraphTensor, advanced: list) -> GraphTensor:
+    """x indexed at its axes `advanced` [(axis, int tensor)]: the index tensors broadcast to
+    B, and each output element picks x at the flat position those indices name."""
+    from .binary import broadcast_shape, broadcast_to, where
+
+    axes = [a for a, _ in advanced]
+    shape = ()
+    for _, t in advanced:
+        shape = broadcast_shape("index", shape, t.layout.shape)
+    rest = [a for a in range(x.ndim) if a not in axes]
+    moved = x.permute(axes + rest)
+    sizes = [x.layout.shape[a] for a in axes]
+    flat = None
+    for (_, t), n in zip(advanced, sizes):
+        t = broadcast_to(t.to(int32), shape)
+        t = where(t < 0, t + n, t)  # negative indices count from the end
+        flat = t if flat is None else flat * n + t
+    total = sizes[0]
+    for n in sizes[1:]:
+        total = total * n
+    table = moved.reshape((total, *[x.layout.shape[a] for a in rest]))
+    out = table.index_select(0, flat.reshape(-1)).reshape((*shape, *table.layout.shape[1:]))
+    if axes == list(range(axes[0], axes[0] + len(axes))) and axes[0] > 0:
+        b, first = len(shape), axes[0]  # adjacent: the index dims go where they stood
+        order = list(range(b, b + first)) + list(range(b)) + list(range(b + first, out.ndim))
+        out = out.permute(order)
+    return out
 
 
 def _pad_from_edges(x: GraphTensor, pad: Sequence[int], mode: str) -> GraphTensor:
@@ -542,8 +623,9 @@ def _tri_mask(x: GraphTensor, k: int, lower: bool) -> GraphTensor:
     if x.ndim < 2:
         raise ValueError(f"tril/triu expect at least 2 dims, got {show_shape(x.layout.shape)}")
     rows, cols = x.layout.shape[-2], x.layout.shape[-1]
+    if rows == 0 or cols == 0:  # an empty mask (and i % 0 is undefined)
+        return x.graph.constant(False, bool_).expand(x.layout.shape)
     i = IOTA_INDEX
     col, row = i % cols, (i // cols) % rows
     keep = lt(col - row, k + 1) if lower else lt(row - col, 1 - k)
-    mask = iota(x.graph, keep, (rows, cols), bool_)
-    return mask.expand(x.layout.shape).to(x.dtype)
+    return iota(x.graph, keep, (rows, cols), bool_).expand(x.layout.shape)

@@ -211,7 +211,8 @@ class UnaryOps:
         r3 = math.sqrt(3.0)
         t = where(shifted, (a * r3 - 1) / (a + r3), a)
         t2 = t * t
-        poly = t * (1 + t2 * (-1 / 3 + t2 * (1 / 5 + t2 * (-1 / 7 + t2 * (1 / 9 + t2 * (-1 / 11))))))
+        poly = t * (1 + t2 * (-1 / 3 + t2 * (1 / 5 + t2 * (-1 / 7 + t2 * (
+            1 / 9 + t2 * (-1 / 11))))))
         r = poly + where(shifted, math.pi / 6, 0.0)
         r = where(big, math.pi / 2 - r, r)
         return where(x < 0, -r, r)
