@@ -50,6 +50,7 @@ from .ir import (
     Program,
     QuantOperand,
     Reduce,
+    Select,
     Store,
     Unary,
     Value,
@@ -83,6 +84,16 @@ SHARED_INLINE_REDUCE = 16
 
 def _zero(dtype) -> Const:
     return Const(False if dtype.name == "bool" else 0.0 if dtype.is_float else 0, dtype)
+
+
+def _one_hot_operands(pick: Node) -> list[Edge]:
+    """The inputs of a gather's Mul or Select that may be its one-hot: either factor of a
+    one-hot product; the condition of `where(one_hot, row, 0)`."""
+    if isinstance(pick.op, ops.Mul):
+        return list(pick.inputs)
+    if isinstance(pick.op, ops.Select):
+        return pick.inputs[:1]
+    return []
 
 
 class ValueBuilder:
@@ -147,11 +158,14 @@ class ValueBuilder:
         if type(op) in BINARY_NAMES:
             a, b = (self.read(e, axes, ctx) for e in node.inputs)
             return Binary(BINARY_NAMES[type(op)], a, b, dt)
+        if isinstance(op, ops.Select):
+            return Select(*(self.read(e, axes, ctx) for e in node.inputs), dt)
         if isinstance(op, (ops.SumReduce, ops.MaxReduce)):
             return self._reduce(node, axes, ctx)
         raise NotImplementedError(
             f"cannot generate code for op {op.name}: only the primitive ops (and Cast, "
-            f"Constant, Iota) are supported; run device compilers of other backends elsewhere"
+            f"Select, Constant, Iota) are supported; run device compilers of other backends "
+            f"elsewhere"
         )
 
     def _reduce(self, node: Node, axes: tuple[Expr, ...], ctx: Expr) -> Value:
@@ -190,10 +204,9 @@ class Lowering:
 
     # ----- decisions ----------------------------------------------------------------------
     def _is_gather(self, node: Node) -> bool:
-        mul = self.graph.nodes[node.inputs[0].src]
-        if not isinstance(mul.op, ops.Mul) or not any(
-            patterns.might_be_one_hot(self.graph, self.graph.nodes[e.src]) for e in mul.inputs
-        ):
+        pick = self.graph.nodes[node.inputs[0].src]
+        if not any(patterns.might_be_one_hot(self.graph, self.graph.nodes[e.src])
+                   for e in _one_hot_operands(pick)):
             return False
         # probe with every non-reduction inlined: a one-hot is made of elementwise ops only
         probe = ValueBuilder(
@@ -204,10 +217,10 @@ class Lowering:
         axes = tuple(loop_var(k, d) for k, d in enumerate(node.shape))
         return not isinstance(probe.compute(node, axes, Expr.const(1)), Reduce)
 
-    def _one_hot_region(self, mul: Node) -> set[int]:
-        """The comparison nodes building the one-hot operand of a gather's Mul."""
+    def _one_hot_region(self, pick: Node) -> set[int]:
+        """The comparison nodes building the one-hot operand of a gather's Mul or Select."""
         region: set[int] = set()
-        stack = [e.src for e in mul.inputs]
+        stack = [e.src for e in _one_hot_operands(pick)]
         while stack:
             node = self.graph.nodes[stack.pop()]
             if node.id not in region and isinstance(node.op, (ops.Cast, ops.LessThan, ops.Add)):
