@@ -43,7 +43,7 @@ class SearchReport:
 
     regions: list[RegionResult]
     whole: WholeGraph
-    seconds: float
+    seconds: float  # finding (or loading) and applying the plan; the backend's compile excluded
     cached: bool
     cache_path: str = ""
 
@@ -121,8 +121,9 @@ class Search:
                 path = str(cache.store(key, plan.to_json(results, regions, whole, order)))
         choices = {sig: r.choice for sig, r in results.items()}
         schedule = self._apply(graph, regions, choices)
+        planned = time.perf_counter()
         self.backend.with_schedule(schedule).compile(graph)
-        self.report = SearchReport(list(results.values()), whole, time.perf_counter() - t0,
+        self.report = SearchReport(list(results.values()), whole, planned - t0,
                                    loaded is not None, path)
 
     def _rulesets(self) -> list[tuple[str, str]]:
