@@ -63,8 +63,10 @@ class SearchReport:
         for r in self.regions:
             timing = (f"{r.default_s * 1e6:>8.1f}us {r.best_s * 1e6:>8.1f}us {r.gain:>5.2f}x"
                       if r.timed else f"{'-':>10} {'-':>10} {'-':>6}")
-            lines.append(f"{r.label[:48]:<48} {r.instances:>3} {r.timed:>5} {timing}  "
-                         f"{r.choice.label}")
+            choice = r.choice.label
+            if r.choice.kind != "default" and not w.kept:
+                choice = f"default (its own best, {choice}, lost in the whole graph)"
+            lines.append(f"{r.label[:48]:<48} {r.instances:>3} {r.timed:>5} {timing}  {choice}")
             lines += [f"    rejected: {why}" for why in r.rejected]
         return "\n".join(lines)
 
