@@ -51,8 +51,8 @@ def test_tuning_reaches_the_rendered_kernel():
     assert kernel.tuning == (("parallel_rows", 1),)
     assert len(tuned.kernels) == len(plain.kernels)
     with pytest.raises(ValueError, match="no tunable setting \\['threads'\\]"):
-        render_kernel(Kernel(kernel.params, kernel.domain, kernel.out, (("threads", 2),)),
-                      "k", C)
+        render_kernel(Kernel(kernel.params, kernel.domain, kernel.out,
+                             tuning=(("threads", 2),)), "k", C)
 
 
 def test_overlapping_overrides_are_refused():

@@ -24,7 +24,7 @@ bfloat16 is rounded to that dtype, as the reference backend rounds every node's 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 from ..dtypes import DType
 from ..symbolic import INF, Expr, logical_and
@@ -195,7 +195,8 @@ class Kernel:
     params: tuple[Param, ...]
     domain: tuple[Expr, ...]
     out: Store
-    tuning: tuple[tuple[str, int], ...] = ()
+    # keyword-only, so that subclasses (a backend's own kernel kinds) may add required fields
+    tuning: tuple[tuple[str, int], ...] = field(default=(), kw_only=True)
 
     @property
     def loop_vars(self) -> tuple[Expr, ...]:
