@@ -11,8 +11,6 @@
 
 from . import functional
 from .backend import Backend, BackendStatus, Runtime
-from .compiler import Compiler, Looped, run_compiler
-from .compilers import GenericCompiler
 from .dtypes import DType, bfloat16, dtype_of, float16, float32, int32, uint8
 from .dtypes import bool_ as bool
 from .graph import Graph, GraphModifiedError, RemovedTensorError
@@ -20,7 +18,9 @@ from .hl_ops.binary import maximum, minimum, where
 from .hl_ops.matmul import matmul
 from .hl_ops.movement import cat, stack
 from .hookspecs import hookimpl, hookspec
-from .plugins import backend, backends
+from .passes import GenericCompiler
+from .pipeline import Compiler, Looped, run_compiler
+from .plugins import backend, backends, compiler, compilers
 from .shape import View
 from .symbolic import Expr, UnboundDimError
 from .tensor import GraphTensor
@@ -47,6 +47,8 @@ __all__ = [
     "bfloat16",
     "bool",
     "cat",
+    "compiler",
+    "compilers",
     "dtype_of",
     "float16",
     "float32",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from .graph import Graph
+    from .ir import Graph
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .shape import show_shape
 
 if TYPE_CHECKING:
-    from .graph import Graph
+    from .ir import Graph
 
 
 def _esc(s: str) -> str:
@@ -24,9 +24,10 @@ def to_dot(graph: Graph) -> str:
     outputs = graph.outputs()
     lines = ["digraph luminal {", "  node [shape=box, fontname=monospace];"]
     for node in graph.toposort():
-        label = f"{node.op.label()}\\n{node.dtype.name}{show_shape(node.shape)}"
+        # escape each line, then join with DOT's own line break (an escaped one would print)
+        label = "\\n".join(map(_esc, (node.op.label(), node.dtype.name + show_shape(node.shape))))
         style = ', style=filled, fillcolor="#d8ecff"' if node.id in outputs else ""
-        lines.append(f'  n{node.id} [label="{_esc(label)}"{style}];')
+        lines.append(f'  n{node.id} [label="{label}"{style}];')
         for k, e in enumerate(node.inputs):
             attrs = [f'taillabel="{k}"'] if len(node.inputs) > 1 else []
             if not e.view.is_contiguous or tuple(e.view.shape) != tuple(graph.nodes[e.src].shape):

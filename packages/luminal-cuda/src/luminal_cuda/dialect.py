@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from luminal.codegen.dialects import CudaDialect as CoreCudaDialect
-from luminal.codegen.dialects import _unravel
+from luminal.codegen.dialects import unravel_declarations
 from luminal.codegen.ir import Kernel, Reduce, kernel_dims, walk
-from luminal.codegen.render import Dialect, _BodyWriter, _Scope, dim_names
+from luminal.codegen.render import BodyWriter, Dialect, Scope, dim_names
 from luminal.dtypes import DType
 from luminal.symbolic import Expr
 
@@ -70,14 +70,14 @@ def dim_loads(dims: tuple[str, ...], slots: dict[str, int]) -> list[str]:
 CUDA = NvrtcDialect()
 
 
-class _BlockWriter(_BodyWriter):
+class _BlockWriter(BodyWriter):
     """Renders the reductions of the root scope cooperatively over the thread block."""
 
-    def reduce(self, r: Reduce, scope: _Scope) -> str:
+    def reduce(self, r: Reduce, scope: Scope) -> str:
         if scope.depth != 0:
             return super().reduce(r, scope)
         acc = self.fresh()
-        inner = _Scope(1)
+        inner = Scope(1)
         self.scope_of[r.var.name] = inner
         body = self.emit(r.body)
         var, size = self.names.get(r.var.name, r.var.name), self.expr(r.size)
@@ -163,7 +163,7 @@ def render_cuda_kernel(kernel: Kernel, name: str, slots: dict[str, int],
         block_mode = wants_block_mode(kernel)
     dims = kernel_dims(kernel)
     names = dim_names(dims)
-    writer = (_BlockWriter if block_mode else _BodyWriter)(CUDA, names)
+    writer = (_BlockWriter if block_mode else BodyWriter)(CUDA, names)
     value = writer.emit(kernel.out.value)
     out_dt = kernel.params[kernel.out.buf].dtype
     store = CUDA.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index),
@@ -180,7 +180,7 @@ def render_cuda_kernel(kernel: Kernel, name: str, slots: dict[str, int],
         body += [
             "const long lm_gid = blockIdx.x;",
             f"if (lm_gid >= {total}) return;",
-            *_unravel("lm_gid", extents, loop_names),
+            *unravel_declarations("lm_gid", extents, loop_names),
             *writer.root.lines,
             f"if (threadIdx.x == 0) {store}",
         ]

@@ -8,7 +8,17 @@ C-family renderer with its dialects (C/OpenMP, CUDA C, OpenCL C, Metal).
 See docs/kernel-ir.md for how a backend uses it.
 """
 
-from .dialects import CUDA, METAL, OPENCL, C, CDialect, CudaDialect, MetalDialect, OpenCLDialect
+from .dialects import (
+    CUDA,
+    METAL,
+    OPENCL,
+    C,
+    CDialect,
+    CudaDialect,
+    MetalDialect,
+    OpenCLDialect,
+    unravel_declarations,
+)
 from .ir import (
     BufferSpec,
     Call,
@@ -23,12 +33,13 @@ from .ir import (
 )
 from .lower import lower
 from .plan import MemoryPlan, plan_memory
-from .render import Dialect, dim_names, render_kernel
+from .render import BodyWriter, Dialect, Scope, dim_names, render_kernel
 
 __all__ = [
     "CUDA",
     "METAL",
     "OPENCL",
+    "BodyWriter",
     "BufferSpec",
     "C",
     "CDialect",
@@ -45,9 +56,11 @@ __all__ = [
     "Param",
     "Program",
     "QuantOperand",
+    "Scope",
     "dim_names",
     "kernel_dims",
     "lower",
     "plan_memory",
     "render_kernel",
+    "unravel_declarations",
 ]

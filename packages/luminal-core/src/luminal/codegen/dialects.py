@@ -13,7 +13,7 @@ from ..dtypes import DType
 from .render import Dialect
 
 
-def _unravel(flat: str, extents: list[str], names: list[str]) -> list[str]:
+def unravel_declarations(flat: str, extents: list[str], names: list[str]) -> list[str]:
     """Declarations of `names` from row-major position `flat` in `extents`."""
     lines, stride = [], ""
     for k in range(len(names) - 1, -1, -1):
@@ -87,7 +87,7 @@ class CDialect(Dialect):
             *(["  const long lm_row = lm_t / lm_blocks;"] if len(names) > 1 else []),
             f"  const long lm_j0 = lm_t % lm_blocks * {lanes};",
             f"  const long lm_nj = ({n}) - lm_j0 < {lanes} ? ({n}) - lm_j0 : {lanes};",
-            *("  " + x for x in _unravel("lm_row", extents[:-1], names[:-1])),
+            *("  " + x for x in unravel_declarations("lm_row", extents[:-1], names[:-1])),
             *("  " + x for x in declare),
             f"  {lane_loop} {' '.join(reset)} }}",
             f"  {loop}",
@@ -130,7 +130,7 @@ class _GpuDialect(Dialect):
         return [
             f"const long lm_gid = {self.global_id};",
             f"if (lm_gid >= {total}) return;",
-            *_unravel("lm_gid", extents, names),
+            *unravel_declarations("lm_gid", extents, names),
             *body,
         ]
 

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from .. import ops
 from ..dtypes import float32
-from ..graph import Edge, Graph, Node
+from ..ir import Edge, Graph, Node
 from ..symbolic import Expr, logical_and, prod
 from . import patterns
 from .indexing import flat_index, source_axes

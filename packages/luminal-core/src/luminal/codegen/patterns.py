@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ops
-from ..graph import Graph, Node
+from ..ir import Graph, Node
 from ..shape import View, row_major_strides
 from ..symbolic import INF, Expr, logical_and, lt, to_expr
 from .indexing import flat_index, source_axes

@@ -169,7 +169,9 @@ QUAL float lm_bf16_round(float x) { return lm_bf16_to_f32(lm_f32_to_bf16(x)); }
 
 
 @dataclass
-class _Scope:
+class Scope:
+    """Statements generated at one loop depth, and the names of the values computed there."""
+
     depth: int
     lines: list[str] = field(default_factory=list)
     names: dict[Value, str] = field(default_factory=dict)
@@ -179,15 +181,15 @@ def _bound(name: str) -> bool:
     return name.startswith(_BOUND_PREFIXES)
 
 
-class _BodyWriter:
+class BodyWriter:
     """Emits the statements computing a value tree (see the module docstring)."""
 
     def __init__(self, dialect: Dialect, names: dict[str, str], reduce_pragmas: bool = True):
         self.d = dialect
         self.reduce_pragmas = reduce_pragmas
         self.names = names
-        self.root = _Scope(0)
-        self.scope_of: dict[str, _Scope] = {}
+        self.root = Scope(0)
+        self.scope_of: dict[str, Scope] = {}
         self._deps: dict[int, frozenset[str]] = {}
         self._count = 0
 
@@ -212,7 +214,7 @@ class _BodyWriter:
         got = self._deps[id(v)] = frozenset(own)
         return got
 
-    def target(self, v: Value) -> _Scope:
+    def target(self, v: Value) -> Scope:
         scopes = [self.scope_of[n] for n in self.deps(v)]
         return max(scopes, key=lambda s: s.depth) if scopes else self.root
 
@@ -294,9 +296,9 @@ class _BodyWriter:
             x = f"lm_f2i({x})"
         return f"({x} & 255)" if dst.name == "uint8" else f"((int){x})"
 
-    def reduce(self, r: Reduce, scope: _Scope) -> str:
+    def reduce(self, r: Reduce, scope: Scope) -> str:
         acc = _Accumulator(r, self.fresh())
-        inner = _Scope(scope.depth + 1)
+        inner = Scope(scope.depth + 1)
         self.scope_of[r.var.name] = inner
         body = self.emit(r.body)
         var, size = self.names.get(r.var.name, r.var.name), self.expr(r.size)
@@ -312,7 +314,7 @@ class _BodyWriter:
         scope.lines.append(f"{self.d.compute_type(r.dtype)} {result} = {value};")
         return result
 
-    def bind(self, b: Bind, scope: _Scope) -> str:
+    def bind(self, b: Bind, scope: Scope) -> str:
         var = self.names.get(b.var.name, b.var.name)
         value = self.emit(b.value)
         scope.lines.append(f"long {var} = (long)({value});")
@@ -403,12 +405,12 @@ def _top_reductions(v: Value) -> list[Reduce]:
 def _render_lanes(kernel: Kernel, r: Reduce, dialect: Dialect, names: dict[str, str],
                   extents: list[str], loop_names: list[str]) -> list[str]:
     """The domain of a strided reduction (see `Dialect.reduce_lanes`)."""
-    inner = _BodyWriter(dialect, names)
+    inner = BodyWriter(dialect, names)
     inner.scope_of[r.var.name] = inner.root  # nothing is hoisted out of the reduction loop
     acc = _Accumulator(r, "lm_acc", lane="lm_j")
     value = inner.emit(r.body)
     body = [*inner.root.lines, acc.update(value)]
-    outer = _BodyWriter(dialect, names)
+    outer = BodyWriter(dialect, names)
     result = f"{dialect.compute_type(r.dtype)} lm_red = {dialect.round(r.dtype, acc.result())};"
     outer.root.lines.append(result)
     outer.root.names[r] = "lm_red"
@@ -463,7 +465,7 @@ def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
     if simd_last and dialect.lanes and len(top) == 1:
         code = _render_lanes(kernel, top[0], dialect, names, extents, loop_names)
         return "\n".join([*lines, *("  " + x for x in code), "}"]) + "\n"
-    writer = _BodyWriter(dialect, names, reduce_pragmas=not simd_last)
+    writer = BodyWriter(dialect, names, reduce_pragmas=not simd_last)
     value = writer.emit(kernel.out.value)
     out_dt = kernel.params[kernel.out.buf].dtype
     store = dialect.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index),

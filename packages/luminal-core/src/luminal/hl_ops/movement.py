@@ -9,9 +9,40 @@ from typing import TYPE_CHECKING
 from ..dtypes import bool_, int32, promote
 from ..shape import show_shape
 from ..symbolic import Expr, ExprLike, lt, smax, smin, to_expr
+from .base import TensorBase
 
 if TYPE_CHECKING:
     from ..tensor import GraphTensor
+
+
+def broadcast_shape(name: str, a, b) -> tuple[Expr, ...]:
+    a, b = tuple(map(to_expr, a)), tuple(map(to_expr, b))
+    n = max(len(a), len(b))
+    a = (Expr.const(1),) * (n - len(a)) + a
+    b = (Expr.const(1),) * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            raise ValueError(f"{name}: shapes {show_shape(a)} and {show_shape(b)} do not broadcast")
+    return tuple(out)
+
+
+def broadcast_to(t: GraphTensor, shape) -> GraphTensor:
+    """View `t` at `shape` (PyTorch broadcasting: prepend 1s, expand size-1 axes)."""
+    shape = tuple(map(to_expr, shape))
+    if tuple(t.layout.shape) == shape:
+        return t
+    if t.ndim > len(shape):
+        raise ValueError(f"cannot broadcast {show_shape(t.layout.shape)} to {show_shape(shape)}")
+    lead = len(shape) - t.ndim
+    if lead:
+        t = t.reshape((1,) * lead + tuple(t.layout.shape))
+    broadcast_shape("expand", t.layout.shape, shape)
+    return t._with_view(t.layout.expand(shape))
 
 
 def _axis(dim: int, ndim: int, what: str = "dim") -> int:
@@ -174,8 +205,6 @@ class MovementOps:
                         f"{show_shape([to_expr(x) for x in sizes])}"
                     )
                 target.append(s)
-        from .binary import broadcast_to
-
         return broadcast_to(self, target)
 
     def expand_as(self, other: GraphTensor) -> GraphTensor:
@@ -244,8 +273,6 @@ class MovementOps:
         return self._slice_axis(a, start, to_expr(start) + to_expr(length))
 
     def __getitem__(self, index) -> GraphTensor:
-        from ..tensor import GraphTensor
-
         if not isinstance(index, tuple):
             index = (index,)
         n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
@@ -272,7 +299,7 @@ class MovementOps:
                 if axis < out.ndim:
                     out = out._slice_axis(axis, i.start, i.stop, 1 if i.step is None else i.step)
                 axis += 1
-            elif isinstance(i, GraphTensor):
+            elif isinstance(i, TensorBase):
                 if i.dtype == bool_:
                     raise IndexError("boolean mask indexing has a data-dependent shape")
                 out = out.index_select(axis, i.flatten()).unflatten(axis, i.layout.shape) if (
@@ -322,10 +349,8 @@ class MovementOps:
                 right = max(right, 0) if isinstance(right, int) else right
             out = out._pad_axis(axis, left, right)
         if value != 0:
-            from .binary import where
-
             inside = self.graph.constant(True, bool_).expand(self.layout.shape).pad(pad)
-            out = where(inside, out, value)
+            out = out.where(inside, value)
         return out
 
     def flip(self, *dims) -> GraphTensor:

@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import ops
-from ..backend import Backend
-from ..dtypes import DType
-from ..graph import Graph, Node
-from .reference import concrete_view
+from . import ops
+from .backend import Backend
+from .dtypes import DType
+from .host_views import concrete_view
+from .ir import Graph, Node
 
 Buffer = Any
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ops
-from ..dtypes import compute_dtype
-from ..graph import Graph, Node
-from ..shape import View
-from ..symbolic import Expr
+from . import ops
+from .dtypes import compute_dtype
+from .ir import Graph, Node
+from .shape import View
+from .symbolic import Expr
 
 
 class DeadCodeElimination:
