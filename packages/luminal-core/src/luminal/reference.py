@@ -17,6 +17,7 @@ from .backend import Backend, BackendStatus
 from .dtypes import compute_dtype
 from .host_views import read_view
 from .ir import Graph, Node
+from .runtime import Runtime
 
 
 @dataclass
@@ -26,8 +27,13 @@ class _Step:
     free_after: list[int]
 
 
-class ReferenceRuntime:
+class ReferenceRuntime(Runtime):
+    """NumPy arrays as buffers; `launch` walks the graph in order."""
+
+    host_buffers = True
+
     def __init__(self, graph: Graph):
+        super().__init__(graph)
         order = graph.toposort()
         outputs = graph.outputs()
         users = graph.consumers()
@@ -55,20 +61,25 @@ class ReferenceRuntime:
             if nid not in outputs and not isinstance(graph.nodes[nid].op, ops.Input):
                 free_at.setdefault(i, []).append(nid)
         self.steps = [_Step(n, fused.get(n.id), free_at.get(i, [])) for i, n in enumerate(steps)]
-        self.values: dict[int, np.ndarray] = {}
+        self.outputs = outputs
 
-    def execute(self, graph: Graph, dims: dict[str, int]) -> None:
-        values: dict[int, np.ndarray] = {}
+    def upload(self, host: np.ndarray) -> np.ndarray:
+        return host
+
+    def download(self, buffer: np.ndarray, dtype) -> np.ndarray:
+        return buffer
+
+    def launch(self, inputs: dict[int, np.ndarray], dims: dict[str, int]) -> dict[int, np.ndarray]:
+        values: dict[int, np.ndarray] = dict(inputs)
         for step in self.steps:
             node = step.node
             if isinstance(node.op, ops.Input):
-                values[node.id] = graph.data[node.id].reshape(-1)
                 continue
             if step.fused_mul is not None:
                 out = self._sum_of_product(step.fused_mul, node, values, dims)
             else:
                 xs = [
-                    read_view(values[e.src].astype(compute_dtype(node_dtype(graph, e.src)),
+                    read_view(values[e.src].astype(compute_dtype(self.node_info[e.src][1]),
                                                    copy=False), e.view, dims)
                     for e in node.inputs
                 ]
@@ -81,10 +92,7 @@ class ReferenceRuntime:
                 values[node.id] = np.ascontiguousarray(out, dtype=node.dtype.numpy).reshape(-1)
             for nid in step.free_after:
                 values.pop(nid, None)
-        self.values = values
-        for target, src in graph.assignments.items():
-            shape = tuple(d.evaluate(dims) for d in graph.nodes[src].shape)
-            graph.set_data(target, values[src].reshape(shape).copy())
+        return {nid: values[nid] for nid in self.outputs if nid in values}
 
     def _sum_of_product(self, mul: Node, red: Node, values, dims) -> np.ndarray:
         a, b = (
@@ -104,8 +112,6 @@ class ReferenceRuntime:
         b, sb = _take_axes(b, b_axes, letters)
         return np.einsum(f"{sa},{sb}->{out}", a, b, optimize=True)
 
-    def fetch(self, node_id: int) -> np.ndarray:
-        return self.values[node_id]
 
 
 def _unbroadcast_axes(x: np.ndarray) -> set[int]:
@@ -117,10 +123,6 @@ def _take_axes(x: np.ndarray, axes: set[int], letters: str) -> tuple[np.ndarray,
     """`x` indexed at 0 along the axes not in `axes`, and the einsum letters of the rest."""
     index = tuple(slice(None) if i in axes else 0 for i in range(x.ndim))
     return x[index], "".join(letters[i] for i in sorted(axes))
-
-
-def node_dtype(graph: Graph, node_id: int):
-    return graph.nodes[node_id].dtype
 
 
 class ReferenceBackend(Backend):

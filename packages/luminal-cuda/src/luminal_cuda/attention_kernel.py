@@ -55,7 +55,7 @@ def render_attention(k: Attention, name: str, slots: dict[str, int]) -> Rendered
         return e.render_c(names)
 
     def ref(buf: int, e: Expr) -> str:
-        return CUDA.load(k.params[buf].dtype, f"p{buf}[{ex(e)}]")
+        return CUDA.load(k.params[buf].dtype, f"p{buf}", ex(e))
 
     q_ref = ref(1, k.q.offset + I_VAR * k.q.stride_row + t * k.q.stride_k)
     k_ref = ref(2, k.k.offset + J_VAR * k.k.stride_row + t * k.k.stride_k)

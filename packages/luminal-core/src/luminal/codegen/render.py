@@ -1,7 +1,8 @@
 """One renderer for every C-family language: kernel IR -> source text.
 
 `render_kernel(kernel, name, dialect)` writes a `Kernel` as a function. Everything that
-differs between C, CUDA C, OpenCL C and Metal lives in the `Dialect` (see `dialects.py`):
+differs between C, CUDA C, OpenCL C and Metal lives in a `Dialect` (each backend has its own:
+luminal-cpu's C, luminal-cuda's CUDA C, luminal-rocm's OpenCL C; `gpu.py` is their GPU base):
 type names, half-precision conversions, math function names, the signature and qualifiers, and
 how the parallel domain is walked (OpenMP loops on a CPU, one thread per point on a GPU).
 
@@ -17,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..dtypes import DType
-from ..symbolic import C_PRELUDE, Expr
+from ..symbolic import Expr
 from .ir import (
     Binary,
     Bind,
@@ -45,6 +46,7 @@ class Dialect:
 
     name = "c"
     helper_qualifier = "static inline"
+    kernel_qualifier = "static"
     restrict = "restrict"
     half_storage = "_Float16"
 
@@ -64,8 +66,9 @@ class Dialect:
         """Type values of `dt` are computed in (float32 for every float dtype)."""
         return "float" if dt.is_float else "int"
 
-    def load(self, dt: DType, ref: str) -> str:
-        """Convert the buffer element `ref` to its compute type."""
+    def load(self, dt: DType, buf: str, index: str) -> str:
+        """Element `index` of buffer `buf`, converted to its compute type."""
+        ref = f"{buf}[{index}]"
         if dt.name == "float16":
             return f"((float){ref})"
         if dt.name == "bfloat16":
@@ -116,12 +119,18 @@ class Dialect:
         return f"{text}f" if v >= 0 else f"({text}f)"
 
     # ----- structure ----------------------------------------------------------------------
-    def signature(self, name: str, params: list[tuple[str, str, bool]], dims: list[str]) -> str:
-        """`params`: (element type, name, written?) per buffer; dims are `long` scalars."""
+    def signature(self, name: str, params: list[tuple[str, str, bool]], dims: list[str],
+                  attributes: str = "") -> str:
+        """`params`: (element type, name, written?) per buffer; dims are `long` scalars.
+        `attributes` go after the kernel qualifier (e.g. OpenCL's `reqd_work_group_size`)."""
         args = [
             f"{'' if out else 'const '}{t} *{self.restrict} {n}" for t, n, out in params
         ] + [f"long {d}" for d in dims]
-        return f"static void {name}({', '.join(args)})"
+        return f"{self.qualifiers(attributes)} void {name}({', '.join(args)})"
+
+    def qualifiers(self, attributes: str = "") -> str:
+        """What precedes a kernel's return type: `kernel_qualifier`, then `attributes`."""
+        return " ".join(q for q in (self.kernel_qualifier, attributes) if q)
 
     def domain(self, extents: list[str], names: list[str], body: list[str],
                simd_last: bool = False) -> list[str]:
@@ -141,30 +150,41 @@ class Dialect:
         loop header) around `body` for every lane, then `final` per lane."""
         raise NotImplementedError
 
-    def reduce_pragma(self, op: str, dt: DType) -> str | None:
-        """A line placed before a reduction loop (e.g. a vectorisation hint), or None."""
+    def reduce_pragma(self, op: str, dt: DType, acc: str) -> str | None:
+        """A line placed before a reduction loop accumulating into `acc` (e.g. a vectorisation
+        hint; a float max also has the NaN flag `{acc}_nan`), or None."""
         return None
 
     def prelude(self) -> str:
         """Helper functions every kernel may call."""
-        q = self.helper_qualifier
-        return C_PRELUDE.replace("static inline", q) + _HELPERS.replace("QUAL", q)
+        return helper_functions(self.helper_qualifier)
 
 
-_HELPERS = """\
-QUAL int lm_imod(int a, int b) { return (b == 0 || b == -1) ? 0 : a % b; }
-QUAL int lm_f2i(float x) {
+def helper_functions(qualifier: str) -> str:
+    """The helper functions generated code calls (floor division and modulo of symbolic
+    expressions, safe integer ops, bfloat16 conversions), each declared with `qualifier`."""
+    return f"""\
+{qualifier} long lm_floordiv(long a, long b) {{
+    long q = a / b; return q - ((a % b != 0) & ((a < 0) != (b < 0)));
+}}
+{qualifier} long lm_floormod(long a, long b) {{
+    long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}}
+{qualifier} long lm_min(long a, long b) {{ return a < b ? a : b; }}
+{qualifier} long lm_max(long a, long b) {{ return a > b ? a : b; }}
+{qualifier} int lm_imod(int a, int b) {{ return (b == 0 || b == -1) ? 0 : a % b; }}
+{qualifier} int lm_f2i(float x) {{
   return (x > -2147483649.0f && x < 2147483648.0f) ? (int)x : (int)0x80000000u;
-}
-QUAL float lm_bf16_to_f32(unsigned short h) {
-  union { unsigned int u; float f; } c; c.u = (unsigned int)h << 16; return c.f;
-}
-QUAL unsigned short lm_f32_to_bf16(float x) {
-  union { unsigned int u; float f; } c; c.f = x;
+}}
+{qualifier} float lm_bf16_to_f32(unsigned short h) {{
+  union {{ unsigned int u; float f; }} c; c.u = (unsigned int)h << 16; return c.f;
+}}
+{qualifier} unsigned short lm_f32_to_bf16(float x) {{
+  union {{ unsigned int u; float f; }} c; c.f = x;
   if ((c.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((c.u >> 16) | 0x40u);
   return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
-}
-QUAL float lm_bf16_round(float x) { return lm_bf16_to_f32(lm_f32_to_bf16(x)); }
+}}
+{qualifier} float lm_bf16_round(float x) {{ return lm_bf16_to_f32(lm_f32_to_bf16(x)); }}
 """
 
 
@@ -249,7 +269,7 @@ class BodyWriter:
     def code(self, v: Value) -> str:
         d = self.d
         if isinstance(v, Load):
-            ref = d.load(v.dtype, f"p{v.buf}[{self.expr(v.index)}]")
+            ref = d.load(v.dtype, f"p{v.buf}", self.expr(v.index))
             if v.valid == 1:
                 return ref
             return f"({self.expr(v.valid)} ? {ref} : {self.const(0, v.dtype)})"
@@ -302,10 +322,10 @@ class BodyWriter:
         self.scope_of[r.var.name] = inner
         body = self.emit(r.body)
         var, size = self.names.get(r.var.name, r.var.name), self.expr(r.size)
-        pragma = self.d.reduce_pragma(r.op, r.dtype) if self.reduce_pragmas else None
+        pragma = self.d.reduce_pragma(r.op, r.dtype, acc.name) if self.reduce_pragmas else None
         scope.lines.extend(acc.declare())
         if pragma:
-            scope.lines.append(pragma.replace("ACC", acc.name))
+            scope.lines.append(pragma)
         scope.lines.append(f"for (long {var} = 0; {var} < {size}; {var}++) {{")
         scope.lines.extend("  " + line for line in [*inner.lines, acc.update(body)])
         scope.lines.append("}")
@@ -476,4 +496,4 @@ def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Dialect", "dim_names", "render_kernel"]
+__all__ = ["BodyWriter", "Dialect", "Scope", "dim_names", "helper_functions", "render_kernel"]
