@@ -17,7 +17,7 @@ from .ir import Edge, GraphModifiedError, Node, RemovedTensorError
 from .ir import Graph as IRGraph
 from .reference import ReferenceBackend
 from .shape import View, as_shape, show_shape
-from .symbolic import Expr, ExprLike
+from .symbolic import Expr, ExprLike, to_expr
 from .tensor import GraphTensor
 
 __all__ = ["Edge", "Graph", "GraphModifiedError", "Node", "RemovedTensorError"]
@@ -48,7 +48,7 @@ class Graph(IRGraph):
     def constant(self, value: float | int | bool | Expr | str, dtype: DType | str = float32):
         """A scalar constant (shape ()): a number, or a symbolic expression over dims."""
         if isinstance(value, str):
-            value = Expr.var(value)
+            value = to_expr(value)
         if isinstance(value, Expr) and value.is_const:
             value = value.value
         dtype = dtype_of(dtype)

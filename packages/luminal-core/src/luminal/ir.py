@@ -17,7 +17,7 @@ import numpy as np
 from . import ops
 from .dtypes import DType
 from .shape import Shape, View, show_shape
-from .symbolic import Expr, UnboundDimError, evaluator
+from .symbolic import MAX_DIM, Expr, UnboundDimError, check_dim_name, evaluator
 
 if TYPE_CHECKING:
     from .backend import Runtime
@@ -75,6 +75,10 @@ class Graph:
         self._input_shapes_cache: tuple[int, Any] = (-1, None)
         self._runtime_version = -1  # the graph version the installed runtime was built from
         self._zero_dims_checked: tuple | None = None  # (version, dims) last checked
+        self._executed = False  # whether execute() ran since the last compile()
+        # input id -> sizes of the axes its values index (gather, embedding, one_hot): the
+        # reference backend checks the ids are in range; other backends give zeros for them
+        self.index_bounds: dict[int, list[Expr]] = {}
 
     # ----- building -----------------------------------------------------------------------
     def add_node(self, op: ops.Op, inputs: Sequence[Edge], shape: Shape, dtype: DType) -> Node:
@@ -85,9 +89,12 @@ class Graph:
         return node
 
     def set_dim(self, name: str, value: int) -> Graph:
-        """Bind symbolic dim `name` for the next executions."""
-        if int(value) < 0:
-            raise ValueError(f"symbolic dim {name!r} must be >= 0, got {value}")
+        """Bind symbolic dim `name` for the next executions (an int in [0, MAX_DIM])."""
+        check_dim_name(name)
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise TypeError(f"symbolic dim {name!r} must be bound to an int, got {value!r}")
+        if not 0 <= value <= MAX_DIM:
+            raise ValueError(f"symbolic dim {name!r} must be in [0, {MAX_DIM}], got {value}")
         self.dims[name] = int(value)
         return self
 
@@ -239,6 +246,7 @@ class Graph:
         from .pipeline import run_compiler
 
         self.runtime = None
+        self._executed = False
         run_compiler(compilers, self)
         if self.runtime is not None and self._version != self._runtime_version:
             self.runtime = None
@@ -266,6 +274,7 @@ class Graph:
                 "the graph changed after compile(): call g.compile(...) again before execute()"
             )
         self.runtime.execute(self, self.check_inputs())
+        self._executed = True
         return self
 
     def check_inputs(self) -> dict[str, int]:
@@ -344,7 +353,7 @@ class Graph:
             if nid not in self.data:
                 raise ValueError(f"input {node.op.label_name!r} was never set()")
             return self.data[nid]
-        if self.runtime is None:
+        if self.runtime is None or not self._executed:
             raise RuntimeError("the graph has not been executed yet: call g.execute() first")
         if nid not in self.outputs():
             raise ValueError(

@@ -36,7 +36,7 @@ class Looped:
 
     def compile(self, graph: Graph) -> None:
         for _ in range(self.max_rounds):
-            before = graph._version
+            before = graph.version
             run_compiler(self.compiler, graph)
-            if graph._version == before:
+            if graph.version == before:
                 return

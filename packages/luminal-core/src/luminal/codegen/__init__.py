@@ -27,6 +27,7 @@ from .lower import lower
 from .metal import METAL, MetalDialect
 from .plan import MemoryPlan, plan_memory
 from .render import BodyWriter, Dialect, Scope, dim_names, helper_functions, render_kernel
+from .schedule import Schedule
 
 __all__ = [
     "METAL",
@@ -44,6 +45,7 @@ __all__ = [
     "Param",
     "Program",
     "QuantOperand",
+    "Schedule",
     "Scope",
     "dim_names",
     "helper_functions",
