@@ -10,7 +10,7 @@
 """
 
 from . import functional
-from .backend import Backend, BackendStatus, Runtime
+from .backend import Backend, BackendStatus
 from .dtypes import DType, bfloat16, dtype_of, float16, float32, int32, uint8
 from .dtypes import bool_ as bool
 from .graph import Graph, GraphModifiedError, RemovedTensorError
@@ -23,6 +23,7 @@ from .hookspecs import hookimpl, hookspec
 from .passes import GenericCompiler
 from .pipeline import Compiler, Looped, run_compiler
 from .plugins import backend, backends, compiler, compilers
+from .runtime import Runtime
 from .shape import View
 from .symbolic import Expr, UnboundDimError
 from .tensor import GraphTensor

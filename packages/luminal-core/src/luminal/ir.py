@@ -20,7 +20,7 @@ from .shape import Shape, View, show_shape
 from .symbolic import MAX_DIM, Expr, UnboundDimError, check_dim_name, evaluator
 
 if TYPE_CHECKING:
-    from .backend import Runtime
+    from .runtime import Runtime
 
 
 @dataclass
