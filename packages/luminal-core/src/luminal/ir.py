@@ -31,6 +31,17 @@ class Edge:
     view: View
 
 
+@dataclass(frozen=True)
+class Dequantized:
+    """Tags a node as the dequantized `rows` x `cols` weight of the quantized input node `raw`
+    (`luminal.quant.dequantize`): backends may read `raw`'s blocks of `qtype` directly."""
+
+    qtype: str
+    raw: int
+    rows: int | Expr
+    cols: int
+
+
 @dataclass
 class Node:
     id: int
@@ -39,6 +50,7 @@ class Node:
     shape: Shape
     dtype: DType
     meta: dict[str, Any] = field(default_factory=dict)
+    dequantized: Dequantized | None = None
 
     def __repr__(self) -> str:
         srcs = ", ".join(str(e.src) for e in self.inputs)

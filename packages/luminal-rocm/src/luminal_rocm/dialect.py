@@ -28,6 +28,7 @@ class DeviceDialect(GpuDialect):
     kernel_qualifier = "__kernel"
     buffer_qualifier = "__global "
     half_storage = "half"
+    math_functions = {"log2": "log2", "exp2": "exp2", "sin": "sin", "sqrt": "sqrt", "fmod": "fmod"}
 
     def __init__(self, fp16: bool):
         self.fp16 = fp16
@@ -46,14 +47,6 @@ class DeviceDialect(GpuDialect):
 
     def round(self, dt: DType, value: str) -> str:
         return f"lm_round_half({value})" if dt.name == "float16" else super().round(dt, value)
-
-    def unary(self, op: str, x: str) -> str:
-        if op == "recip":
-            return f"(1.0f / {x})"
-        return {"log2": "log2", "exp2": "exp2", "sin": "sin", "sqrt": "sqrt"}[op] + f"({x})"
-
-    def fmod(self, a: str, b: str) -> str:
-        return f"fmod({a}, {b})"
 
     def prelude(self) -> str:
         base = Dialect.prelude(self)

@@ -29,15 +29,8 @@ class MetalDialect(GpuDialect):
         args.append("uint lm_tid [[thread_position_in_grid]]")
         return f"{self.qualifiers(attributes)} void {name}({', '.join(args)})"
 
-    def unary(self, op, x):
-        if op == "recip":
-            return f"(1.0f / {x})"
-        # precise:: keeps IEEE results under Metal's default fast-math
-        return {"log2": "precise::log2", "exp2": "precise::exp2", "sin": "precise::sin",
-                "sqrt": "precise::sqrt"}[op] + f"({x})"
-
-    def fmod(self, a, b):
-        return f"precise::fmod({a}, {b})"
+    # precise:: keeps IEEE results under Metal's default fast-math
+    math_functions = {op: f"precise::{op}" for op in ("log2", "exp2", "sin", "sqrt", "fmod")}
 
     def prelude(self) -> str:
         return "#include <metal_stdlib>\nusing namespace metal;\n" + super().prelude()

@@ -101,13 +101,17 @@ class Dialect:
         return value
 
     # ----- math ---------------------------------------------------------------------------
+    # the function computing each unary op of the IR (recip is a division) and the remainder
+    math_functions = {"log2": "log2f", "exp2": "exp2f", "sin": "sinf", "sqrt": "sqrtf",
+                      "fmod": "fmodf"}
+
     def unary(self, op: str, x: str) -> str:
         if op == "recip":
             return f"(1.0f / {x})"
-        return {"log2": "log2f", "exp2": "exp2f", "sin": "sinf", "sqrt": "sqrtf"}[op] + f"({x})"
+        return f"{self.math_functions[op]}({x})"
 
     def fmod(self, a: str, b: str) -> str:
-        return f"fmodf({a}, {b})"
+        return f"{self.math_functions['fmod']}({a}, {b})"
 
     def float_literal(self, v: float) -> str:
         if math.isnan(v):
