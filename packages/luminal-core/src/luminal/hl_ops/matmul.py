@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..dtypes import promote
 from ..shape import show_shape
-from .binary import broadcast_shape
+from .movement import broadcast_shape
 
 if TYPE_CHECKING:
     from ..tensor import GraphTensor
