@@ -487,3 +487,32 @@ def _conv_transpose(ctx: NodeContext):
         (m, c_in // g, *kernel))
     conv = F.conv1d if spatial == 1 else F.conv2d
     return conv(x, weight, bias, stride=1, padding=0, dilation=dilations, groups=groups)
+
+
+@converter("GroupNormalization")
+def _group_norm(ctx: NodeContext):
+    x = ctx.tensor(0)
+    groups = ctx.attr("num_groups")
+    ctx.attr("stash_type", 1)
+    n, c = x.shape[:2]
+    c = _static_dim(ctx, c, "the channel count")
+    grouped = x.reshape((n, groups, -1))
+    mean = grouped.mean(-1, keepdim=True)
+    centered = grouped - mean
+    var = (centered * centered).mean(-1, keepdim=True)
+    normed = (centered * (var + ctx.attr("epsilon", 1e-5)).rsqrt()).reshape(x.shape)
+    scale, bias = ctx.tensor(1), ctx.tensor(2)
+    if ctx.opset < 21:  # opset 18 scales and shifts per group
+        scale, bias = (t.repeat_interleave(c // groups, 0) for t in (scale, bias))
+    return normed * _per_channel(scale, x.ndim) + _per_channel(bias, x.ndim)
+
+
+@converter("RMSNormalization")
+def _rms_norm(ctx: NodeContext):
+    x = ctx.tensor(0)
+    ctx.attr("stash_type", 1)
+    axis = axis_of(ctx, ctx.attr("axis", -1), x.ndim)
+    xf = x.float()
+    mean_square = (xf * xf).mean(list(range(axis, x.ndim)), keepdim=True)
+    out = xf * (mean_square + ctx.attr("epsilon", 1e-5)).rsqrt() * ctx.tensor(1)
+    return out.to(x.dtype)
