@@ -90,8 +90,8 @@ def _matmul_integer(ctx: NodeContext):
 
 def _convolve(ctx: NodeContext, x: lm.GraphTensor, w: lm.GraphTensor, bias):
     spatial = w.ndim - 2
-    if spatial not in (1, 2):
-        raise ctx.fail(f"{spatial}-D convolution is not supported (1-D and 2-D are)")
+    if spatial not in (1, 2, 3):
+        raise ctx.fail(f"{spatial}-D convolution is not supported (1-D to 3-D are)")
     kernel = [_static_dim(ctx, d, "the kernel size") for d in w.shape[2:]]
     ctx.attr("kernel_shape", None)
     kernel, strides, dilations, pads = _window_attrs(ctx, x, kernel)
@@ -104,7 +104,7 @@ def _convolve(ctx: NodeContext, x: lm.GraphTensor, w: lm.GraphTensor, bias):
         x, padding = x.pad(_flat_pads(pads)), 0
     else:
         padding = [b for b, _ in pads]
-    conv = F.conv1d if spatial == 1 else F.conv2d
+    conv = (F.conv1d, F.conv2d, F.conv3d)[spatial - 1]
     return conv(x, w, bias, stride=strides, padding=padding, dilation=dilations, groups=groups)
 
 
@@ -135,8 +135,8 @@ def _conv_weights_left(x: lm.GraphTensor, w: lm.GraphTensor, bias, strides) -> l
 def _pool_input(ctx: NodeContext):
     x = ctx.tensor(0)
     kernel, strides, dilations, pads = _window_attrs(ctx, x)
-    if len(kernel) not in (1, 2):
-        raise ctx.fail(f"{len(kernel)}-D pooling is not supported (1-D and 2-D are)")
+    if len(kernel) not in (1, 2, 3):
+        raise ctx.fail(f"{len(kernel)}-D pooling is not supported (1-D to 3-D are)")
     return x, kernel, strides, dilations, pads
 
 
@@ -152,7 +152,7 @@ def _max_pool(ctx: NodeContext):
         x, padding = x.pad(_flat_pads(pads), value=-math.inf), 0
     else:
         padding = [b for b, _ in pads]
-    pool = F.max_pool1d if len(kernel) == 1 else F.max_pool2d
+    pool = (F.max_pool1d, F.max_pool2d, F.max_pool3d)[len(kernel) - 1]
     return pool(x, kernel, strides, padding, dilations, ceil_mode)
 
 
@@ -172,14 +172,13 @@ def _avg_pool(ctx: NodeContext):
         x, padding = x.pad(_flat_pads(pads)), 0
     else:
         padding = [b for b, _ in pads]
-    if len(kernel) == 1:
-        return F.avg_pool1d(x, kernel, strides, padding, ceil_mode, include_pad)
-    return F.avg_pool2d(x, kernel, strides, padding, ceil_mode, include_pad)
+    pool = (F.avg_pool1d, F.avg_pool2d, F.avg_pool3d)[len(kernel) - 1]
+    return pool(x, kernel, strides, padding, ceil_mode, include_pad)
 
 
 def _avg_pool_counted(x, kernel, strides, pads):
     """Average over the input elements of each window only (asymmetric explicit padding)."""
-    pool = F.avg_pool1d if len(kernel) == 1 else F.avg_pool2d
+    pool = (F.avg_pool1d, F.avg_pool2d, F.avg_pool3d)[len(kernel) - 1]
     ones = x.graph.constant(1.0).expand(x.shape)
     total = pool(x.pad(_flat_pads(pads)), kernel, strides)
     count = pool(ones.pad(_flat_pads(pads)), kernel, strides)
@@ -429,30 +428,18 @@ def _resize(ctx: NodeContext):
     return x
 
 
-# ----- ConvTranspose: a convolution over the stride-dilated input ----------------------
-def _insert_zeros(x: lm.GraphTensor, axis: int, stride: int) -> lm.GraphTensor:
-    """(stride - 1) zeros between neighbours along `axis`: length (n - 1) * stride + 1."""
-    if stride == 1:
-        return x
-    n = x.shape[axis]
-    moved = x.movedim(axis, -1).unsqueeze(-1)
-    spread = moved.pad((0, stride - 1)).reshape((*moved.shape[:-2], n * stride))
-    return spread[..., : (n - 1) * stride + 1].movedim(-1, axis)
-
-
 @converter("ConvTranspose")
 def _conv_transpose(ctx: NodeContext):
     x, w = ctx.tensor(0), ctx.tensor(1)
     bias = ctx.tensor(2) if ctx.has(2) else None
     spatial = w.ndim - 2
-    if spatial not in (1, 2):
-        raise ctx.fail(f"{spatial}-D transposed convolution is not supported (1-D and 2-D are)")
+    if spatial not in (1, 2, 3):
+        raise ctx.fail(f"{spatial}-D transposed convolution is not supported (1-D to 3-D are)")
     kernel = [_static_dim(ctx, d, "the kernel size") for d in w.shape[2:]]
     ctx.attr("kernel_shape", None)
     strides = list(ctx.attr("strides", [1] * spatial))
     dilations = list(ctx.attr("dilations", [1] * spatial))
     out_pad = list(ctx.attr("output_padding", [0] * spatial))
-    groups = ctx.attr("group", 1)
     sizes = [_static_dim(ctx, d, "a spatial dim") for d in x.shape[2:]]
     full = [s * (n - 1) + o + (k - 1) * d + 1
             for n, s, o, k, d in zip(sizes, strides, out_pad, kernel, dilations)]
@@ -468,25 +455,17 @@ def _conv_transpose(ctx: NodeContext):
             # ConvTranspose puts the larger half at the end for SAME_UPPER (Conv: the start)
             pads.append((small, total - small) if auto_pad == "SAME_UPPER" else
                         (total - small, small))
-    elif auto_pad == "VALID" or auto_pad == "NOTSET":
+    elif auto_pad in ("VALID", "NOTSET"):
         flat = ctx.attr("pads", [0] * 2 * spatial)
         pads = [(flat[k], flat[k + spatial]) for k in range(spatial)]
     else:
         raise ctx.fail(f"auto_pad {auto_pad!r} is not supported")
-    for k in range(spatial):
-        x = _insert_zeros(x, 2 + k, strides[k])
-    # pad by the kernel's reach, minus the requested cropping, plus output_padding
-    border = [((kernel[k] - 1) * dilations[k] - pads[k][0],
-               (kernel[k] - 1) * dilations[k] - pads[k][1] + out_pad[k]) for k in range(spatial)]
-    x = x.pad(_flat_pads(border))
-    c_in = _static_dim(ctx, w.shape[0], "the input channels")
-    m = _static_dim(ctx, w.shape[1], "the output channels per group") * groups
-    g = groups
-    flipped = w.flip(*range(2, w.ndim))
-    weight = flipped.reshape((g, c_in // g, m // g, *kernel)).transpose(1, 2).reshape(
-        (m, c_in // g, *kernel))
-    conv = F.conv1d if spatial == 1 else F.conv2d
-    return conv(x, weight, bias, stride=1, padding=0, dilation=dilations, groups=groups)
+    conv = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[spatial - 1]
+    out = conv(x, w, bias, stride=strides, padding=0, output_padding=out_pad,
+               groups=ctx.attr("group", 1), dilation=dilations)
+    # ONNX pads crop the full output, possibly unevenly: negative padding
+    crop = _flat_pads([(-b, -e) for b, e in pads])
+    return out.pad(crop) if any(crop) else out
 
 
 @converter("GroupNormalization")
