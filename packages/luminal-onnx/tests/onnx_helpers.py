@@ -13,7 +13,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-DARKNET_DIRS = [Path(sys.prefix) / "share" / "darknet" / "data", Path("/usr/share/darknet/data")]
+# the running venv, the repository's .venv (tox envs), then Debian's own location
+DARKNET_DIRS = [Path(sys.prefix) / "share" / "darknet" / "data",
+                Path(__file__).resolve().parents[3] / ".venv" / "share" / "darknet" / "data",
+                Path("/usr/share/darknet/data")]
 
 
 def yolo_model_path() -> Path:
