@@ -366,3 +366,16 @@ def test_sum_of_a_reshaped_product():
     y = (x * 2).reshape(3, 2).sum(1).retrieve()
     g.execute()
     np.testing.assert_array_equal(y.numpy(), (a * 2).reshape(3, 2).sum(1))
+
+
+@needs_torch
+def test_reflect_pad_leaves_unpadded_size_one_dims_alone():
+    """Found by ONNX's test_reflect_pad: a (0, 0) reflect pair on a dim of size 1."""
+    import torch
+
+    a = np.arange(12, dtype=np.float32).reshape(1, 3, 2, 2)
+    g = lm.Graph()
+    y = g.tensor(a.shape).set(a).pad((1, 1, 1, 0, 0, 0, 0, 0), "reflect").retrieve()
+    g.execute()
+    want = torch.nn.functional.pad(torch.tensor(a), (1, 1, 1, 0), "reflect").numpy()
+    np.testing.assert_array_equal(y.numpy(), want)

@@ -604,6 +604,8 @@ def _pad_from_edges(x: GraphTensor, pad: Sequence[int], mode: str) -> GraphTenso
             raise RuntimeError(f"pad: {mode} padding ({left}, {right}) must be below the size "
                                f"{n} of dim {axis}")
         if mode == "reflect":
+            if not left and not right:  # (with n == 1, n - 2 below would wrap to the end)
+                continue
             stop = n - 2 - right  # a negative stop would count from the end: none instead
             parts = [out._slice_axis(axis, left, 0, -1), out,
                      out._slice_axis(axis, n - 2, stop if stop >= 0 else None, -1)]
