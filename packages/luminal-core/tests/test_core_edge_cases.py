@@ -355,3 +355,14 @@ def test_integer_prod_is_exact_beyond_float_precision():
     for g_out, w_out in zip(got, want):
         assert g_out.dtype == (np.bool_ if w_out.dtype == np.bool_ else np.int32)
         np.testing.assert_array_equal(g_out, w_out)
+
+
+def test_sum_of_a_reshaped_product():
+    """The reference backend folds Mul -> SumReduce into one einsum; a reshape between them
+    (found by ONNX's NegativeLogLikelihoodLoss tests) must not be folded over."""
+    a = np.arange(6, dtype=np.float32).reshape(3, 1, 2)
+    g = lm.Graph()
+    x = g.tensor((3, 1, 2)).set(a)
+    y = (x * 2).reshape(3, 2).sum(1).retrieve()
+    g.execute()
+    np.testing.assert_array_equal(y.numpy(), (a * 2).reshape(3, 2).sum(1))
