@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from luminal_models.transcribe import normalize_words
 
 LIBRIVOX = Path("/usr/share/pocketsphinx/test/data/librivox")
 LICENSES = Path("/usr/share/common-licenses")
@@ -280,13 +281,13 @@ def main() -> None:
     lum = f"luminal ({args.backend})"
     print(f"\nWhisper tiny.en, greedy, {duration:.1f} s of speech; median of {args.rounds} "
           "rounds")
-    print("| system | real-time factor | time / luminal's | transcript = luminal's |")
+    print("| system | real-time factor | time / luminal's | same words as luminal |")
     print("|---|---|---|---|")
     base = statistics.median(whisper_times[lum])
     for name in whisper:
         t = statistics.median(whisper_times[name])
         print(f"| {name} | {t / duration:.3f} | {t / base:.2f} | "
-              f"{texts_out[name] == texts_out[lum]} |")
+              f"{normalize_words(texts_out[name]) == normalize_words(texts_out[lum])} |")
     print(f"\nall-MiniLM-L6-v2, {len(texts)} sentences, batch 32; median of {args.rounds} "
           "rounds")
     print("| system | sentences/s | time / luminal's | min cosine to luminal |")
