@@ -151,7 +151,8 @@ class GGUFFile:
                          f"{self.path}: tensor {name!r}", GGUFError)
         if not dequantize:
             return raw.reshape((*info.shape[:-1], -1))
-        return _dequantize(raw, info.qtype, info.shape)
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf stored in a file are data
+            return _dequantize(raw, info.qtype, info.shape)
 
     def expect_shape(self, name: str, shape: Sequence[int | None]) -> TensorInfo:
         """Check that tensor ``name`` has ``shape`` (NumPy order; None matches any size).
