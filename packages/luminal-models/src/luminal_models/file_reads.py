@@ -38,8 +38,8 @@ def read_exact(fd: int, offset: int, nbytes: int, where: str,
                         f"{e.strerror or e}") from e
         if got == 0:
             raise error(f"{where}: truncated file: its data spans bytes {offset}.."
-                        f"{offset + nbytes} but the file has only {offset + done} bytes now "
-                        "(it shrank after it was opened)")
+                        f"{offset + nbytes} but the file has only {os.fstat(fd).st_size} bytes "
+                        "now (it shrank after it was opened)")
         done += got
     out.flags.writeable = False
     return out
