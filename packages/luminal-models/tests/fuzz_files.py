@@ -350,7 +350,7 @@ def write_seeds(out: Path) -> dict[str, Path]:
 def worker(out: Path, seed: int, start: int, count: int, memory_bytes: int) -> None:
     seeds = write_seeds(out)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     with open("/proc/self/statm") as f:
         size = int(f.read().split()[0]) * resource.getpagesize()
     resource.setrlimit(resource.RLIMIT_AS, (size + memory_bytes, hard))

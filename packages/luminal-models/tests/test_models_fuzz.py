@@ -40,7 +40,8 @@ def _run_batch(out: Path, start: int, count: int) -> list[dict]:
             env={**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"})
         current, deadline = None, time.monotonic() + 120.0  # the first deadline covers start-up
         while True:
-            ready, _, _ = select.select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+            wait = max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([proc.stdout], [], [], wait)
             if not ready:
                 proc.kill()
                 proc.wait()

@@ -13,10 +13,10 @@ import jinja2
 import numpy as np
 import pytest
 from fuzz_files import gguf_metadata, write_checkpoint, write_gguf
-from luminal_models.llama import Llama, LlamaConfig
 from luminal_models.chat_template import ChatTemplateLimitError, render_chat_template
 from luminal_models.errors import GGUFError, ModelFileError, SafetensorsError, TokenizerError
 from luminal_models.gguf_file import GGUFFile
+from luminal_models.llama import Llama, LlamaConfig
 from luminal_models.safetensors_file import SafetensorsFile
 from luminal_models.tokenizer import Tokenizer
 
@@ -56,7 +56,7 @@ def test_gguf_tensor_offsets_must_be_aligned_in_order_and_not_overlap(tmp_path: 
         "out of order": [_tensor("a", (8,), 32), _tensor("b", (8,), 0)],
         "gap": [_tensor("a", (8,), 0), _tensor("b", (8,), 64)],
     }
-    for what, infos in cases.items():
+    for infos in cases.values():
         path = _gguf(tmp_path / "bad.gguf", [], infos, four * 3)
         with pytest.raises(GGUFError, match=r"bad\.gguf: tensor '[ab]' \(tensor info at byte "
                            r"\d+\): data offset \d+ is misaligned, out of order or overlapping"):
@@ -247,7 +247,7 @@ def test_safetensors_out_of_order_entries_that_tile_the_data_load(tmp_path: Path
     "[" * 5000 + "]" * 5000,
 ])
 def test_safetensors_json_edge_cases(tmp_path: Path, raw: str) -> None:
-    with pytest.raises(SafetensorsError, match="not valid JSON|nests JSON too deeply|not a JSON"):
+    with pytest.raises(SafetensorsError, match=r"not valid JSON|nests JSON too deeply|not a JSON"):
         SafetensorsFile(_st(tmp_path / "x.safetensors", None, bytes(4), raw_header=raw))
 
 
@@ -308,7 +308,7 @@ def test_chat_template_time_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ct, "MAX_RENDER_SECONDS", 0.2)
     busy = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
     started = time.perf_counter()
-    with pytest.raises(ChatTemplateLimitError, match="ran longer than 0.2 s"):
+    with pytest.raises(ChatTemplateLimitError, match=r"ran longer than 0\.2 s"):
         render_chat_template(busy, [])
     assert time.perf_counter() - started < 2
 
