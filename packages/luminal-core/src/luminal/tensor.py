@@ -19,6 +19,7 @@ from .hl_ops.binary import BinaryOps
 from .hl_ops.matmul import MatmulOps
 from .hl_ops.movement import MovementOps
 from .hl_ops.reduction import ReductionOps
+from .hl_ops.selection import SelectionOps
 from .hl_ops.unary import UnaryOps
 from .shape import View, show_shape
 from .symbolic import Expr, UnboundDimError, const_or_expr
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 _HOST_FLOATS = (bfloat16.numpy,)  # float types NumPy does not know as kind "f"
 
 
-class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps):
+class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, SelectionOps, MatmulOps):
     """A lazy tensor in a `Graph`. Nothing runs until the graph is compiled and executed.
 
     `layout` is the `View` through which this tensor reads its node's output buffer (its
