@@ -324,3 +324,20 @@ def test_llama_config_direct_construction_checks_consistency() -> None:
     with pytest.raises(ValueError, match="KV head count 3 must divide the head count 4"):
         LlamaConfig(vocab_size=8, hidden_size=32, intermediate_size=8, num_layers=1,
                     num_heads=4, num_kv_heads=3, head_dim=8)
+
+
+def test_truncating_an_open_ct2_file_is_an_error_not_a_signal(tmp_path: Path) -> None:
+    from ct2_helpers import write_ct2
+    from luminal_models.ct2_file import CT2File
+    from luminal_models.errors import CT2Error
+
+    path = write_ct2(tmp_path / "model.bin", {"a": np.ones(4, np.float32),
+                                              "b": np.arange(1000, dtype=np.float32)})
+    with CT2File(path) as f:
+        a = f.tensor("a")
+        path.write_bytes(path.read_bytes()[:200])
+        with pytest.raises(CT2Error, match=r"model\.bin: variable 'b': truncated file: its data "
+                           r"spans bytes \d+\.\.\d+ but the file has only 200 bytes now"):
+            f.tensor("b")
+    path.write_bytes(b"")
+    np.testing.assert_array_equal(a, np.ones(4, np.float32))

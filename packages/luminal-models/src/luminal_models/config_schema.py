@@ -29,7 +29,7 @@ __all__ = [
 
 MAX_JSON_BYTES = 64 << 20  # far above any real config.json / tokenizer_config.json
 
-_MISSING: Any = object()
+REQUIRED: Any = object()  # the default of a key that must be present
 
 
 def _shown(value: Any) -> str:
@@ -39,13 +39,13 @@ def _shown(value: Any) -> str:
 
 
 def _absent(source: object, key: str, default: Any, error: type[ModelFileError]) -> Any:
-    if default is _MISSING:
+    if default is REQUIRED:
         raise error(f"{source}: has no {key!r}")
     return default
 
 
 def get_int(source: object, meta: Mapping[str, Any], key: str, lo: int, hi: int,
-            default: Any = _MISSING, error: type[ModelFileError] = ModelFileError) -> Any:
+            default: Any = REQUIRED, error: type[ModelFileError] = ModelFileError) -> Any:
     """``meta[key]`` as an int in ``[lo, hi]`` (``default`` when absent or null)."""
     value = meta.get(key)
     if value is None:
@@ -58,7 +58,7 @@ def get_int(source: object, meta: Mapping[str, Any], key: str, lo: int, hi: int,
 
 
 def get_float(source: object, meta: Mapping[str, Any], key: str, lo: float, hi: float,
-              default: Any = _MISSING, error: type[ModelFileError] = ModelFileError,
+              default: Any = REQUIRED, error: type[ModelFileError] = ModelFileError,
               open_low: bool = False) -> Any:
     """``meta[key]`` as a finite float in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``)."""
     value = meta.get(key)
@@ -75,7 +75,7 @@ def get_float(source: object, meta: Mapping[str, Any], key: str, lo: float, hi: 
     return value
 
 
-def get_bool(source: object, meta: Mapping[str, Any], key: str, default: Any = _MISSING,
+def get_bool(source: object, meta: Mapping[str, Any], key: str, default: Any = REQUIRED,
              error: type[ModelFileError] = ModelFileError) -> Any:
     """``meta[key]`` as a bool (JSON true/false, GGUF bool)."""
     value = meta.get(key)
@@ -86,7 +86,7 @@ def get_bool(source: object, meta: Mapping[str, Any], key: str, default: Any = _
     return value
 
 
-def get_str(source: object, meta: Mapping[str, Any], key: str, default: Any = _MISSING,
+def get_str(source: object, meta: Mapping[str, Any], key: str, default: Any = REQUIRED,
             error: type[ModelFileError] = ModelFileError) -> Any:
     """``meta[key]`` as a str."""
     value = meta.get(key)
@@ -97,7 +97,7 @@ def get_str(source: object, meta: Mapping[str, Any], key: str, default: Any = _M
     return value
 
 
-def get_str_list(source: object, meta: Mapping[str, Any], key: str, default: Any = _MISSING,
+def get_str_list(source: object, meta: Mapping[str, Any], key: str, default: Any = REQUIRED,
                  error: type[ModelFileError] = ModelFileError) -> Any:
     """``meta[key]`` as a list of str."""
     value = meta.get(key)
@@ -108,7 +108,7 @@ def get_str_list(source: object, meta: Mapping[str, Any], key: str, default: Any
     return value
 
 
-def get_int_list(source: object, meta: Mapping[str, Any], key: str, default: Any = _MISSING,
+def get_int_list(source: object, meta: Mapping[str, Any], key: str, default: Any = REQUIRED,
                  error: type[ModelFileError] = ModelFileError) -> Any:
     """``meta[key]`` as a list of int."""
     value = meta.get(key)
