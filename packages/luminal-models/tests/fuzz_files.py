@@ -29,9 +29,8 @@ from typing import Any
 
 import jinja2
 import numpy as np
+from test_llama_loading import FFN, HEAD_DIM, HEADS, HIDDEN, KV_HEADS, tiny_llama_tensors
 
-HIDDEN, HEADS, KV_HEADS, FFN = 32, 4, 2, 64
-HEAD_DIM = HIDDEN // HEADS
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
             "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 INTERESTING = [0, 1, 2, 3, 7, 8, 31, 32, 33, 63, 64, 255, 256, 4095, 4096, 65535, 65536,
@@ -45,25 +44,6 @@ def _tokenizer_metadata() -> tuple[list[str], list[str]]:
     merges = ["h e", "l l", "Ġ w", "o r"]
     tokens = [*alphabet, *(m.replace(" ", "") for m in merges), "<|im_start|>", "<|im_end|>"]
     return tokens, merges
-
-
-def _weights(rng: np.random.Generator, vocab: int) -> dict[str, np.ndarray]:
-    def w(*shape: int) -> np.ndarray:
-        return (rng.normal(size=shape) * 0.1).astype(np.float32)
-
-    return {
-        "token_embd.weight": w(vocab, HIDDEN),
-        "output_norm.weight": np.ones(HIDDEN, np.float32),
-        "blk.0.attn_norm.weight": np.ones(HIDDEN, np.float32),
-        "blk.0.attn_q.weight": w(HEADS * HEAD_DIM, HIDDEN),
-        "blk.0.attn_k.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
-        "blk.0.attn_v.weight": w(KV_HEADS * HEAD_DIM, HIDDEN),
-        "blk.0.attn_output.weight": w(HIDDEN, HEADS * HEAD_DIM),
-        "blk.0.ffn_norm.weight": np.ones(HIDDEN, np.float32),
-        "blk.0.ffn_gate.weight": w(FFN, HIDDEN),
-        "blk.0.ffn_up.weight": w(FFN, HIDDEN),
-        "blk.0.ffn_down.weight": w(HIDDEN, FFN),
-    }
 
 
 def gguf_metadata(vocab: int) -> dict[str, Any]:
@@ -101,7 +81,7 @@ def write_gguf(path: Path, metadata: dict[str, Any], seed: int = 0) -> Path:
         else:
             w.add_key_value(key, value, _value_type(value),
                             sub_type=_value_type(value[0]) if isinstance(value, list) else None)
-    for k, (name, x) in enumerate(_weights(np.random.default_rng(seed), vocab).items()):
+    for k, (name, x) in enumerate(tiny_llama_tensors(np.random.default_rng(seed), vocab).items()):
         if x.ndim == 2:
             q = (quants.Q8_0, GGMLQuantizationType.Q8_0) if k % 2 else (
                 quants.Q4_0, GGMLQuantizationType.Q4_0)
@@ -145,7 +125,7 @@ def write_checkpoint(folder: Path, seed: int = 0) -> Path:
     tokens, merges = _tokenizer_metadata()
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {gguf_to_hf_name(k): v
-               for k, v in _weights(np.random.default_rng(seed), len(tokens)).items()}
+               for k, v in tiny_llama_tensors(np.random.default_rng(seed), len(tokens)).items()}
     save_file(tensors, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(hf_config(len(tokens))))
     vocab = {t: i for i, t in enumerate(tokens)}

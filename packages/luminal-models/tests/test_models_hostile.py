@@ -142,7 +142,7 @@ def _meta(**changes: object) -> dict:
 @pytest.mark.parametrize(("changes", "error", "message"), [
     ({"llama__attention__head_count": 5, "llama__attention__head_count_kv": None,
       "llama__rope__dimension_count": None}, ModelFileError,
-     "head count 5 does not divide the hidden size 32"),
+     "head count 5 does not divide the hidden size 64"),
     ({"llama__attention__head_count": 0}, ModelFileError,
      r"head_count must be an integer in \[1, 1024\], got 0"),
     ({"llama__block_count": 100_000}, ModelFileError,
@@ -158,7 +158,7 @@ def _meta(**changes: object) -> dict:
     ({"tokenizer__ggml__bos_token_id": "1"}, TokenizerError,
      r"bos_token_id must be an integer in \[0, 261\], got '1' \(str\)"),
     ({"tokenizer__ggml__merges": [1, 2, 3]}, TokenizerError,
-     "merges must be a list of strings"),
+     "merges must be a list of str"),
     ({"tokenizer__chat_template": 7}, TokenizerError, "chat_template must be a string"),
     ({"tokenizer__ggml__add_bos_token": 1}, TokenizerError, "add_bos_token must be true or"),
 ])

@@ -21,13 +21,12 @@ import os
 import struct
 from dataclasses import dataclass
 from math import prod
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .errors import CT2Error
-from .file_reads import read_exact
+from .file_reads import OpenFile
 
 __all__ = ["CT2Error", "CT2File", "CT2Variable"]
 
@@ -64,7 +63,7 @@ class CT2Variable:
     bfloat16: bool = False
 
 
-class CT2File:
+class CT2File(OpenFile):
     """A CTranslate2 ``model.bin``, open for reading.
 
     Attributes:
@@ -77,22 +76,17 @@ class CT2File:
         CT2Error: the file is missing, truncated, of an unsupported version, or malformed.
     """
 
+    error = CT2Error
+    kind = "model.bin file"
+
     def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
-        self._file: Any = None
+        if self._open(path) == 0:
+            self.close()
+            raise CT2Error(f"{self.path}: empty file, not a CTranslate2 model")
         try:
-            self._file = open(self.path, "rb")  # noqa: SIM115 (kept open for variable reads)
-            size = os.fstat(self._file.fileno()).st_size
-            if size == 0:
-                self.close()
-                raise CT2Error(f"{self.path}: empty file, not a CTranslate2 model")
-            self._map: mmap.mmap | None = mmap.mmap(self._file.fileno(), 0,
-                                                    access=mmap.ACCESS_READ)
-        except FileNotFoundError:
-            raise CT2Error(f"{self.path}: no such file") from None
-        except IsADirectoryError:
-            raise CT2Error(f"{self.path}: is a directory, not a model.bin file") from None
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as e:
+            self.close()
             raise CT2Error(f"{self.path}: cannot read: {e.strerror or e}") from e
         try:
             self._parse()
@@ -195,10 +189,7 @@ class CT2File:
     def tensor(self, name: str) -> np.ndarray:
         """A variable as a new read-only NumPy array (bfloat16 widened to float32)."""
         var = self.info(name)
-        if self._file is None:
-            raise CT2Error(f"{self.path}: variable {name!r}: the file has been closed")
-        raw = read_exact(self._file.fileno(), var.offset, var.nbytes,
-                         f"{self.path}: variable {name!r}", CT2Error)
+        raw = self._read(var.offset, var.nbytes, f"variable {name!r}")
         flat = raw.view(var.dtype)
         if var.bfloat16:
             flat = (flat.astype(np.uint32) << 16).view(np.float32)
@@ -211,23 +202,6 @@ class CT2File:
             raise CT2Error(f"{self.path}: variable {name!r} has shape {value.shape}, expected "
                            "a scalar")
         return value.reshape(()).item()
-
-    def close(self) -> None:
-        """Close the file (arrays already returned are copies and stay valid)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def __del__(self) -> None:
-        file = getattr(self, "_file", None)
-        if file is not None:
-            file.close()
-
-    def __enter__(self) -> CT2File:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (f"CT2File({str(self.path)!r}, {self.spec} rev {self.revision}, "

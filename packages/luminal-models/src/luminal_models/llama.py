@@ -29,8 +29,8 @@ from .config_schema import (
     get_bool,
     get_float,
     get_int,
+    get_list,
     get_str,
-    get_str_list,
     read_json_object,
 )
 from .errors import ModelFileError
@@ -179,7 +179,7 @@ class LlamaConfig:
         window = count("sliding_window", None)
         if not get_bool(src, config, "use_sliding_window", True):  # Qwen2-style switch
             window = None
-        layer_types = get_str_list(src, config, "layer_types", None)
+        layer_types = get_list(src, config, "layer_types", str, None)
         head_dim = count("head_dim", None) or _derived_head_dim(src, hidden, heads)
         return _checked(src, cls,
             vocab_size=count("vocab_size"),
