@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import ml_dtypes
 import numpy as np
 
 from . import ops
@@ -176,7 +177,7 @@ def _check_fits(arr: np.ndarray, out: np.ndarray, dtype: DType, name: str) -> No
         if bad.any():
             value = arr[bad].flat[0].item()
             raise ValueError(f"input {name!r}: value {value!r} does not fit in {dtype.name} "
-                             f"(largest finite value {float(np.finfo(out.dtype).max):g})")
+                             f"(largest finite value {float(ml_dtypes.finfo(out.dtype).max):g})")
         return
     info = np.iinfo(out.dtype)
     if arr.dtype.kind == "f":
