@@ -15,6 +15,7 @@ from .compiler import Compiler, Looped, run_compiler
 from .compilers import GenericCompiler
 from .dtypes import DType, bfloat16, dtype_of, float16, float32, int32, uint8
 from .dtypes import bool_ as bool
+from .errors import OpError
 from .graph import Graph, GraphModifiedError, RemovedTensorError
 from .hl_ops.binary import maximum, minimum, where
 from .hl_ops.creation import full_like, linspace, ones_like, rand, randint, randn, zeros_like
@@ -40,6 +41,7 @@ __all__ = [
     "GraphModifiedError",
     "GraphTensor",
     "Looped",
+    "OpError",
     "RemovedTensorError",
     "Runtime",
     "UnboundDimError",

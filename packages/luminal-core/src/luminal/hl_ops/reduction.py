@@ -30,7 +30,7 @@ def _axes(x: GraphTensor, dim) -> list[int]:
     dims = [dim] if isinstance(dim, int) else list(dim)
     out = []
     for d in dims:
-        if not -x.ndim <= d < max(x.ndim, 1):
+        if not -max(x.ndim, 1) <= d < max(x.ndim, 1):  # a 0-d tensor takes dim 0 or -1
             raise IndexError(f"dim {d} is out of range for a tensor with {x.ndim} dims")
         out.append(d % max(x.ndim, 1))
     return sorted(set(out))
@@ -38,6 +38,7 @@ def _axes(x: GraphTensor, dim) -> list[int]:
 
 def _reduce(x: GraphTensor, op_type, dim, keepdim: bool) -> GraphTensor:
     if x.ndim == 0:
+        _axes(x, dim)  # still checks the dim
         return x
     axes = _axes(x, dim)
     out = x

@@ -8,6 +8,7 @@ import math
 from typing import TYPE_CHECKING
 
 from ..dtypes import bool_, int32, promote
+from ..errors import OpError
 from ..shape import show_shape
 from ..symbolic import Expr, lt, to_expr
 from .binary import broadcast_to, lift, where
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 def _static(n: Expr, what: str) -> int:
     if not n.is_const:
-        raise ValueError(f"{what}: the size of the dim is symbolic ({n}); it must be known")
+        raise OpError(f"{what}: the size of the dim is symbolic ({n}); it must be known")
     return n.value
 
 
@@ -48,6 +49,8 @@ class SelectionOps:
     # ----- running extremes and log-sum-exp --------------------------------------------
     def _cum_extreme(self, dim: int, largest: bool) -> ValuesIndices:
         a = _axes(self, dim)[0]
+        if self.ndim == 0 or self.layout.shape[a] == 0:  # nothing to run over
+            return ValuesIndices(self, self.graph.constant(0, int32).expand(self.layout.shape))
         x = self.movedim(a, -1)
         n = x.layout.shape[-1]
         square = (*x.layout.shape, n)  # (..., i, j): row i reads x[j] for j <= i
@@ -74,6 +77,8 @@ class SelectionOps:
     def logcumsumexp(self, dim: int) -> GraphTensor:
         """log(cumsum(exp(x))) along `dim`, each prefix a stable logsumexp of its window."""
         a = _axes(self, dim)[0]
+        if self.ndim == 0 or self.layout.shape[a] == 0:
+            return self._float()
         x = self._float().movedim(a, -1)
         n = x.layout.shape[-1]
         square = (*x.layout.shape, n)
@@ -88,6 +93,8 @@ class SelectionOps:
         rank counts the elements before it; the sorted tensor picks by rank exactly. NaN
         sorts last ascending and first descending, as in PyTorch. O(n^2) in the dim size."""
         a = _axes(self, dim)[0]
+        if self.ndim == 0 or self.layout.shape[a] == 0:
+            return ValuesIndices(self, self.graph.constant(0, int32).expand(self.layout.shape))
         x = self.movedim(a, -1)
         n = x.layout.shape[-1]
         square = (*x.layout.shape, n)  # (..., i, j)
