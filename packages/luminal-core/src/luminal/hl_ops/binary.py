@@ -415,8 +415,8 @@ class BinaryOps:
             return _pow_scalar(x, float(exponent))
         y = exponent.to(promote(x.dtype, exponent.dtype) if exponent.dtype.is_float else x.dtype)
         # |x| ** y as exp2(y * log2|x|); a zero exponent of a zero or infinite base reads
-        # base 1 so that 0 ** 0 == inf ** 0 == 1; a negative base with a fractional exponent reads x itself, whose log2 is NaN, so the
-        # value and its gradient are NaN as in PyTorch
+        # base 1 so that 0 ** 0 == inf ** 0 == 1; a negative base with a fractional exponent
+        # reads x itself, whose log2 is NaN, so the value and its gradient are NaN (PyTorch)
         neg = x < 0
         fractional = y != y.trunc()
         # 0 ** 0 and inf ** 0 are 1, but exp2(0 * log2(x)) is NaN there: read base 1
