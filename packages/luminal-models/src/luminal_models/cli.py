@@ -59,6 +59,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backend", "-b", default=None, metavar="NAME",
                         help="luminal backend (default: the best available; see "
                              "`luminal backends`)")
+    parser.add_argument("--search", action="store_true",
+                        help="compile with the search compiler (luminal-search): slower the "
+                             "first time, its plan is cached for the next runs")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (text, token_ids, prompt_tokens, "
                              "prefill_tok_s, decode_tok_s) instead of streaming text")
@@ -107,7 +110,10 @@ def run(args: argparse.Namespace) -> int:
             with GGUFFile(path) as gguf:
                 tokenizer = Tokenizer.from_gguf(gguf)
                 model = Llama.from_gguf(gguf, quantized=quantized, progress=not args.json)
-        generator = Generator(model, tokenizer, backend)
+        # the search compiler wraps the backend: it picks the plan, the backend compiles it
+        compiler = lm.plugins.compiler("search", backend=backend,
+                                       progress=not args.json) if args.search else backend
+        generator = Generator(model, tokenizer, compiler)
         loaded = time.perf_counter() - start
         if args.chat:
             prompt = tokenizer.apply_chat_template([{"role": "user", "content": prompt}])

@@ -78,7 +78,8 @@ class Generator:
     Args:
         model: the model (weights loaded).
         tokenizer: for text prompts and streaming output; optional for id-level use.
-        backend: a luminal backend (`lm.backend("cpu")`); None means the reference backend.
+        backend: a luminal backend (`lm.backend("cpu")`), or a compiler ending in one (the
+            search compiler); None means the reference backend.
     """
 
     def __init__(self, model: Llama, tokenizer: Tokenizer | None = None,

@@ -1,6 +1,7 @@
-"""luminal plugin entry point for luminal-models: adds the `luminal generate` command.
+"""luminal plugin entry point for luminal-models: adds the `luminal generate`, `luminal embed`
+and `luminal transcribe` commands.
 
-Hooks stay cheap: the command's module imports only the standard library until it runs.
+Hooks stay cheap: the commands' modules import only the standard library until they run.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from luminal.hookspecs import CommandRegistrar, hookimpl
 
 @hookimpl
 def luminal_register_commands(cli: CommandRegistrar) -> None:
-    from .cli import HELP, configure, run
+    from . import cli as generate
+    from . import embed_cli, transcribe_cli
 
-    cli.register("generate", HELP, configure, run)
+    cli.register("generate", generate.HELP, generate.configure, generate.run)
+    cli.register("embed", embed_cli.HELP, embed_cli.configure, embed_cli.run)
+    cli.register("transcribe", transcribe_cli.HELP, transcribe_cli.configure, transcribe_cli.run)

@@ -91,6 +91,8 @@ class ReferenceRuntime:
                     and users[src.id] == [n.id]
                     and src.id not in outputs
                     and n.inputs[0].view.is_contiguous
+                    # a reshaped product has other axes than the Mul it reads
+                    and tuple(n.inputs[0].view.shape) == tuple(src.shape)
                     and src.dtype.is_float
                 ):
                     fused[n.id] = src
@@ -109,6 +111,7 @@ class ReferenceRuntime:
         self.values: dict[int, np.ndarray] = {}
 
     def execute(self, graph: Graph, dims: dict[str, int]) -> None:
+        check_index_ranges(graph, dims)
         values: dict[int, np.ndarray] = {}
         for step in self.steps:
             node = step.node
@@ -178,14 +181,34 @@ def _einsum_reduce(a: np.ndarray, b: np.ndarray, axis: int, finite_b: bool = Fal
 
 
 def _unbroadcast_axes(x: np.ndarray) -> set[int]:
-    """Axes along which `x` really varies (size > 1, not a stride-0 expansion)."""
-    return {i for i, (n, st) in enumerate(zip(x.shape, x.strides)) if st != 0 and n > 1}
+    """Axes along which `x` really varies (size > 1, not a stride-0 expansion), and empty
+    axes, which cannot be indexed at 0."""
+    return {i for i, (n, st) in enumerate(zip(x.shape, x.strides))
+            if (st != 0 and n > 1) or n == 0}
 
 
 def _take_axes(x: np.ndarray, axes: set[int], letters: str) -> tuple[np.ndarray, str]:
     """`x` indexed at 0 along the axes not in `axes`, and the einsum letters of the rest."""
     index = tuple(slice(None) if i in axes else 0 for i in range(x.ndim))
     return x[index], "".join(letters[i] for i in sorted(axes))
+
+
+def check_index_ranges(graph: Graph, dims: dict[str, int]) -> None:
+    """Raise IndexError when an input used as gather / embedding / one-hot ids holds a value
+    outside the indexed axis (the one-hot decomposition would silently give zeros)."""
+    for input_id, sizes in graph.index_bounds.items():
+        nid = graph.resolve(input_id)
+        data = graph.data.get(nid)
+        if data is None or not data.size:
+            continue
+        size = min(s.evaluate(dims) for s in sizes)
+        low, high = data.min(), data.max()
+        if low < 0 or high >= size:
+            bad = low if low < 0 else high
+            name = graph.nodes[nid].op.label_name if nid in graph.nodes else input_id
+            raise IndexError(f"input {name!r}: index {bad.item()} is out of range for an axis "
+                             f"of size {size} (gather / embedding / one_hot ids must be in "
+                             f"[0, {size}))")
 
 
 def _selects_or_zero(graph: Graph, node: Node) -> bool:

@@ -14,6 +14,9 @@ Fusion policy (decided once per node, in topological order):
 - constants and iotas are always inlined; matmuls, quantized matmuls and one-hot gathers are
   recognised (`patterns`) and become `Matmul` kernels or `Bind` gathers.
 
+A `Schedule` (`schedule.py`) overrides these decisions node by node: that is how a search
+compiler tries the other answers.
+
 Kernels compare structurally, so the program keeps one copy of each distinct kernel: the 30
 identical layers of a transformer share their kernels and differ only in their calls. Building
 a kernel is memoized on the structure of the region it fuses (`_signature`), so the repeated
@@ -55,6 +58,7 @@ from .ir import (
     loop_var,
     reduce_var,
 )
+from .schedule import DEFAULT, Schedule
 from .simplify import merge_axes
 
 UNARY_NAMES = {ops.Log2: "log2", ops.Exp2: "exp2", ops.Sin: "sin", ops.Sqrt: "sqrt",
@@ -182,8 +186,9 @@ class ValueBuilder:
 class Lowering:
     """Decides fusion for one graph and builds its `Program` (see the module docstring)."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, schedule: Schedule | None = None):
         self.graph = graph
+        self.schedule = schedule or DEFAULT
         self.order = graph.toposort()
         self.pos = {n.id: k for k, n in enumerate(self.order)}
         self.users = graph.consumers()
@@ -231,6 +236,8 @@ class Lowering:
                 self.gather_muls.add(mul.id)
                 self.one_hot |= self._one_hot_region(mul)
                 continue
+            if node.id in self.schedule.loop_matmuls:
+                continue
             match = patterns.match_matmul(self.graph, node, self.users)
             if match is not None:
                 self.matmuls[match.out] = match
@@ -275,6 +282,10 @@ class Lowering:
                 )
                 if broadcast and cost[node.id] > BROADCAST_INLINE_LIMIT:
                     mat.add(node.id)
+            if node.id in self.schedule.store and node.id not in self.one_hot:
+                mat.add(node.id)
+            elif node.id in self.schedule.inline:
+                mat.discard(node.id)
             if node.id in mat:
                 cost[node.id] = 0
             elif len(readers) > 1 or holds_shared:
@@ -403,6 +414,7 @@ class Lowering:
         return Program(list(kernels), calls, specs, tuple(sorted(names)))
 
 
-def lower(graph: Graph) -> Program:
-    """Lower a graph of primitive ops to a `Program` (see the module docstring)."""
-    return Lowering(graph).program()
+def lower(graph: Graph, schedule: Schedule | None = None) -> Program:
+    """Lower a graph of primitive ops to a `Program` (see the module docstring); `schedule`
+    overrides the fusion and matmul heuristics node by node."""
+    return Lowering(graph, schedule).program()

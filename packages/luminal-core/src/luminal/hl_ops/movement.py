@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .. import ops
 from ..dtypes import bool_, int32, promote
 from ..errors import OpError
 from ..shape import show_shape
@@ -606,6 +607,11 @@ def _one_hot(index: GraphTensor, n: Expr) -> GraphTensor:
     """(index == arange(n)) with a trailing axis of size n, as bool."""
     from .creation import IOTA_INDEX, iota
 
+    source = index.node
+    if isinstance(source.op, ops.Cast) and len(source.inputs) == 1:
+        source = index.graph.nodes[source.inputs[0].src]
+    if isinstance(source.op, ops.Input):  # ids the user sets: the reference checks their range
+        index.graph.index_bounds.setdefault(source.id, []).append(n)
     idx = index.to(int32).unsqueeze(-1)
     ar = iota(index.graph, IOTA_INDEX, (n,), int32)
     shape = (*index.layout.shape, n)
