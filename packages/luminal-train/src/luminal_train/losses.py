@@ -151,9 +151,8 @@ def cross_entropy(
     _register_targets("cross_entropy", target, n_classes, ignore_index)
     loss, counts = _picked_class(logp, target, weight, ignore_index)
     if label_smoothing:
-        kept = (target != ignore_index).to(logp.dtype)
         per_class = -logp if weight is None else -logp * weight
-        smooth = per_class.mean(-1) * kept
+        smooth = where(target == ignore_index, 0.0, per_class.mean(-1))
         loss = loss * (1.0 - label_smoothing) + smooth * label_smoothing
     return _weighted_mean(loss, counts, reduction)
 

@@ -222,7 +222,8 @@ class MovementOps:
             axes = {i for i, d in enumerate(self.layout.shape) if d == 1}
         else:
             dims = [dim] if isinstance(dim, int) else dim
-            axes = {a for a in (_axis(d, self.ndim) for d in dims) if self.layout.shape[a] == 1}
+            axes = {a for a in (_axis(d, self.ndim) for d in dims)
+                    if self.ndim and self.layout.shape[a] == 1}  # a 0-d tensor stays as is
         return self.reshape([d for i, d in enumerate(self.layout.shape) if i not in axes])
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> GraphTensor:

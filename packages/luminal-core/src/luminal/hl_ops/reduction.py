@@ -98,7 +98,9 @@ class ReductionOps:
         axes = _axes(x, dim)
         centered = x - x.mean(axes, keepdim=True)
         n = _count(x, axes)
-        return (centered * centered).sum(axes, keepdim) / (n - correction)
+        # PyTorch divides by max(n - correction, 0): no samples left is 0 / 0, NaN
+        dof = max(n - correction, 0.0) if isinstance(n, float) else (n - correction).maximum(0.0)
+        return (centered * centered).sum(axes, keepdim) / dof
 
     def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,
             correction: int | None = None) -> GraphTensor:

@@ -169,7 +169,9 @@ class UnaryOps:
         return where(above, linear, soft)
 
     def leaky_relu(self, negative_slope: float = 0.01) -> GraphTensor:
-        return self.maximum(0.0) + self.minimum(0.0) * negative_slope
+        """x where x > 0, else x * slope: PyTorch's gradient (the slope) at 0."""
+        x = self._float()
+        return where(x > 0, x, x * negative_slope)
 
     def elu(self, alpha: float = 1.0) -> GraphTensor:
         # relu(x) + alpha * (exp(min(x, 0)) - 1): no select, so +-inf give inf and -alpha
