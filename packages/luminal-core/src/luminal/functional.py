@@ -254,6 +254,13 @@ def _conv(x, weight, bias, stride, padding, dilation, groups, spatial: int, name
         )
     flat = [p for pair in reversed(pads) for p in pair]
     xp = x.pad(flat) if any(flat) else x
+    for k in range(spatial):
+        size = xp.layout.shape[2 + k]
+        span = dilation[k] * (kernel[k] - 1) + 1
+        if size.is_const and size.value < span:
+            raise OpError(f"{name}: the kernel spans {span} (size {kernel[k]}, dilation "
+                          f"{dilation[k]}) but spatial dim {k} of the padded input is "
+                          f"{size.value}")
     win = _windows(xp, kernel, stride, dilation, spatial)  # (N, C, *So, *K)
     out_sp = list(win.layout.shape[2 : 2 + spatial])
     g = groups

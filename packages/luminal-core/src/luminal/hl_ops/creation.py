@@ -77,6 +77,8 @@ def linspace(graph: Graph, start: float, end: float, steps: int,
     if steps < 0:
         raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     dtype = dtype_of(dtype) if dtype is not None else float32
+    if dtype.name == "bool":
+        raise OpError("linspace: bool is not a supported dtype (as in PyTorch)")
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
     i = iota(graph, IOTA_INDEX, (steps,), float32)
     from .binary import where

@@ -378,14 +378,19 @@ class MovementOps:
         return out
 
     def flip(self, *dims) -> GraphTensor:
+        axes = [_axis(d, self.ndim) for d in _sizes(dims)]
+        if len(set(axes)) != len(axes):
+            raise OpError(f"flip: dims {tuple(_sizes(dims))} name a dim more than once")
         out = self
-        for d in _sizes(dims):
-            out = out._slice_axis(_axis(d, self.ndim), None, None, -1)
+        for a in axes:
+            out = out._slice_axis(a, None, None, -1)
         return out
 
     def roll(self, shifts, dims=None) -> GraphTensor:
         """PyTorch `roll`: without `dims` the flattened tensor rolls and keeps its shape;
         `shifts` and `dims` may be tuples (one roll per pair)."""
+        if dims is None and isinstance(shifts, (tuple, list)) and len(shifts) == 1:
+            shifts = shifts[0]
         if dims is None:
             if not isinstance(shifts, int):
                 raise RuntimeError("roll: without dims, shifts must be a single int")
@@ -444,6 +449,10 @@ class MovementOps:
     def unfold(self, dimension: int, size: int, step: int) -> GraphTensor:
         """Sliding windows as a view (PyTorch `Tensor.unfold`)."""
         a = _axis(dimension, self.ndim)
+        n = self.layout.shape[a] if self.ndim else to_expr(1)
+        if step <= 0 or size < 0 or (n.is_const and size > n.value):
+            raise OpError(f"unfold: size {size} and step {step} do not fit dim {dimension} of "
+                          f"{show_shape(self.layout.shape)} (need 0 <= size <= {n}, step > 0)")
         x = self.contiguous() if self.layout.axis_masked(a) else self
         return x._with_view(x.layout.unfold(a, size, step))
 
@@ -506,6 +515,9 @@ class MovementOps:
             )
         x = self
         for ax, (di, dx) in enumerate(zip(index.layout.shape, self.layout.shape)):
+            if ax != a and di.is_const and dx.is_const and di.value > dx.value:
+                raise OpError(f"gather: index {show_shape(index.layout.shape)} is larger than "
+                              f"input {show_shape(self.layout.shape)} in dim {ax}")
             if ax != a and di != dx:
                 x = x._slice_axis(ax, 0, di)
         n = self.layout.shape[a]

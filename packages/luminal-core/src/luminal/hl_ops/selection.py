@@ -248,6 +248,13 @@ def _scatter_parts(x: GraphTensor, dim: int, index: GraphTensor, src):
             region = region._slice_axis(ax, 0, d)
     if not isinstance(src, GraphTensor):
         src = lift(x, src).to(x.dtype).expand(index.layout.shape)
+    elif src.dtype != x.dtype:
+        raise RuntimeError(f"scatter: src dtype {src.dtype.name} must be self's "
+                           f"{x.dtype.name}")
+    for ax, (di, dx) in enumerate(zip(index.layout.shape, x.layout.shape)):
+        if ax != a and di.is_const and dx.is_const and di.value > dx.value:
+            raise RuntimeError(f"scatter: index {show_shape(index.layout.shape)} is larger "
+                               f"than self {show_shape(x.layout.shape)} in dim {ax}")
     for ax, d in enumerate(index.layout.shape):
         src = src._slice_axis(ax, 0, d)
     n = x.layout.shape[a]
