@@ -450,7 +450,8 @@ class MovementOps:
         """Sliding windows as a view (PyTorch `Tensor.unfold`)."""
         a = _axis(dimension, self.ndim)
         n = self.layout.shape[a] if self.ndim else to_expr(1)
-        if step <= 0 or size < 0 or (n.is_const and size > n.value):
+        k = to_expr(size)  # a window size may be symbolic (cumsum's is the dim itself)
+        if step <= 0 or (k.is_const and (k.value < 0 or (n.is_const and k.value > n.value))):
             raise OpError(f"unfold: size {size} and step {step} do not fit dim {dimension} of "
                           f"{show_shape(self.layout.shape)} (need 0 <= size <= {n}, step > 0)")
         x = self.contiguous() if self.layout.axis_masked(a) else self
