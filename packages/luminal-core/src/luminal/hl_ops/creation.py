@@ -79,6 +79,8 @@ def linspace(graph: Graph, start: float, end: float, steps: int,
     dtype = dtype_of(dtype) if dtype is not None else float32
     if dtype.name == "bool":
         raise OpError("linspace: bool is not a supported dtype (as in PyTorch)")
+    if steps == 1:  # PyTorch gives start
+        return full(graph, (1,), float(start), float32).to(dtype)
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
     i = iota(graph, IOTA_INDEX, (steps,), float32)
     from .binary import where
