@@ -10,29 +10,14 @@ import numpy as np
 from .. import ops
 from ..dtypes import bool_, float32, int32, promote
 from ..errors import OpError
-from ..shape import show_shape
-from ..symbolic import Expr, to_expr
+from ..symbolic import Expr
+from .base import TensorBase
+from .movement import broadcast_shape, broadcast_to, cat
 
 if TYPE_CHECKING:
     from ..tensor import GraphTensor
 
     Operand = GraphTensor | float | int | bool
-
-
-def broadcast_shape(name: str, a, b) -> tuple[Expr, ...]:
-    a, b = tuple(map(to_expr, a)), tuple(map(to_expr, b))
-    n = max(len(a), len(b))
-    a = (Expr.const(1),) * (n - len(a)) + a
-    b = (Expr.const(1),) * (n - len(b)) + b
-    out = []
-    for x, y in zip(a, b):
-        if x == y or y == 1:
-            out.append(x)
-        elif x == 1:
-            out.append(y)
-        else:
-            raise OpError(f"{name}: shapes {show_shape(a)} and {show_shape(b)} do not broadcast")
-    return tuple(out)
 
 
 def scalar_dtype(t: GraphTensor, value) -> object:
@@ -47,36 +32,18 @@ def scalar_dtype(t: GraphTensor, value) -> object:
 
 def lift(like: GraphTensor, value) -> GraphTensor:
     """A Python scalar (or symbolic Expr) as a constant tensor of `like`'s graph."""
-    from ..tensor import GraphTensor
-
-    if isinstance(value, GraphTensor):
+    if isinstance(value, TensorBase):
         return value
     if isinstance(value, Expr):
         return like.graph.constant(value, like.dtype)
     return like.graph.constant(value, scalar_dtype(like, value))
 
 
-def broadcast_to(t: GraphTensor, shape) -> GraphTensor:
-    """View `t` at `shape` (PyTorch broadcasting: prepend 1s, expand size-1 axes)."""
-    shape = tuple(map(to_expr, shape))
-    if tuple(t.layout.shape) == shape:
-        return t
-    if t.ndim > len(shape):
-        raise OpError(f"cannot broadcast {show_shape(t.layout.shape)} to {show_shape(shape)}")
-    lead = len(shape) - t.ndim
-    if lead:
-        t = t.reshape((1,) * lead + tuple(t.layout.shape))
-    broadcast_shape("expand", t.layout.shape, shape)
-    return t._with_view(t.layout.expand(shape))
-
-
 def binary(name: str, op: ops.Op, a: Operand, b: Operand, dtype=None) -> GraphTensor:
     """Broadcast, promote to a common dtype (or `dtype`), then apply primitive `op`."""
-    from ..tensor import GraphTensor
-
-    if not isinstance(a, GraphTensor):
+    if not isinstance(a, TensorBase):
         a = lift(b, a)
-    if not isinstance(b, GraphTensor):
+    if not isinstance(b, TensorBase):
         b = lift(a, b)
     if a.graph is not b.graph:
         raise OpError(f"{name}: operands belong to different graphs")
@@ -91,14 +58,12 @@ def where(cond: Operand, x: Operand, y: Operand) -> GraphTensor:
     promotion, and exact selection (a `Select` node: an inf or NaN in the branch not taken
     never reaches the result, so `masked_fill(mask, -inf)` and `where(x > 0, x.log(), 0)` are
     what PyTorch gives)."""
-    from ..tensor import GraphTensor
-
-    anchor = next((t for t in (cond, x, y) if isinstance(t, GraphTensor)), None)
+    anchor = next((t for t in (cond, x, y) if isinstance(t, TensorBase)), None)
     if anchor is None:
         raise TypeError("where: at least one argument must be a GraphTensor")
     c = lift(anchor, cond).to(bool_)
     common = _where_dtype(x, y)
-    x, y = (t.to(common) if isinstance(t, GraphTensor) else anchor.graph.constant(t, common)
+    x, y = (t.to(common) if isinstance(t, TensorBase) else anchor.graph.constant(t, common)
             for t in (x, y))
     shape = broadcast_shape("where", c.layout.shape, x.layout.shape)
     shape = broadcast_shape("where", shape, y.layout.shape)
@@ -108,11 +73,9 @@ def where(cond: Operand, x: Operand, y: Operand) -> GraphTensor:
 def _where_dtype(x: Operand, y: Operand):
     """PyTorch's result dtype of where(c, x, y): tensors promote; a Python float makes an
     integer or bool result float32; a Python int makes a bool result int32."""
-    from ..tensor import GraphTensor
-
-    dtypes = [t.dtype for t in (x, y) if isinstance(t, GraphTensor)]
+    dtypes = [t.dtype for t in (x, y) if isinstance(t, TensorBase)]
     common = (promote(*dtypes) if len(dtypes) == 2 else dtypes[0]) if dtypes else None
-    scalars = [v for v in (x, y) if not isinstance(v, GraphTensor)]
+    scalars = [v for v in (x, y) if not isinstance(v, TensorBase)]
     if common is None:
         return float32 if any(isinstance(v, float) for v in scalars) else (
             bool_ if all(isinstance(v, bool) for v in scalars) else int32)
@@ -125,27 +88,21 @@ def _where_dtype(x: Operand, y: Operand):
 
 def maximum(a: Operand, b: Operand) -> GraphTensor:
     """Elementwise max, exact for infinities: a MaxReduce over the pair stacked on a new axis."""
-    from ..tensor import GraphTensor
-
-    if not isinstance(a, GraphTensor):
+    if not isinstance(a, TensorBase):
         a = lift(b, a)
-    if not isinstance(b, GraphTensor):
+    if not isinstance(b, TensorBase):
         b = lift(a, b)
     common = promote(a.dtype, b.dtype)
     shape = broadcast_shape("maximum", a.layout.shape, b.layout.shape)
     a = broadcast_to(a.to(common), shape).unsqueeze(-1)
     b = broadcast_to(b.to(common), shape).unsqueeze(-1)
-    from .movement import cat
-
     return cat([a, b], dim=-1).amax(-1)
 
 
 def minimum(a: Operand, b: Operand) -> GraphTensor:
-    from ..tensor import GraphTensor
-
-    if not isinstance(a, GraphTensor):
+    if not isinstance(a, TensorBase):
         a = lift(b, a)
-    if not isinstance(b, GraphTensor):
+    if not isinstance(b, TensorBase):
         b = lift(a, b)
     if not promote(a.dtype, b.dtype).is_float:  # ~ maps INT_MIN to INT_MAX: no overflow
         return ~maximum(~a, ~b)
@@ -583,9 +540,7 @@ def not_nan(x: GraphTensor) -> GraphTensor:
 
 
 def _is_tensor(x) -> bool:
-    from ..tensor import GraphTensor
-
-    return isinstance(x, GraphTensor)
+    return isinstance(x, TensorBase)
 
 
 def _float_of(t: GraphTensor):

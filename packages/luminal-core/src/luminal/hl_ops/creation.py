@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from .. import ops
 from ..dtypes import DType, dtype_of, float32, int32
 from ..errors import OpError
-from ..shape import View, as_shape
+from ..shape import as_shape
 from ..symbolic import INF, Expr, ExprLike, to_expr
 
 if TYPE_CHECKING:
@@ -22,12 +22,8 @@ IOTA_INDEX = Expr.var(ops.IOTA_VAR, 0, INF)
 
 def iota(graph: Graph, expr: Expr, shape: Sequence[ExprLike], dtype: DType = int32) -> GraphTensor:
     """A tensor whose element at flat index `IOTA_INDEX` is `expr` (an integer expression)."""
-    from ..tensor import GraphTensor
-
     shape = as_shape(shape)
-    dtype = dtype_of(dtype)
-    node = graph.add_node(ops.Iota(expr, shape), [], shape, dtype)
-    return GraphTensor(graph, node.id, View.contiguous(shape), dtype)
+    return graph.wrap(graph.add_node(ops.Iota(expr, shape), [], shape, dtype_of(dtype)).id)
 
 
 def full(graph: Graph, shape: Sequence[ExprLike], value, dtype: DType | str | None = None):
@@ -83,10 +79,8 @@ def linspace(graph: Graph, start: float, end: float, steps: int,
         return full(graph, (1,), float(start), float32).to(dtype)
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
     i = iota(graph, IOTA_INDEX, (steps,), float32)
-    from .binary import where
-
     half = steps // 2
-    out = where(i < half, i * step + float(start), float(end) - (steps - 1 - i) * step)
+    out = (i * step + float(start)).where(i < half, float(end) - (steps - 1 - i) * step)
     return out if dtype.is_float else out.to(dtype)
 
 

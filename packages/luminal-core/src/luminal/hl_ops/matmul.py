@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ..dtypes import promote
 from ..errors import OpError
 from ..shape import show_shape
-from .binary import broadcast_shape
+from .movement import broadcast_shape
 
 if TYPE_CHECKING:
     from ..tensor import GraphTensor

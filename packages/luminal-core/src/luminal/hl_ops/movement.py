@@ -11,9 +11,40 @@ from ..dtypes import bool_, int32, promote
 from ..errors import OpError
 from ..shape import show_shape
 from ..symbolic import Expr, ExprLike, lt, smax, smin, to_expr
+from .base import TensorBase
 
 if TYPE_CHECKING:
     from ..tensor import GraphTensor
+
+
+def broadcast_shape(name: str, a, b) -> tuple[Expr, ...]:
+    a, b = tuple(map(to_expr, a)), tuple(map(to_expr, b))
+    n = max(len(a), len(b))
+    a = (Expr.const(1),) * (n - len(a)) + a
+    b = (Expr.const(1),) * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            raise OpError(f"{name}: shapes {show_shape(a)} and {show_shape(b)} do not broadcast")
+    return tuple(out)
+
+
+def broadcast_to(t: GraphTensor, shape) -> GraphTensor:
+    """View `t` at `shape` (PyTorch broadcasting: prepend 1s, expand size-1 axes)."""
+    shape = tuple(map(to_expr, shape))
+    if tuple(t.layout.shape) == shape:
+        return t
+    if t.ndim > len(shape):
+        raise OpError(f"cannot broadcast {show_shape(t.layout.shape)} to {show_shape(shape)}")
+    lead = len(shape) - t.ndim
+    if lead:
+        t = t.reshape((1,) * lead + tuple(t.layout.shape))
+    broadcast_shape("expand", t.layout.shape, shape)
+    return t._with_view(t.layout.expand(shape))
 
 
 def _axis(dim: int, ndim: int, what: str = "dim") -> int:
@@ -201,8 +232,6 @@ class MovementOps:
                         f"{show_shape([to_expr(x) for x in sizes])}"
                     )
                 target.append(s)
-        from .binary import broadcast_to
-
         return broadcast_to(self, target)
 
     def expand_as(self, other: GraphTensor) -> GraphTensor:
@@ -276,8 +305,6 @@ class MovementOps:
         tensors, lists, tuples) that broadcast together; their dims go where the advanced
         indices stand when they are adjacent, else first. Advanced indices pick exactly
         (`index_select`), negative values count from the end."""
-        from ..tensor import GraphTensor
-
         if not isinstance(index, tuple):
             index = (index,)
         index = tuple(_as_index_tensor(self, i) for i in index)
@@ -306,7 +333,7 @@ class MovementOps:
                 if axis < out.ndim:
                     out = out._slice_axis(axis, i.start, i.stop, 1 if i.step is None else i.step)
                 axis += 1
-            elif isinstance(i, GraphTensor):
+            elif isinstance(i, TensorBase):
                 if i.dtype == bool_:
                     raise IndexError(
                         "boolean mask indexing has a data-dependent shape, which a luminal "
@@ -360,10 +387,8 @@ class MovementOps:
                 right = max(right, 0) if isinstance(right, int) else right
             out = out._pad_axis(axis, left, right)
         if value != 0:
-            from .binary import where
-
             inside = self.graph.constant(True, bool_).expand(self.layout.shape).pad(pad)
-            out = where(inside, out, value)
+            out = out.where(inside, value)
         return out
 
     def clone(self) -> GraphTensor:
@@ -527,15 +552,11 @@ class MovementOps:
         return _pick(onehot, xs)
 
     def tril(self, diagonal: int = 0) -> GraphTensor:
-        from .binary import where
-
-        return where(_tri_mask(self, diagonal, lower=True), self, self.graph.constant(
+        return self.where(_tri_mask(self, diagonal, lower=True), self.graph.constant(
             0, self.dtype))
 
     def triu(self, diagonal: int = 0) -> GraphTensor:
-        from .binary import where
-
-        return where(_tri_mask(self, diagonal, lower=False), self, self.graph.constant(
+        return self.where(_tri_mask(self, diagonal, lower=False), self.graph.constant(
             0, self.dtype))
 
 
@@ -557,8 +578,6 @@ def _as_index_tensor(x: GraphTensor, i):
 def _advanced_index(x: GraphTensor, advanced: list) -> GraphTensor:
     """x indexed at its axes `advanced` [(axis, int tensor)]: the index tensors broadcast to
     B, and each output element picks x at the flat position those indices name."""
-    from .binary import broadcast_shape, broadcast_to, where
-
     axes = [a for a, _ in advanced]
     shape = ()
     for _, t in advanced:
@@ -569,7 +588,7 @@ def _advanced_index(x: GraphTensor, advanced: list) -> GraphTensor:
     flat = None
     for (_, t), n in zip(advanced, sizes):
         t = broadcast_to(t.to(int32), shape)
-        t = where(t < 0, t + n, t)  # negative indices count from the end
+        t = (t + n).where(t < 0, t)  # negative indices count from the end
         flat = t if flat is None else flat * n + t
     total = sizes[0]
     for n in sizes[1:]:
@@ -636,9 +655,7 @@ def _pick(onehot: GraphTensor, values: GraphTensor) -> GraphTensor:
     """sum over the last axis of where(onehot, values, 0): the one value each row of the
     one-hot selects, exactly (inf and NaN elsewhere in `values` never reach it). Device
     compilers turn it into a gather."""
-    from .binary import where
-
-    return where(onehot, values, values.graph.constant(0, values.dtype)).sum(-1)
+    return values.where(onehot, values.graph.constant(0, values.dtype)).sum(-1)
 
 
 def _tri_mask(x: GraphTensor, k: int, lower: bool) -> GraphTensor:

@@ -11,8 +11,10 @@ from ..dtypes import bool_, int32, promote
 from ..errors import OpError
 from ..shape import show_shape
 from ..symbolic import Expr, lt, to_expr
-from .binary import broadcast_to, lift, where
+from .base import TensorBase
+from .binary import lift, where
 from .creation import IOTA_INDEX, iota
+from .movement import broadcast_to
 from .reduction import ValuesIndices, _axes
 
 if TYPE_CHECKING:
@@ -240,13 +242,11 @@ def _scatter_parts(x: GraphTensor, dim: int, index: GraphTensor, src):
             f"{show_shape(x.layout.shape)} need the same number of dims")
     if index.dtype.is_float:
         raise RuntimeError(f"scatter: index must be an integer tensor, got {index.dtype.name}")
-    from ..tensor import GraphTensor
-
     region = x
     for ax, d in enumerate(index.layout.shape):
         if ax != a:
             region = region._slice_axis(ax, 0, d)
-    if not isinstance(src, GraphTensor):
+    if not isinstance(src, TensorBase):
         src = lift(x, src).to(x.dtype).expand(index.layout.shape)
     elif src.dtype != x.dtype:
         raise RuntimeError(f"scatter: src dtype {src.dtype.name} must be self's "
