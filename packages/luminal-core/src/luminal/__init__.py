@@ -13,6 +13,7 @@ from . import functional
 from .backend import Backend, BackendStatus
 from .dtypes import DType, bfloat16, dtype_of, float16, float32, int32, uint8
 from .dtypes import bool_ as bool
+from .errors import OpError
 from .graph import Graph, GraphModifiedError, RemovedTensorError
 from .hl_ops.binary import maximum, minimum, where
 from .hl_ops.creation import full_like, linspace, ones_like, rand, randint, randn, zeros_like
@@ -41,6 +42,7 @@ __all__ = [
     "GraphModifiedError",
     "GraphTensor",
     "Looped",
+    "OpError",
     "RemovedTensorError",
     "Runtime",
     "UnboundDimError",

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from .. import ops
 from ..dtypes import bool_, int32, promote
+from ..errors import OpError
 from ..shape import show_shape
 from ..symbolic import Expr, ExprLike, lt, smax, smin, to_expr
 from .base import TensorBase
@@ -28,7 +29,7 @@ def broadcast_shape(name: str, a, b) -> tuple[Expr, ...]:
         elif x == 1:
             out.append(y)
         else:
-            raise ValueError(f"{name}: shapes {show_shape(a)} and {show_shape(b)} do not broadcast")
+            raise OpError(f"{name}: shapes {show_shape(a)} and {show_shape(b)} do not broadcast")
     return tuple(out)
 
 
@@ -38,7 +39,7 @@ def broadcast_to(t: GraphTensor, shape) -> GraphTensor:
     if tuple(t.layout.shape) == shape:
         return t
     if t.ndim > len(shape):
-        raise ValueError(f"cannot broadcast {show_shape(t.layout.shape)} to {show_shape(shape)}")
+        raise OpError(f"cannot broadcast {show_shape(t.layout.shape)} to {show_shape(shape)}")
     lead = len(shape) - t.ndim
     if lead:
         t = t.reshape((1,) * lead + tuple(t.layout.shape))
@@ -47,7 +48,7 @@ def broadcast_to(t: GraphTensor, shape) -> GraphTensor:
 
 
 def _axis(dim: int, ndim: int, what: str = "dim") -> int:
-    if not -ndim <= dim < max(ndim, 1):
+    if not -max(ndim, 1) <= dim < max(ndim, 1):  # a 0-d tensor takes dim 0 or -1
         raise IndexError(f"{what} {dim} is out of range for a tensor with {ndim} dims")
     return dim % max(ndim, 1)
 
@@ -62,7 +63,7 @@ def cat(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
     """Concatenate along `dim` (PyTorch `torch.cat`): each input padded into place, summed."""
     tensors = list(tensors)
     if not tensors:
-        raise ValueError("cat: expected a non-empty list of tensors")
+        raise OpError("cat: expected a non-empty list of tensors")
     first = tensors[0]
     axis = _axis(dim, first.ndim)
     for t in tensors[1:]:
@@ -70,7 +71,7 @@ def cat(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
             a == b for i, (a, b) in enumerate(zip(t.layout.shape, first.layout.shape)) if i != axis
         )
         if not ok:
-            raise ValueError(
+            raise OpError(
                 f"cat: shapes {show_shape(first.layout.shape)} and {show_shape(t.layout.shape)} "
                 f"differ outside dim {dim}"
             )
@@ -120,11 +121,11 @@ def meshgrid(*tensors: GraphTensor, indexing: str = "ij") -> tuple[GraphTensor, 
 def stack(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
     tensors = list(tensors)
     if not tensors:
-        raise ValueError("stack: expected a non-empty list of tensors")
+        raise OpError("stack: expected a non-empty list of tensors")
     axis = _axis(dim, tensors[0].ndim + 1)
     for t in tensors[1:]:
         if tuple(t.layout.shape) != tuple(tensors[0].layout.shape):
-            raise ValueError(
+            raise OpError(
                 f"stack: shapes {show_shape(tensors[0].layout.shape)} and "
                 f"{show_shape(t.layout.shape)} differ"
             )
@@ -139,7 +140,7 @@ class MovementOps:
         shape = list(_sizes(shape))
         numel = self.layout.numel
         if sum(1 for d in shape if isinstance(d, int) and d == -1) > 1:
-            raise ValueError(f"reshape: only one dim can be -1 in {tuple(shape)}")
+            raise OpError(f"reshape: only one dim can be -1 in {tuple(shape)}")
         if -1 in [d for d in shape if isinstance(d, int)]:
             known = to_expr(1)
             for d in shape:
@@ -147,7 +148,7 @@ class MovementOps:
                     known = known * to_expr(d)
             inferred = numel // known
             if not inferred * known == numel:
-                raise ValueError(
+                raise OpError(
                     f"reshape: cannot view {show_shape(self.layout.shape)} as {tuple(shape)}"
                 )
             shape = [inferred if isinstance(d, int) and d == -1 else d for d in shape]
@@ -156,7 +157,7 @@ class MovementOps:
         for d in new:
             total = total * d
         if not total == numel:
-            raise ValueError(
+            raise OpError(
                 f"reshape: shape {show_shape(self.layout.shape)} ({numel} elements) cannot "
                 f"become {show_shape(new)} ({total} elements)"
             )
@@ -178,7 +179,7 @@ class MovementOps:
     def permute(self, *dims) -> GraphTensor:
         dims = [_axis(d, self.ndim) for d in _sizes(dims)]
         if sorted(dims) != list(range(self.ndim)):
-            raise ValueError(
+            raise OpError(
                 f"permute: {tuple(dims)} is not a permutation of the dims of a tensor with "
                 f"shape {show_shape(self.layout.shape)}"
             )
@@ -192,7 +193,7 @@ class MovementOps:
 
     def t(self) -> GraphTensor:
         if self.ndim > 2:
-            raise ValueError(f"t() expects a tensor with <= 2 dims, got {self.ndim}")
+            raise OpError(f"t() expects a tensor with <= 2 dims, got {self.ndim}")
         return self if self.ndim < 2 else self.transpose(0, 1)
 
     @property
@@ -212,7 +213,7 @@ class MovementOps:
     def expand(self, *sizes) -> GraphTensor:
         sizes = list(_sizes(sizes))
         if len(sizes) < self.ndim:
-            raise ValueError(
+            raise OpError(
                 f"expand: {tuple(sizes)} has fewer dims than {show_shape(self.layout.shape)}"
             )
         lead = len(sizes) - self.ndim
@@ -221,12 +222,12 @@ class MovementOps:
         for i, s in enumerate(sizes):
             if isinstance(s, int) and s == -1:
                 if i < lead:
-                    raise ValueError("expand: -1 is not allowed for new leading dims")
+                    raise OpError("expand: -1 is not allowed for new leading dims")
                 target.append(cur[i])
             else:
                 s = to_expr(s)
                 if not (cur[i] == s or cur[i] == 1):
-                    raise ValueError(
+                    raise OpError(
                         f"expand: cannot expand shape {show_shape(self.layout.shape)} to "
                         f"{show_shape([to_expr(x) for x in sizes])}"
                     )
@@ -250,7 +251,8 @@ class MovementOps:
             axes = {i for i, d in enumerate(self.layout.shape) if d == 1}
         else:
             dims = [dim] if isinstance(dim, int) else dim
-            axes = {a for a in (_axis(d, self.ndim) for d in dims) if self.layout.shape[a] == 1}
+            axes = {a for a in (_axis(d, self.ndim) for d in dims)
+                    if self.ndim and self.layout.shape[a] == 1}  # a 0-d tensor stays as is
         return self.reshape([d for i, d in enumerate(self.layout.shape) if i not in axes])
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> GraphTensor:
@@ -272,7 +274,7 @@ class MovementOps:
         """Python slice semantics (clamped, negative indices from the end) on one axis."""
         n = self.layout.shape[axis]
         if step == 0:
-            raise ValueError("slice step cannot be zero")
+            raise OpError("slice step cannot be zero")
 
         def norm(i, default):
             if i is None:
@@ -370,7 +372,7 @@ class MovementOps:
         """PyTorch `F.pad`: pairs (left, right) from the last dim backwards; negative pads
         crop. Modes constant (with `value`), reflect, replicate and circular."""
         if len(pad) % 2 or len(pad) // 2 > self.ndim:
-            raise ValueError(f"pad: {tuple(pad)} must hold a (left, right) pair per padded dim")
+            raise OpError(f"pad: {tuple(pad)} must hold a (left, right) pair per padded dim")
         if mode != "constant":
             return _pad_from_edges(self, pad, mode)
         out = self
@@ -401,14 +403,19 @@ class MovementOps:
         return out
 
     def flip(self, *dims) -> GraphTensor:
+        axes = [_axis(d, self.ndim) for d in _sizes(dims)]
+        if len(set(axes)) != len(axes):
+            raise OpError(f"flip: dims {tuple(_sizes(dims))} name a dim more than once")
         out = self
-        for d in _sizes(dims):
-            out = out._slice_axis(_axis(d, self.ndim), None, None, -1)
+        for a in axes:
+            out = out._slice_axis(a, None, None, -1)
         return out
 
     def roll(self, shifts, dims=None) -> GraphTensor:
         """PyTorch `roll`: without `dims` the flattened tensor rolls and keeps its shape;
         `shifts` and `dims` may be tuples (one roll per pair)."""
+        if dims is None and isinstance(shifts, (tuple, list)) and len(shifts) == 1:
+            shifts = shifts[0]
         if dims is None:
             if not isinstance(shifts, int):
                 raise RuntimeError("roll: without dims, shifts must be a single int")
@@ -426,7 +433,7 @@ class MovementOps:
         a = _axis(dim, self.ndim)
         n = self.layout.shape[a]
         if not n.is_const:
-            raise ValueError(f"roll: dim {dim} has the symbolic size {n}; roll needs a static "
+            raise OpError(f"roll: dim {dim} has the symbolic size {n}; roll needs a static "
                              f"size on the rolled dim")
         s = shifts % n.value if n.value else 0
         if s == 0:
@@ -437,7 +444,7 @@ class MovementOps:
         """Tile the tensor (PyTorch `Tensor.repeat`)."""
         sizes = _sizes(sizes)
         if len(sizes) < self.ndim:
-            raise ValueError(f"repeat: needs at least {self.ndim} sizes, got {len(sizes)}")
+            raise OpError(f"repeat: needs at least {self.ndim} sizes, got {len(sizes)}")
         x = self.reshape((1,) * (len(sizes) - self.ndim) + tuple(self.layout.shape))
         shape = list(x.layout.shape)
         inter = []
@@ -467,6 +474,11 @@ class MovementOps:
     def unfold(self, dimension: int, size: int, step: int) -> GraphTensor:
         """Sliding windows as a view (PyTorch `Tensor.unfold`)."""
         a = _axis(dimension, self.ndim)
+        n = self.layout.shape[a] if self.ndim else to_expr(1)
+        k = to_expr(size)  # a window size may be symbolic (cumsum's is the dim itself)
+        if step <= 0 or (k.is_const and (k.value < 0 or (n.is_const and k.value > n.value))):
+            raise OpError(f"unfold: size {size} and step {step} do not fit dim {dimension} of "
+                          f"{show_shape(self.layout.shape)} (need 0 <= size <= {n}, step > 0)")
         x = self.contiguous() if self.layout.axis_masked(a) else self
         return x._with_view(x.layout.unfold(a, size, step))
 
@@ -475,7 +487,7 @@ class MovementOps:
         n = self.layout.shape[a]
         if isinstance(split_size_or_sections, int):
             if not n.is_const:
-                raise ValueError(
+                raise OpError(
                     f"split({split_size_or_sections}, dim={dim}): dim {dim} has the symbolic "
                     f"size {n}, so the number of pieces is unknown at build time; pass the "
                     f"section sizes instead (split([a, b, ...], dim))"
@@ -486,7 +498,7 @@ class MovementOps:
             sizes = list(split_size_or_sections)
             total = sum(sizes)
             if n.is_const and total != n.value:
-                raise ValueError(f"split: sections {sizes} do not sum to the dim size {n.value}")
+                raise OpError(f"split: sections {sizes} do not sum to the dim size {n.value}")
         out, start = [], 0
         for s in sizes:
             out.append(self._slice_axis(a, start, start + s))
@@ -497,7 +509,7 @@ class MovementOps:
         a = _axis(dim, self.ndim)
         n = self.layout.shape[a]
         if not n.is_const:
-            raise ValueError(
+            raise OpError(
                 f"chunk({chunks}, dim={dim}): dim {dim} has the symbolic size {n}, so the chunk "
                 f"sizes are unknown at build time; use split([a, b, ...], dim) with explicit "
                 f"sizes, or narrow()"
@@ -511,7 +523,7 @@ class MovementOps:
         it into a gather)."""
         a = _axis(dim, self.ndim)
         if index.ndim != 1:
-            raise ValueError(
+            raise OpError(
                 f"index_select: index must be 1-D, got {show_shape(index.layout.shape)}"
             )
         n = self.layout.shape[a]
@@ -523,12 +535,15 @@ class MovementOps:
         """PyTorch `torch.gather`: out[i][j] = self[i][index[i][j]] for dim=1, etc."""
         a = _axis(dim, self.ndim)
         if index.ndim != self.ndim:
-            raise ValueError(
+            raise OpError(
                 f"gather: index {show_shape(index.layout.shape)} and input "
                 f"{show_shape(self.layout.shape)} need the same number of dims"
             )
         x = self
         for ax, (di, dx) in enumerate(zip(index.layout.shape, self.layout.shape)):
+            if ax != a and di.is_const and dx.is_const and di.value > dx.value:
+                raise OpError(f"gather: index {show_shape(index.layout.shape)} is larger than "
+                              f"input {show_shape(self.layout.shape)} in dim {ax}")
             if ax != a and di != dx:
                 x = x._slice_axis(ax, 0, di)
         n = self.layout.shape[a]
@@ -537,10 +552,12 @@ class MovementOps:
         return _pick(onehot, xs)
 
     def tril(self, diagonal: int = 0) -> GraphTensor:
-        return self.where(_tri_mask(self, diagonal, lower=True), 0)
+        return self.where(_tri_mask(self, diagonal, lower=True), self.graph.constant(
+            0, self.dtype))
 
     def triu(self, diagonal: int = 0) -> GraphTensor:
-        return self.where(_tri_mask(self, diagonal, lower=False), 0)
+        return self.where(_tri_mask(self, diagonal, lower=False), self.graph.constant(
+            0, self.dtype))
 
 
 def _as_index_tensor(x: GraphTensor, i):
@@ -590,15 +607,16 @@ def _pad_from_edges(x: GraphTensor, pad: Sequence[int], mode: str) -> GraphTenso
     if mode not in ("reflect", "replicate", "circular"):
         raise NotImplementedError(
             f"pad: mode {mode!r} is not supported (constant, reflect, replicate, circular)")
-    out = x
+    crop = [min(p, 0) for p in pad]
+    out = x.pad(crop) if any(crop) else x  # negative pads crop first, as in PyTorch
     for k in range(len(pad) // 2):
         axis = x.ndim - 1 - k
-        left, right = pad[2 * k], pad[2 * k + 1]
+        left, right = max(pad[2 * k], 0), max(pad[2 * k + 1], 0)
         n = out.layout.shape[axis]
         n = n.value if n.is_const else None
-        if n is None or left < 0 or right < 0:
-            raise ValueError(f"pad: mode {mode!r} needs a static size and pads >= 0 on dim "
-                             f"{axis}, got {show_shape(out.layout.shape)} and {tuple(pad)}")
+        if n is None:
+            raise OpError(f"pad: mode {mode!r} needs a static size on dim {axis}, got "
+                          f"{show_shape(out.layout.shape)}")
         limit = n - 1 if mode == "reflect" else n
         if mode != "replicate" and (left > limit or right > limit):
             raise RuntimeError(f"pad: {mode} padding ({left}, {right}) must be below the size "
@@ -646,7 +664,7 @@ def _tri_mask(x: GraphTensor, k: int, lower: bool) -> GraphTensor:
     from .creation import IOTA_INDEX, iota
 
     if x.ndim < 2:
-        raise ValueError(f"tril/triu expect at least 2 dims, got {show_shape(x.layout.shape)}")
+        raise OpError(f"tril/triu expect at least 2 dims, got {show_shape(x.layout.shape)}")
     rows, cols = x.layout.shape[-2], x.layout.shape[-1]
     if rows == 0 or cols == 0:  # an empty mask (and i % 0 is undefined)
         return x.graph.constant(False, bool_).expand(x.layout.shape)
