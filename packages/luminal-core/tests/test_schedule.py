@@ -5,7 +5,7 @@ from __future__ import annotations
 import luminal as lm
 import numpy as np
 import pytest
-from luminal.codegen import C, Kernel, Matmul, Schedule, lower, render_kernel
+from luminal.codegen import Dialect, Kernel, Matmul, Schedule, lower, render_kernel
 
 
 def graph():
@@ -52,7 +52,7 @@ def test_tuning_reaches_the_rendered_kernel():
     assert len(tuned.kernels) == len(plain.kernels)
     with pytest.raises(ValueError, match="no tunable setting \\['threads'\\]"):
         render_kernel(Kernel(kernel.params, kernel.domain, kernel.out,
-                             tuning=(("threads", 2),)), "k", C)
+                             tuning=(("threads", 2),)), "k", Dialect())
 
 
 def test_overlapping_overrides_are_refused():
