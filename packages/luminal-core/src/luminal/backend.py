@@ -47,6 +47,9 @@ class Backend:
     # it: a search compiler can then choose their fusion and matmul lowering (`with_schedule`).
     schedulable: bool = False
     schedule: Schedule | None = None
+    # per-kernel settings a schedule may choose (`Schedule.tuning`), each with the values worth
+    # trying besides the default; empty when the backend's dialect has none
+    schedule_space: dict[str, tuple[int, ...]] = {}
 
     def with_schedule(self, schedule: Schedule) -> Backend:
         """A copy of this backend that lowers with `schedule` (a `luminal.codegen.Schedule`)."""

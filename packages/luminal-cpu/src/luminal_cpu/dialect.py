@@ -59,6 +59,8 @@ class CDialect(Dialect):
     parallel_rows = 256
 
     lanes = 64
+    # both are heuristics a searched schedule may override per kernel (`Kernel.tuning`)
+    tunable = ("parallel_rows", "lanes")
 
     def reduce_lanes(self, extents, names, declare, reset, loop, body, final):
         last, n, lanes = names[-1], extents[-1], self.lanes

@@ -26,6 +26,7 @@ layers are also built only once.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from .. import ops
 from ..dtypes import float32
@@ -336,12 +337,14 @@ class Lowering:
             return self._build_matmul(node, match)
         sig, sig_params = self._signature(node)
         kernel = self._built.get(sig)
-        if kernel is not None:
-            return kernel, sig_params
-        kernel, params = self._build_kernel(node)
-        if params == sig_params:
-            self._built[sig] = kernel
-        return kernel, params
+        if kernel is None:
+            kernel, params = self._build_kernel(node)
+            if params == sig_params:
+                self._built[sig] = kernel
+        else:
+            params = sig_params
+        tuning = self.schedule.tuning.get(node.id)
+        return (replace(kernel, tuning=tuning) if tuning else kernel), params
 
     def _build_kernel(self, node: Node) -> tuple[Kernel, list[int]]:
         params = [node.id]

@@ -14,6 +14,7 @@ dereferenced where a view reads zero.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -50,6 +51,19 @@ class Dialect:
     kernel_qualifier = "static"
     restrict = "restrict"
     half_storage = "_Float16"
+    # integer settings a kernel may override through `Kernel.tuning` (a searched schedule)
+    tunable: tuple[str, ...] = ()
+
+    def tuned(self, settings: tuple[tuple[str, int], ...]) -> Dialect:
+        """This dialect with `settings` (names from `tunable`) overridden."""
+        unknown = [name for name, _ in settings if name not in self.tunable]
+        if unknown:
+            raise ValueError(f"dialect {self.name!r} has no tunable setting {unknown}; it has "
+                             f"{list(self.tunable)}")
+        twin = copy.copy(self)
+        for name, value in settings:
+            setattr(twin, name, int(value))
+        return twin
 
     # ----- types --------------------------------------------------------------------------
     def storage_type(self, dt: DType) -> str:
@@ -480,6 +494,8 @@ def _strided_reduction(kernel: Kernel) -> bool:
 def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
     """Source of one function computing `kernel` in `dialect`. Its arguments are the buffers
     `p0, p1, ...` (in `kernel.params` order) then the dims of `kernel_dims(kernel)`."""
+    if kernel.tuning:
+        dialect = dialect.tuned(kernel.tuning)
     dims = kernel_dims(kernel)
     names = dim_names(dims)
     simd_last = _strided_reduction(kernel)
