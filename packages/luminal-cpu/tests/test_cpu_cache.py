@@ -78,3 +78,50 @@ def test_cache_key_depends_on_source_and_compiler():
     other = toolchain.Compiler(cc.argv, cc.version + " (patched)", cc.openmp)
     assert toolchain.cache_key("int x;", cc) != toolchain.cache_key("int y;", cc)
     assert toolchain.cache_key("int x;", cc) != toolchain.cache_key("int x;", other)
+
+
+def _fresh_process_cached() -> list[str]:
+    script = FRESH_PROCESS.format(here=str(Path(__file__).parent))
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=False, env=os.environ)
+    assert run.returncode == 0, run.stderr  # a signal (SIGBUS) would show as a negative code
+    return run.stdout.split()
+
+
+def test_library_cut_short_with_a_matching_checksum_is_rebuilt_not_mapped(cache):
+    path = compile_and_run().library.path
+    short = path.read_bytes()[: path.stat().st_size // 2]
+    _replace(path, short)
+    _replace(path.with_suffix(".sha256"), hashlib.sha256(short).hexdigest().encode())
+    assert _fresh_process_cached() == ["False"]
+    assert _fresh_process_cached() == ["True"]
+
+
+def test_library_of_another_graph_under_this_key_is_not_trusted(cache):
+    path = compile_and_run().library.path
+    g = lm.Graph()
+    a = g.tensor((4, 5))
+    (a + 1).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    other = g.runtime.library.path
+    assert other != path
+    _replace(path, other.read_bytes())
+    _replace(path.with_suffix(".sha256"), other.with_suffix(".sha256").read_bytes())
+    # the fresh process checks its result against NumPy, so a trusted wrong entry fails it
+    assert _fresh_process_cached() == ["False"]
+
+
+def test_entry_path_taken_by_a_directory_builds_uncached(cache):
+    path = compile_and_run().library.path
+    path.unlink()
+    path.mkdir()
+    with pytest.warns(RuntimeWarning, match="cannot store a compiled library"):
+        runtime = compile_and_run()
+    assert not runtime.stats["cached"] and runtime.library.path != path
+
+
+def test_elf_check_rejects_cut_libraries(cache):
+    data = compile_and_run().library.path.read_bytes()
+    assert toolchain._elf_complete(data)
+    assert not any(toolchain._elf_complete(data[:n]) for n in (0, 63, 64, len(data) // 2,
+                                                                len(data) - 1))

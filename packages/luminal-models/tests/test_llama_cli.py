@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -179,3 +180,19 @@ def test_llama_cli_checkpoint_dir_without_tokenizer_json_fails_clearly(cli_env, 
     assert out.returncode == 1
     assert f"luminal generate: error: {folder}: not a Hugging Face checkpoint" in out.stderr
     assert "no tokenizer.json" in out.stderr
+
+
+def test_llama_cli_hostile_files_fail_in_one_line(cli_env, tmp_path):
+    from fuzz_files import gguf_metadata, write_checkpoint, write_gguf
+
+    gguf = write_gguf(tmp_path / "bad.gguf", {**gguf_metadata(262),
+                                               "tokenizer.chat_template": "{{ f( }}",
+                                               "llama.attention.head_count": 0})
+    folder = write_checkpoint(tmp_path / "ckpt")
+    (folder / "config.json").write_text('{"num_attention_heads": 0}')
+    for model, message in ((gguf, r"head_count must be an integer in \[1, 1024\], got 0"),
+                           (folder, "config.json: has no .hidden_size.")):
+        run = luminal(cli_env, "generate", "hi\nthere", "--chat", "--model", str(model))
+        assert run.returncode == 1 and run.stdout == ""
+        assert len(run.stderr.splitlines()) == 1, run.stderr
+        assert re.search(message, run.stderr), run.stderr

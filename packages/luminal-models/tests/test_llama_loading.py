@@ -23,13 +23,13 @@ from safetensors.numpy import save_file
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 64, 2, 1, 32, 64, 16
 
 
-def _llama_tensors(rng: np.random.Generator) -> dict[str, np.ndarray]:
+def tiny_llama_tensors(rng: np.random.Generator, vocab: int = VOCAB) -> dict[str, np.ndarray]:
     """GGUF name -> float32 array (NumPy row-major shapes) for a 1-layer model."""
     def w(*shape: int) -> np.ndarray:
         return (rng.normal(size=shape) * 0.1).astype(np.float32)
 
     return {
-        "token_embd.weight": w(VOCAB, HIDDEN),
+        "token_embd.weight": w(vocab, HIDDEN),
         "output_norm.weight": np.ones(HIDDEN, np.float32),
         "blk.0.attn_norm.weight": np.ones(HIDDEN, np.float32),
         "blk.0.attn_q.weight": w(HEADS * HEAD_DIM, HIDDEN),
@@ -77,7 +77,8 @@ def _logits(model: Llama, ids: list[int]) -> np.ndarray:
 
 @pytest.mark.parametrize("q8", [True, False], ids=["q8_0", "f32"])
 def test_llama_gguf_loads_a_well_formed_tiny_file(tmp_path: Path, q8: bool):
-    path = _write_llama_gguf(tmp_path / "tiny.gguf", _llama_tensors(np.random.default_rng(0)), q8)
+    tensors = tiny_llama_tensors(np.random.default_rng(0))
+    path = _write_llama_gguf(tmp_path / "tiny.gguf", tensors, q8)
     model = Llama.from_gguf(path, progress=False)
     assert model.config.num_kv_heads == KV_HEADS and model.config.head_dim == HEAD_DIM
     assert _logits(model, [1, 2, 3]).shape == (1, 3, VOCAB)
@@ -88,7 +89,7 @@ def test_llama_gguf_loads_a_well_formed_tiny_file(tmp_path: Path, q8: bool):
 def test_llama_gguf_shape_mismatch_names_file_and_tensor(tmp_path: Path, q8: bool,
                                                          quantized: bool):
     """A (64, 64) attn_v where the config wants (32, 64) fails at load, not in forward."""
-    tensors = _llama_tensors(np.random.default_rng(0))
+    tensors = tiny_llama_tensors(np.random.default_rng(0))
     tensors["blk.0.attn_v.weight"] = np.zeros((64, HIDDEN), np.float32)
     path = _write_llama_gguf(tmp_path / "bad.gguf", tensors, q8)
     with pytest.raises(ModelFileError) as e:
@@ -99,7 +100,7 @@ def test_llama_gguf_shape_mismatch_names_file_and_tensor(tmp_path: Path, q8: boo
 
 
 def test_llama_gguf_norm_and_embedding_mismatches_are_caught(tmp_path: Path):
-    tensors = _llama_tensors(np.random.default_rng(0))
+    tensors = tiny_llama_tensors(np.random.default_rng(0))
     tensors["blk.0.ffn_norm.weight"] = np.ones(HIDDEN + 1, np.float32)
     path = _write_llama_gguf(tmp_path / "norm.gguf", tensors)
     with pytest.raises(ModelFileError, match=r"tensor 'blk\.0\.ffn_norm\.weight' \(model\.layers"
@@ -112,7 +113,7 @@ def _hf_tensors(rng: np.random.Generator) -> dict[str, np.ndarray]:
     """Hugging Face name -> array for the same 1-layer model (untied head)."""
     from luminal_models.llama import gguf_to_hf_name
 
-    out = {gguf_to_hf_name(k): v for k, v in _llama_tensors(rng).items()}
+    out = {gguf_to_hf_name(k): v for k, v in tiny_llama_tensors(rng).items()}
     out["lm_head.weight"] = (rng.normal(size=(VOCAB, HIDDEN)) * 0.1).astype(np.float32)
     return out
 

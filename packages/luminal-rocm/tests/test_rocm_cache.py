@@ -68,7 +68,16 @@ def test_rocm_cache_corrupt_entry_is_rebuilt(device, damage):
 def test_rocm_cache_entry_rejected_by_driver_is_rebuilt(device):
     source = SOURCE % "4.0f"
     path = build_program(device, source).path
-    write_entry(path, b"not a device binary, but with a valid checksum")
+    write_entry(path, path.stem, b"not a device binary, but with a valid checksum")
     rebuilt = build_program(device, source)
     assert rebuilt.origin == "rebuilt"
     np.testing.assert_array_equal(_run(device, rebuilt.program), np.arange(8) * 0.5 + 4)
+
+
+def test_rocm_cache_entry_of_another_source_is_not_trusted(device):
+    first, second = SOURCE % "5.0f", SOURCE % "6.0f"
+    built_first, built_second = build_program(device, first), build_program(device, second)
+    built_first.path.write_bytes(built_second.path.read_bytes())  # valid entry, wrong key
+    again = build_program(device, first)
+    assert again.origin == "rebuilt"
+    np.testing.assert_array_equal(_run(device, again.program), np.arange(8) * 0.5 + 5)

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .codegen.schedule import Schedule
-    from .graph import Graph
+    from .ir import Graph
 
 
 @dataclass(frozen=True)
@@ -32,16 +30,6 @@ class BackendStatus:
     device: str = ""
     reason: str = ""
     priority: float | None = None
-
-
-class Runtime(Protocol):
-    """What a backend's `compile()` installs on the graph (`graph.set_runtime`)."""
-
-    def execute(self, graph: Graph, dims: dict[str, int]) -> None:
-        """Run the compiled graph once with the graph's current inputs and dim values."""
-
-    def fetch(self, node_id: int) -> np.ndarray:
-        """Host copy of a retrieved or kept node's output (row-major, the node's shape)."""
 
 
 class Backend:

@@ -2,21 +2,27 @@
 
 Libraries are cached under `$LUMINAL_CACHE/cpu` (default `~/.cache/luminal/cpu`), named by a
 hash of the source, the compiler's version, the flags and the host CPU (`-march=native`
-depends on it). Each `.so` has a `.sha256` beside it; a library whose checksum does not match,
-or that fails to load, is rebuilt, never trusted.
+depends on it). Each `.so` has a `.sha256` beside it and its key compiled in; a library
+whose checksum does not match, that was built for another key (an entry copied or renamed),
+that is cut short (checked against its ELF headers before it is mapped), or that fails to
+load, is rebuilt, never trusted.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import ctypes
 import functools
 import hashlib
 import os
 import shlex
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,20 +143,71 @@ def _compile(source: str, cc: Compiler, out: Path, links: tuple[Path, ...]) -> N
         raise CompileError(f"C compiler failed ({' '.join(cc.argv)}):\n{proc.stderr[-4000:]}")
 
 
-def _load_verified(so: Path, checksum: Path) -> ctypes.CDLL | None:
+def _key_marker(key: str) -> bytes:
+    return f"luminal-cache-key:{key}".encode()
+
+
+def _with_key(source: str, key: str) -> str:
+    """The source with its cache key compiled in, so an entry proves which source it was built
+    from: a library of another graph copied under this key (with its checksum) is refused."""
+    marker = _key_marker(key).decode()
+    return f'{source}\n__attribute__((used)) const char lm_cache_key[] = "{marker}";\n'
+
+
+def _elf_complete(data: bytes) -> bool:
+    """Whether every segment the loader maps and the section table lie inside `data`: a
+    library cut short would otherwise be mapped past its end and crash on first use (SIGBUS)."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
+        return False
+    wide, order = data[4] == 2, "<" if data[5] == 1 else ">"
+    word = "Q" if wide else "I"
+    ph_off, sh_off = struct.unpack_from(f"{order}{word}{word}", data, 0x20 if wide else 0x1C)
+    ph_size, ph_num, sh_size, sh_num = struct.unpack_from(f"{order}4H", data,
+                                                          0x36 if wide else 0x2A)
+    if ph_off + ph_size * ph_num > len(data) or sh_off + sh_size * sh_num > len(data):
+        return False
+    offset_at, filesz_at = (8, 32) if wide else (4, 16)  # p_offset, p_filesz
+    for k in range(ph_num):
+        at = ph_off + k * ph_size
+        (offset,) = struct.unpack_from(order + word, data, at + offset_at)
+        (filesz,) = struct.unpack_from(order + word, data, at + filesz_at)
+        if offset + filesz > len(data):
+            return False
+    return True
+
+
+def _load_verified(so: Path, checksum: Path, key: str) -> ctypes.CDLL | None:
+    """The cached library, if its checksum matches, it was built for `key`, and (on ELF
+    systems) it is complete; else None (and the entry is rebuilt)."""
     try:
-        if checksum.read_text().strip() != _digest(so.read_bytes()):
+        data = so.read_bytes()
+        if checksum.read_text().strip() != _digest(data) or _key_marker(key) not in data:
+            return None
+        if sys.platform.startswith("linux") and not _elf_complete(data):
             return None
         return ctypes.CDLL(str(so))
-    except OSError:
+    except OSError:  # missing, unreadable, a directory, or rejected by the loader
         return None
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@functools.lru_cache(maxsize=1)
+def _private_dir() -> Path:
+    """Where libraries go when the cache cannot hold them (removed at exit)."""
+    path = Path(tempfile.mkdtemp(prefix="luminal-cpu-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 @dataclass(frozen=True)
@@ -164,20 +221,29 @@ class Library:
 
 def build(source: str, cc: Compiler, links: tuple[Path, ...] = ()) -> Library:
     """The shared library for `source` (linked to the libraries `links`): from the cache when
-    a verified copy exists, else compiled and stored (replacing a corrupt entry)."""
+    a verified copy exists, else compiled and stored (replacing a corrupt entry). When the
+    cache cannot be written (read-only, full, or an entry's path taken by a directory), the
+    library is built in a private temporary directory instead, with a warning."""
     directory = cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
     key = cache_key(source, cc, links)
+    source = _with_key(source, key)
     so, checksum = directory / f"{key}.so", directory / f"{key}.sha256"
-    if so.exists() and checksum.exists():
-        lib = _load_verified(so, checksum)
-        if lib is not None:
-            return Library(lib, so, cached=True)
-    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+    lib = _load_verified(so, checksum, key)
+    if lib is not None:
+        return Library(lib, so, cached=True)
+    with tempfile.TemporaryDirectory() as tmp:
         built = Path(tmp) / "lib.so"
         _compile(source, cc, built, links)
         data = built.read_bytes()
-    _write_atomic(directory / f"{key}.c", source.encode())
-    _write_atomic(so, data)
-    _write_atomic(checksum, _digest(data).encode())
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_atomic(directory / f"{key}.c", source.encode())
+        _write_atomic(so, data)
+        _write_atomic(checksum, _digest(data).encode())
+    except OSError as e:
+        warnings.warn(f"luminal-cpu: cannot store a compiled library in the cache {directory} "
+                      f"({e.strerror or e}); using an uncached copy", RuntimeWarning,
+                      stacklevel=2)
+        so = _private_dir() / f"{key}.so"
+        so.write_bytes(data)
     return Library(ctypes.CDLL(str(so)), so, cached=False)

@@ -13,7 +13,6 @@ inside the graph.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -28,8 +27,9 @@ import numpy as np
 from luminal import GraphTensor
 from tqdm.auto import tqdm
 
+from .config_schema import REQUIRED, get_float, get_int, read_json_object
 from .errors import ModelFileError
-from .llama import _check_complete, _check_shape
+from .llama import LIMITS, MAX_DIM, _check_complete, _check_shape
 
 __all__ = ["HF_NAMES", "Bert", "BertConfig", "SentenceEncoder", "minilm_path"]
 
@@ -62,16 +62,25 @@ class BertConfig:
                                  "BERT's exact 'gelu')")
         if config.get("position_embedding_type", "absolute") != "absolute":
             raise ModelFileError("config.json: only absolute position embeddings are supported")
+        def count(key: str, default: Any = REQUIRED, lo: int = 1) -> int:
+            return get_int("config.json", config, key, lo, LIMITS.get(key, MAX_DIM), default)
+
+        hidden, heads = count("hidden_size"), count("num_attention_heads")
+        if hidden % heads:
+            raise ModelFileError(f"config.json: num_attention_heads {heads} does not divide "
+                                 f"hidden_size {hidden}")
+        vocab = count("vocab_size")
         return cls(
-            vocab_size=int(config["vocab_size"]),
-            hidden_size=int(config["hidden_size"]),
-            num_layers=int(config["num_hidden_layers"]),
-            num_heads=int(config["num_attention_heads"]),
-            intermediate_size=int(config["intermediate_size"]),
-            max_position_embeddings=int(config.get("max_position_embeddings", 512)),
-            type_vocab_size=int(config.get("type_vocab_size", 2)),
-            layer_norm_eps=float(config.get("layer_norm_eps", 1e-12)),
-            pad_token_id=int(config.get("pad_token_id", 0)),
+            vocab_size=vocab,
+            hidden_size=hidden,
+            num_layers=count("num_hidden_layers"),
+            num_heads=heads,
+            intermediate_size=count("intermediate_size"),
+            max_position_embeddings=count("max_position_embeddings", 512),
+            type_vocab_size=count("type_vocab_size", 2),
+            layer_norm_eps=get_float("config.json", config, "layer_norm_eps", 0.0, 1.0, 1e-12,
+                                     open_low=True),
+            pad_token_id=count("pad_token_id", 0, lo=0),
         )
 
 
@@ -137,10 +146,7 @@ class Bert(nn.Module):
         config_path = folder / "config.json"
         if not config_path.is_file():
             raise ModelFileError(f"{folder}: no config.json next to the safetensors weights")
-        try:
-            model = cls(BertConfig.from_hf(json.loads(config_path.read_text())))
-        except (KeyError, ValueError, TypeError) as e:
-            raise ModelFileError(f"{config_path}: not a usable BERT config: {e!r}") from e
+        model = cls(BertConfig.from_hf(read_json_object(config_path)))
         file = folder / "model.safetensors"
         params = dict(model.named_parameters())
         loaded: set[str] = set()
@@ -274,7 +280,8 @@ class SentenceEncoder:
         settings = folder / "sentence_bert_config.json"
         max_len = 256
         if settings.is_file():
-            max_len = int(json.loads(settings.read_text()).get("max_seq_length", max_len))
+            max_len = get_int(settings, read_json_object(settings), "max_seq_length", 1,
+                              1 << 20, max_len)
         try:
             tokenizer = HFTokenizer.from_file(str(tokenizer_path))
         except Exception as e:  # tokenizers raises a bare Exception for malformed files

@@ -70,6 +70,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Execute `luminal generate`; returns the exit status."""
     import luminal as lm
+    from jinja2 import TemplateError
 
     from .errors import HubError, ModelFileError
     from .generate import Generator
@@ -119,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
             prompt = tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
         stream = None if args.json else _write_stdout
         result = generator.generate(prompt, args.max_tokens, sampling, on_text=stream)
-    except (ValueError, RuntimeError, FileNotFoundError, HubError, ModelFileError) as exc:
+    except (ValueError, RuntimeError, FileNotFoundError, HubError, ModelFileError,
+            TemplateError) as exc:
         return _fail(str(exc))
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
@@ -160,5 +162,6 @@ def _write_stdout(text: str) -> None:
 
 
 def _fail(message: str) -> int:
-    print(f"luminal generate: error: {message}", file=sys.stderr)
+    # one line, whatever the message holds (a compiler's output, a name with newlines)
+    print(f"luminal generate: error: {' | '.join(message.splitlines())}", file=sys.stderr)
     return 1

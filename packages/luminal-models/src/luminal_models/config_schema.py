@@ -18,18 +18,19 @@ from .errors import ModelFileError
 
 __all__ = [
     "MAX_JSON_BYTES",
+    "REQUIRED",
     "get_bool",
     "get_float",
     "get_int",
-    "get_int_list",
+    "get_list",
     "get_str",
-    "get_str_list",
+    "read_capped",
     "read_json_object",
 ]
 
 MAX_JSON_BYTES = 64 << 20  # far above any real config.json / tokenizer_config.json
 
-_MISSING: Any = object()
+REQUIRED: Any = object()  # the default of a key that must be present
 
 
 def _shown(value: Any) -> str:
@@ -39,13 +40,13 @@ def _shown(value: Any) -> str:
 
 
 def _absent(source: object, key: str, default: Any, error: type[ModelFileError]) -> Any:
-    if default is _MISSING:
+    if default is REQUIRED:
         raise error(f"{source}: has no {key!r}")
     return default
 
 
 def get_int(source: object, meta: Mapping[str, Any], key: str, lo: int, hi: int,
-            default: Any = _MISSING, error: type[ModelFileError] = ModelFileError) -> Any:
+            default: Any = REQUIRED, error: type[ModelFileError] = ModelFileError) -> Any:
     """``meta[key]`` as an int in ``[lo, hi]`` (``default`` when absent or null)."""
     value = meta.get(key)
     if value is None:
@@ -58,7 +59,7 @@ def get_int(source: object, meta: Mapping[str, Any], key: str, lo: int, hi: int,
 
 
 def get_float(source: object, meta: Mapping[str, Any], key: str, lo: float, hi: float,
-              default: Any = _MISSING, error: type[ModelFileError] = ModelFileError,
+              default: Any = REQUIRED, error: type[ModelFileError] = ModelFileError,
               open_low: bool = False) -> Any:
     """``meta[key]`` as a finite float in ``[lo, hi]`` (``(lo, hi]`` with ``open_low``)."""
     value = meta.get(key)
@@ -75,7 +76,7 @@ def get_float(source: object, meta: Mapping[str, Any], key: str, lo: float, hi: 
     return value
 
 
-def get_bool(source: object, meta: Mapping[str, Any], key: str, default: Any = _MISSING,
+def get_bool(source: object, meta: Mapping[str, Any], key: str, default: Any = REQUIRED,
              error: type[ModelFileError] = ModelFileError) -> Any:
     """``meta[key]`` as a bool (JSON true/false, GGUF bool)."""
     value = meta.get(key)
@@ -86,7 +87,7 @@ def get_bool(source: object, meta: Mapping[str, Any], key: str, default: Any = _
     return value
 
 
-def get_str(source: object, meta: Mapping[str, Any], key: str, default: Any = _MISSING,
+def get_str(source: object, meta: Mapping[str, Any], key: str, default: Any = REQUIRED,
             error: type[ModelFileError] = ModelFileError) -> Any:
     """``meta[key]`` as a str."""
     value = meta.get(key)
@@ -97,27 +98,29 @@ def get_str(source: object, meta: Mapping[str, Any], key: str, default: Any = _M
     return value
 
 
-def get_str_list(source: object, meta: Mapping[str, Any], key: str, default: Any = _MISSING,
-                 error: type[ModelFileError] = ModelFileError) -> Any:
-    """``meta[key]`` as a list of str."""
-    value = meta.get(key)
-    if value is None:
-        return _absent(source, key, default, error)
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise error(f"{source}: {key} must be a list of strings, got {_shown(value)}")
-    return value
-
-
-def get_int_list(source: object, meta: Mapping[str, Any], key: str, default: Any = _MISSING,
-                 error: type[ModelFileError] = ModelFileError) -> Any:
-    """``meta[key]`` as a list of int."""
+def get_list(source: object, meta: Mapping[str, Any], key: str, item: type,
+             default: Any = REQUIRED, error: type[ModelFileError] = ModelFileError) -> Any:
+    """``meta[key]`` as a list whose elements are all of type ``item`` (str or int; an int
+    is not a bool)."""
     value = meta.get(key)
     if value is None:
         return _absent(source, key, default, error)
     if not isinstance(value, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise error(f"{source}: {key} must be a list of integers, got {_shown(value)}")
+            isinstance(v, item) and not isinstance(v, bool) for v in value):
+        raise error(f"{source}: {key} must be a list of {item.__name__}, got {_shown(value)}")
     return value
+
+
+def read_capped(path: Path, limit: int, error: type[ModelFileError] = ModelFileError) -> bytes:
+    """The bytes of a side file, refusing one over `limit` bytes without reading it all."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise error(f"{path}: cannot read: {e.strerror or e}") from e
+    if len(data) > limit:
+        raise error(f"{path}: larger than {limit} bytes")
+    return data
 
 
 def read_json_object(path: Path, error: type[ModelFileError] = ModelFileError) -> dict[str, Any]:
@@ -126,13 +129,7 @@ def read_json_object(path: Path, error: type[ModelFileError] = ModelFileError) -
     Raises:
         error: unreadable, over ``MAX_JSON_BYTES``, not UTF-8, not JSON, or not an object.
     """
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_JSON_BYTES + 1)
-    except OSError as e:
-        raise error(f"{path}: cannot read: {e.strerror or e}") from e
-    if len(data) > MAX_JSON_BYTES:
-        raise error(f"{path}: larger than {MAX_JSON_BYTES} bytes; not a config file")
+    data = read_capped(path, MAX_JSON_BYTES, error)
     try:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:

@@ -6,10 +6,12 @@ each variable as its name, a u8 rank, one u32 per dim, a u8 dtype code, a u32 by
 raw bytes; last, a u32 alias count and (alias, target) name pairs. Strings are a u16 length that
 counts a trailing NUL. Nothing in it is executable, so nothing is ever unpickled.
 
-The file is memory-mapped once; every variable is a read-only NumPy view of the map. Every
-length and offset is checked against the file size before it is used, and a variable's byte
-count against its dims and dtype, so a corrupt or truncated file fails with a
-:class:`~luminal_models.errors.CT2Error` naming the file, the variable and the byte offset.
+The header is parsed from a memory map that is closed once parsing ends; variables are then
+read with ``pread`` into new read-only arrays (:mod:`luminal_models.file_reads`), so a file
+truncated while open gives an error, never SIGBUS. Every length and offset is checked against
+the file size before it is used, and a variable's byte count against its dims and dtype, so a
+corrupt or truncated file fails with a :class:`~luminal_models.errors.CT2Error` naming the
+file, the variable and the byte offset.
 """
 
 from __future__ import annotations
@@ -19,12 +21,12 @@ import os
 import struct
 from dataclasses import dataclass
 from math import prod
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .errors import CT2Error
+from .file_reads import OpenFile
 
 __all__ = ["CT2Error", "CT2File", "CT2Variable"]
 
@@ -61,8 +63,8 @@ class CT2Variable:
     bfloat16: bool = False
 
 
-class CT2File:
-    """A memory-mapped CTranslate2 ``model.bin``.
+class CT2File(OpenFile):
+    """A CTranslate2 ``model.bin``, open for reading.
 
     Attributes:
         path: the file.
@@ -74,20 +76,27 @@ class CT2File:
         CT2Error: the file is missing, truncated, of an unsupported version, or malformed.
     """
 
+    error = CT2Error
+    kind = "model.bin file"
+
     def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
+        if self._open(path) == 0:
+            self.close()
+            raise CT2Error(f"{self.path}: empty file, not a CTranslate2 model")
         try:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size == 0:
-                    raise CT2Error(f"{self.path}: empty file, not a CTranslate2 model")
-                self._map: mmap.mmap | None = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except FileNotFoundError:
-            raise CT2Error(f"{self.path}: no such file") from None
-        except IsADirectoryError:
-            raise CT2Error(f"{self.path}: is a directory, not a model.bin file") from None
+            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as e:
+            self.close()
             raise CT2Error(f"{self.path}: cannot read: {e.strerror or e}") from e
+        try:
+            self._parse()
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            self._map.close()  # variables are read with pread from here on
+
+    def _parse(self) -> None:
         self._pos = 0
         self.version = self._u32("the format version")
         if self.version not in SUPPORTED_VERSIONS:
@@ -102,6 +111,9 @@ class CT2File:
         self.variables: dict[str, CT2Variable] = {}
         for _ in range(count):
             var = self._variable()
+            if var.name in self.variables:
+                raise CT2Error(f"{self.path}: variable {var.name!r} (header at byte "
+                               f"{var.offset}) appears twice")
             self.variables[var.name] = var
         self.aliases: dict[str, str] = {}
         for _ in range(self._u32("the alias count")):
@@ -113,14 +125,18 @@ class CT2File:
             self.aliases[alias] = target
 
     # ----- header parsing ---------------------------------------------------------------------
-    def _take(self, n: int, what: str) -> memoryview:
+    def _skip(self, n: int, what: str) -> int:
+        """Advance over `n` bytes (checked against the file size); their start offset."""
         start, end = self._pos, self._pos + n
-        assert self._map is not None
         if end > len(self._map):
             raise CT2Error(f"{self.path}: truncated file: {what} needs bytes {start}..{end} but "
                            f"the file has only {len(self._map)} bytes")
         self._pos = end
-        return memoryview(self._map)[start:end]
+        return start
+
+    def _take(self, n: int, what: str) -> bytes:
+        start = self._skip(n, what)
+        return self._map[start:start + n]
 
     def _u32(self, what: str) -> int:
         return struct.unpack("<I", self._take(4, what))[0]
@@ -152,8 +168,7 @@ class CT2File:
         if nbytes != prod(shape) * dtype.itemsize:
             raise CT2Error(f"{self.path}: {where}: shape {shape} of {dtype} needs "
                            f"{prod(shape) * dtype.itemsize} bytes but the file says {nbytes}")
-        offset = self._pos
-        self._take(nbytes, f"the data of {where}")
+        offset = self._skip(nbytes, f"the data of {where}")
         return CT2Variable(name, tuple(shape), dtype, offset, nbytes, code == _BFLOAT16)
 
     # ----- reading ----------------------------------------------------------------------------
@@ -172,12 +187,10 @@ class CT2File:
         return self.resolve(name) in self.variables
 
     def tensor(self, name: str) -> np.ndarray:
-        """A variable as a read-only NumPy view of the file (bfloat16: a new float32 array)."""
+        """A variable as a new read-only NumPy array (bfloat16 widened to float32)."""
         var = self.info(name)
-        if self._map is None:
-            raise CT2Error(f"{self.path}: variable {name!r}: the file has been closed")
-        flat = np.frombuffer(self._map, dtype=var.dtype, count=prod(var.shape),
-                             offset=var.offset)
+        raw = self._read(var.offset, var.nbytes, f"variable {name!r}")
+        flat = raw.view(var.dtype)
         if var.bfloat16:
             flat = (flat.astype(np.uint32) << 16).view(np.float32)
         return flat.reshape(var.shape)
@@ -189,16 +202,6 @@ class CT2File:
             raise CT2Error(f"{self.path}: variable {name!r} has shape {value.shape}, expected "
                            "a scalar")
         return value.reshape(()).item()
-
-    def close(self) -> None:
-        """Drop this object's reference to the map (arrays already returned keep it alive)."""
-        self._map = None
-
-    def __enter__(self) -> CT2File:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (f"CT2File({str(self.path)!r}, {self.spec} rev {self.revision}, "

@@ -17,14 +17,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from math import prod
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from .errors import GGUFError
-from .file_reads import read_exact
+from .file_reads import OpenFile
 from .gguf_header import parse_header
 from .quants import QUANT_TYPES, QuantType
 from .quants import dequantize as _dequantize  # GGUFFile.tensor has a parameter of that name
@@ -67,7 +66,7 @@ def _describe_type(ggml_type: GGMLQuantizationType) -> QuantType:
     return QuantType(ggml_type.name, int(ggml_type), block_size, type_size)
 
 
-class GGUFFile:
+class GGUFFile(OpenFile):
     """A GGUF file, open for reading.
 
     Attributes:
@@ -81,18 +80,11 @@ class GGUFFile:
             rules checked).
     """
 
+    error = GGUFError
+    kind = "GGUF file"
+
     def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
-        self._file: Any = None
-        try:
-            self._file = open(self.path, "rb")  # noqa: SIM115 (kept open for tensor reads)
-            size = os.fstat(self._file.fileno()).st_size
-        except FileNotFoundError:
-            raise GGUFError(f"{self.path}: no such file") from None
-        except IsADirectoryError:
-            raise GGUFError(f"{self.path}: is a directory, not a GGUF file") from None
-        except OSError as e:
-            raise GGUFError(f"{self.path}: cannot read: {e.strerror or e}") from e
+        size = self._open(path)
         try:
             header = parse_header(self._file, size, self.path)
         except BaseException:
@@ -145,13 +137,11 @@ class GGUFFile:
                 f"{self.path}: tensor {name!r} has type {info.qtype.name}, which luminal_models "
                 f"cannot dequantize (supported: {', '.join(QUANT_TYPES)})"
             )
-        if self._file is None:
-            raise GGUFError(f"{self.path}: tensor {name!r}: the file has been closed")
-        raw = read_exact(self._file.fileno(), info.offset, info.nbytes,
-                         f"{self.path}: tensor {name!r}", GGUFError)
+        raw = self._read(info.offset, info.nbytes, f"tensor {name!r}")
         if not dequantize:
             return raw.reshape((*info.shape[:-1], -1))
-        return _dequantize(raw, info.qtype, info.shape)
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf stored in a file are data
+            return _dequantize(raw, info.qtype, info.shape)
 
     def expect_shape(self, name: str, shape: Sequence[int | None]) -> TensorInfo:
         """Check that tensor ``name`` has ``shape`` (NumPy order; None matches any size).
@@ -175,20 +165,7 @@ class GGUFFile:
     def close(self) -> None:
         """Close the file (arrays already returned are copies and stay valid)."""
         self.tensors = {}
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def __del__(self) -> None:
-        file = getattr(self, "_file", None)
-        if file is not None:
-            file.close()
-
-    def __enter__(self) -> GGUFFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().close()
 
     def __repr__(self) -> str:
         return f"GGUFFile({str(self.path)!r}, {len(self.tensors)} tensors)"

@@ -24,7 +24,15 @@ import numpy as np
 from luminal import GraphTensor
 from tqdm.auto import tqdm
 
-from .config_schema import get_bool, get_float, get_int, get_str, get_str_list, read_json_object
+from .config_schema import (
+    REQUIRED,
+    get_bool,
+    get_float,
+    get_int,
+    get_list,
+    get_str,
+    read_json_object,
+)
 from .errors import ModelFileError
 from .gguf_file import GGUFFile, TensorInfo
 
@@ -94,9 +102,9 @@ class LlamaConfig:
             )
         src = gguf.path
 
-        def count(key: str, default: Any = _REQUIRED) -> int:
-            limit = LIMITS.get(key.rsplit(".", 1)[-1], _MAX_DIM)
-            return get_int(src, meta, f"{arch}.{key}", 1, limit, **_default(default))
+        def count(key: str, default: Any = REQUIRED) -> int:
+            limit = LIMITS.get(key.rsplit(".", 1)[-1], MAX_DIM)
+            return get_int(src, meta, f"{arch}.{key}", 1, limit, default)
 
         hidden, heads = count("embedding_length"), count("attention.head_count")
         head_dim = count("attention.key_length", None) or count("rope.dimension_count", None)
@@ -153,8 +161,8 @@ class LlamaConfig:
         if not isinstance(config, Mapping):
             raise ModelFileError(f"{src}: must hold a JSON object, got {type(config).__name__}")
 
-        def count(key: str, default: Any = _REQUIRED) -> int:
-            return get_int(src, config, key, 1, LIMITS.get(key, _MAX_DIM), **_default(default))
+        def count(key: str, default: Any = REQUIRED) -> int:
+            return get_int(src, config, key, 1, LIMITS.get(key, MAX_DIM), default)
 
         params = config.get("rope_parameters") or {}
         if not isinstance(params, Mapping):
@@ -171,7 +179,7 @@ class LlamaConfig:
         window = count("sliding_window", None)
         if not get_bool(src, config, "use_sliding_window", True):  # Qwen2-style switch
             window = None
-        layer_types = get_str_list(src, config, "layer_types", None)
+        layer_types = get_list(src, config, "layer_types", str, None)
         head_dim = count("head_dim", None) or _derived_head_dim(src, hidden, heads)
         return _checked(src, cls,
             vocab_size=count("vocab_size"),
@@ -204,15 +212,10 @@ LIMITS: dict[str, int] = {
     "head_dim": 4096, "key_length": 4096, "dimension_count": 4096,
     "max_position_embeddings": 1 << 24, "context_length": 1 << 24, "sliding_window": 1 << 24,
 }  # fmt: skip
-_MAX_DIM = 1 << 24
-_REQUIRED: Any = object()
+MAX_DIM = 1 << 24  # bound of the sizes LIMITS does not name
 _LAYER_KINDS = ("full_attention", "sliding_attention")
 _GGUF_LAYER = re.compile(r"^blk\.(\d+)\.")
 _HF_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
-
-
-def _default(default: Any) -> dict[str, Any]:
-    return {} if default is _REQUIRED else {"default": default}
 
 
 def _derived_head_dim(source: object, hidden: int, heads: int) -> int:

@@ -21,13 +21,12 @@ import os
 import struct
 from dataclasses import dataclass
 from math import prod
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .errors import SafetensorsError
-from .file_reads import read_exact
+from .file_reads import OpenFile
 
 __all__ = ["SafetensorInfo", "SafetensorsError", "SafetensorsFile"]
 
@@ -92,7 +91,7 @@ class SafetensorInfo:
     nbytes: int
 
 
-class SafetensorsFile:
+class SafetensorsFile(OpenFile):
     """A safetensors file, open for reading.
 
     Attributes:
@@ -104,34 +103,23 @@ class SafetensorsFile:
         SafetensorsError: the file is missing, truncated, or its header is malformed.
     """
 
+    error = SafetensorsError
+    kind = "safetensors file"
+
     def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
-        self._file: Any = None
-        header, data_start, size = self._read_header()
+        size = self._open(path)
+        try:
+            header, data_start = self._parse_header(size)
+        except BaseException:
+            self.close()
+            raise
         self.metadata: dict[str, str] = self._check_metadata(header.pop("__metadata__", {}))
         self.tensors: dict[str, SafetensorInfo] = {}
         for name, entry in header.items():
             self.tensors[name] = self._check_entry(name, entry, data_start)
         self._check_layout(data_start, size)
 
-    def _read_header(self) -> tuple[dict[str, Any], int, int]:
-        try:
-            self._file = open(self.path, "rb")  # noqa: SIM115 (kept open for tensor reads)
-            size = os.fstat(self._file.fileno()).st_size
-        except FileNotFoundError:
-            raise SafetensorsError(f"{self.path}: no such file") from None
-        except IsADirectoryError:
-            raise SafetensorsError(f"{self.path}: is a directory, not a safetensors file") from None
-        except OSError as e:
-            self.close()
-            raise SafetensorsError(f"{self.path}: cannot read: {e.strerror or e}") from e
-        try:
-            return self._parse_header(size)
-        except BaseException:
-            self.close()
-            raise
-
-    def _parse_header(self, size: int) -> tuple[dict[str, Any], int, int]:
+    def _parse_header(self, size: int) -> tuple[dict[str, Any], int]:
         if size < 8:
             raise SafetensorsError(
                 f"{self.path}: truncated file ({size} bytes; a safetensors file starts "
@@ -160,7 +148,7 @@ class SafetensorsFile:
             ) from None
         if not isinstance(header, dict):
             raise SafetensorsError(f"{self.path}: header is not a JSON object")
-        return header, 8 + n, size
+        return header, 8 + n
 
     def _check_metadata(self, metadata: Any) -> dict[str, str]:
         if not isinstance(metadata, dict) or not all(
@@ -232,31 +220,11 @@ class SafetensorsFile:
             raise SafetensorsError(
                 f"{self.path}: tensor {name!r} has dtype {info.dtype}, which NumPy cannot hold"
             )
-        if self._file is None:
-            raise SafetensorsError(f"{self.path}: tensor {name!r}: the file has been closed")
         dtype = _NUMPY[info.dtype]
-        raw = read_exact(self._file.fileno(), info.offset, info.nbytes,
-                         f"{self.path}: tensor {name!r}", SafetensorsError)
+        raw = self._read(info.offset, info.nbytes, f"tensor {name!r}")
         if info.dtype == "BF16":
             return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32).reshape(info.shape)
         return raw.view(dtype).reshape(info.shape)
-
-    def close(self) -> None:
-        """Close the file (arrays already returned are copies and stay valid)."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-    def __del__(self) -> None:
-        file = getattr(self, "_file", None)
-        if file is not None:
-            file.close()
-
-    def __enter__(self) -> SafetensorsFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"SafetensorsFile({str(self.path)!r}, {len(self.tensors)} tensors)"

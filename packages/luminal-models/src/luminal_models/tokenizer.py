@@ -38,7 +38,7 @@ from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, proc
 from tokenizers import Tokenizer as HFTokenizer
 
 from .chat_template import MAX_TEMPLATE_BYTES, render_chat_template
-from .config_schema import get_bool, get_int, get_int_list, get_str, get_str_list, read_json_object
+from .config_schema import get_bool, get_int, get_list, get_str, read_capped, read_json_object
 from .errors import TokenizerError
 
 __all__ = ["IncrementalDecoder", "Tokenizer", "TokenizerError"]
@@ -104,13 +104,7 @@ def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
 
 
 def _read_template(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_TEMPLATE_BYTES + 1)
-    except OSError as e:
-        raise TokenizerError(f"{path}: cannot read: {e.strerror or e}") from e
-    if len(data) > MAX_TEMPLATE_BYTES:
-        raise TokenizerError(f"{path}: larger than {MAX_TEMPLATE_BYTES} bytes")
+    data = read_capped(path, MAX_TEMPLATE_BYTES, TokenizerError)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -149,12 +143,12 @@ class Tokenizer:
                 f"(supported: {', '.join(sorted(_PRE_TOKENIZERS))})"
             )
         self.pre: str = pre
-        tokens: list[str] = get_str_list(name, metadata, "tokenizer.ggml.tokens",
-                                         error=TokenizerError)
-        merges: list[str] = get_str_list(name, metadata, "tokenizer.ggml.merges",
-                                         error=TokenizerError)
-        types = get_int_list(name, metadata, "tokenizer.ggml.token_type",
-                             [_NORMAL] * len(tokens), error=TokenizerError)
+        tokens: list[str] = get_list(name, metadata, "tokenizer.ggml.tokens", str,
+                                     error=TokenizerError)
+        merges: list[str] = get_list(name, metadata, "tokenizer.ggml.merges", str,
+                                     error=TokenizerError)
+        types = get_list(name, metadata, "tokenizer.ggml.token_type", int,
+                         [_NORMAL] * len(tokens), error=TokenizerError)
         if len(types) != len(tokens):
             raise TokenizerError(
                 f"{name}: {len(tokens)} tokens but {len(types)} token types in the metadata"

@@ -13,7 +13,6 @@ is tied to the token embedding. Float16 weights are widened to float32 (exact).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 from luminal import GraphTensor
 from tqdm.auto import tqdm
 
+from .config_schema import read_json_object
 from .ct2_file import CT2File
 from .errors import CT2Error, ModelFileError
 from .llama import _check_complete, _check_shape
@@ -306,12 +306,4 @@ def whisper_tiny_en_path() -> Path:
 def read_ct2_config(folder: Path) -> dict[str, Any]:
     """The model folder's config.json (suppressed ids, alignment heads), {} when absent."""
     path = folder / "config.json"
-    if not path.is_file():
-        return {}
-    try:
-        config = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ModelFileError(f"{path}: not valid JSON: {e}") from e
-    if not isinstance(config, dict):
-        raise ModelFileError(f"{path}: not a JSON object")
-    return config
+    return read_json_object(path) if path.is_file() else {}

@@ -4,8 +4,9 @@ Drivers compile OpenCL C with LLVM (ROCm's comgr, PoCL): hundreds of millisecond
 which dominates the compile time of small graphs. Entries live in `$LUMINAL_CACHE/opencl/`
 (default `~/.cache/luminal/opencl/`), keyed by the SHA-256 of the source, the build options
 and the device identity including its driver version, so a driver upgrade never loads stale
-code. Each file carries a magic tag and the SHA-256 of its payload: a truncated or corrupt
-entry fails the check, or the driver rejects it, and is rebuilt from source, never trusted.
+code. Each file carries a magic tag, its own key and the SHA-256 of its payload: a truncated
+or corrupt entry, or one built for another key (copied or renamed), fails the check, or the
+driver rejects it, and is rebuilt from source, never trusted.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 ENV_CACHE = "LUMINAL_CACHE"
-_MAGIC = b"LMCLBIN1"
+_MAGIC = b"LMCLBIN2"
 
 
 def cache_dir() -> Path:
@@ -37,20 +38,22 @@ def entry_key(source: str, options: str, device_key: str) -> str:
     return h.hexdigest()
 
 
-def read_entry(path: Path) -> bytes | None:
-    """The binary stored at `path`, or None when missing or failing its checksum."""
+def read_entry(path: Path, key: str) -> bytes | None:
+    """The binary stored at `path` for `key`, or None when missing, built for another key or
+    failing its checksum."""
     try:
         raw = path.read_bytes()
     except OSError:
         return None
-    head = len(_MAGIC) + 32
-    if len(raw) <= head or not raw.startswith(_MAGIC):
+    tag = _MAGIC + bytes.fromhex(key)
+    head = len(tag) + 32
+    if len(raw) <= head or not raw.startswith(tag):
         return None
-    digest, payload = raw[len(_MAGIC):head], raw[head:]
+    digest, payload = raw[len(tag):head], raw[head:]
     return payload if hashlib.sha256(payload).digest() == digest else None
 
 
-def write_entry(path: Path, binary: bytes) -> None:
+def write_entry(path: Path, key: str, binary: bytes) -> None:
     """Store atomically (write a temp file, rename), so concurrent processes never see half
     an entry. A read-only or full disk only costs the cache, never the build."""
     try:
@@ -60,7 +63,7 @@ def write_entry(path: Path, binary: bytes) -> None:
         return
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(_MAGIC + hashlib.sha256(binary).digest() + binary)
+            f.write(_MAGIC + bytes.fromhex(key) + hashlib.sha256(binary).digest() + binary)
         os.replace(tmp, path)
     except OSError:
         with contextlib.suppress(OSError):
@@ -80,8 +83,9 @@ class BuiltProgram:
 def build_program(device: Any, source: str, options: str = "") -> BuiltProgram:
     """Build `source` for `device` (a `luminal_rocm.device.Device`), through the disk cache."""
     cl = device.cl
-    path = cache_dir() / f"{entry_key(source, options, device.cache_key)}.bin"
-    binary = read_entry(path)
+    key = entry_key(source, options, device.cache_key)
+    path = cache_dir() / f"{key}.bin"
+    binary = read_entry(path, key)
     origin = "source"
     if binary is not None:
         try:
@@ -94,5 +98,5 @@ def build_program(device: Any, source: str, options: str = "") -> BuiltProgram:
     prg = cl.Program(device.context, source).build(options=options)
     binaries = prg.get_info(cl.program_info.BINARIES)
     if binaries and binaries[0]:
-        write_entry(path, bytes(binaries[0]))
+        write_entry(path, key, bytes(binaries[0]))
     return BuiltProgram(prg, origin, path)

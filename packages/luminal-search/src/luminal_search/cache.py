@@ -68,7 +68,7 @@ def load(key: str) -> dict[str, Any] | None:
     path = cache_dir() / f"{key}.json"
     try:
         plan = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
         return None
     if not isinstance(plan, dict) or plan.get("version") != SEARCH_VERSION or plan.get(
             "key") != key or not isinstance(plan.get("regions"), dict):

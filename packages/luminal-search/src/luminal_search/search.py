@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 from luminal import plugins
 from luminal.backend import Backend
-from luminal.backends.reference import ReferenceBackend
 from luminal.codegen import Schedule
-from luminal.compilers import DeadCodeElimination
 from luminal.graph import Graph
+from luminal.passes import DeadCodeElimination
+from luminal.reference import ReferenceBackend
 
 from . import cache, measure, plan, terms
 from .candidates import DEFAULT, Candidate, RegionResult, WholeGraph

@@ -26,11 +26,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
 
+from .. import ops
 from ..dtypes import DType
 from ..symbolic import INF, Expr, logical_and
 
-UNARY_OPS = ("log2", "exp2", "sin", "sqrt", "recip")
-BINARY_OPS = ("add", "mul", "mod", "lt")
+UNARY_OPS = tuple(op.code for op in ops.MATH)
+BINARY_OPS = tuple(op.code for op in ops.BINARY)
 REDUCE_OPS = ("sum", "max")
 
 
