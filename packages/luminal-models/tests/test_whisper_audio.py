@@ -101,3 +101,10 @@ def test_cli_transcribe_text_and_errors(capsys, tmp_path):
     assert "luminal transcribe: error:" in capsys.readouterr().err
     assert luminal_main(["transcribe", "--beam", "0", str(SPEECH)]) == 1
     assert "--beam must be at least 1" in capsys.readouterr().err
+
+
+def test_speech_commands_are_registered_by_the_plugin(capsys):
+    assert luminal_main(["plugins", "--json"]) == 0
+    plugins = json.loads(capsys.readouterr().out)
+    models = next(p for p in plugins if p["name"] == "luminal-models")
+    assert {"embed", "transcribe"} <= set(models["registered"]["luminal_register_commands"])
