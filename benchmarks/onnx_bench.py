@@ -53,10 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before luminal-cpu reads it
 
+    import luminal_onnx
     import numpy as np
     import onnxruntime as ort
-
-    import luminal_onnx
 
     path = _model_path()
     batch = np.random.default_rng(0).random((1, 3, 1024, 1024), dtype=np.float32)

@@ -4,8 +4,9 @@
 
 For every graph, one run builds it twice, compiles one copy with `(GenericCompiler(), cpu)` and
 the other with `(GenericCompiler(), Search(cpu))`, checks they agree, then times both in
-interleaved rounds (median of the rounds). Search time is measured cold (empty plan cache) and
-warm (second compile of a freshly built copy with the cache filled). Each graph gets its own
+interleaved rounds (median of the rounds). Compile times are whole `g.compile(...)` calls
+(GenericCompiler included): without search, with search cold (empty plan cache) and warm (a
+freshly built copy with the cache filled). Each graph gets its own
 temporary cache. The machine may be shared: only ratios measured in the same run are reported.
 """
 
@@ -135,7 +136,9 @@ def bench(name: str, build: Callable[[], Built], rounds: int) -> dict:
     with tempfile.TemporaryDirectory() as cache_dir:
         os.environ["LUMINAL_CACHE"] = cache_dir
         plain = build()
+        t0 = time.perf_counter()
         plain[0].compile((lm.GenericCompiler(), cpu))
+        plain_s = time.perf_counter() - t0
         searched = build()
         search = Search(cpu, progress=False)
         t0 = time.perf_counter()
@@ -153,11 +156,12 @@ def bench(name: str, build: Callable[[], Built], rounds: int) -> dict:
             g.execute()
         for a, b in zip(plain[1], searched[1]):
             np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=2e-3, atol=2e-3)
+        kept = search.report.whole.kept
         return {"graph": name, "default_ms": base * 1e3, "search_ms": fast * 1e3,
-                "speedup": base / fast, "cold_s": cold, "warm_s": warm,
-                "kept": search.report.whole.kept,
-                "choices": sorted({r.choice.label for r in search.report.regions
-                                   if r.choice.kind != "default"})}
+                "speedup": base / fast, "compile_s": plain_s, "cold_s": cold, "warm_s": warm,
+                "warm_search_s": warm_search.report.seconds,
+                "kept": kept, "choices": sorted({r.choice.label for r in search.report.regions
+                                                 if kept and r.choice.kind != "default"})}
 
 
 def main() -> None:
@@ -174,15 +178,20 @@ def main() -> None:
     }
     if args.quick:
         graphs.pop("attention_2048")
+    print("| graph | default ms | search ms | speedup | compile s (no search) | search compile "
+          "s, cold | warm (search's share) | plan | choices |")
+    print("|---|---|---|---|---|---|---|---|---|")
     rows = []
     for name, make in graphs.items():
         if args.only and name not in args.only:
             continue
         row = bench(name, make(), 5 if args.quick else 15)
         rows.append(row)
-        print(f"{row['graph']:<18} default {row['default_ms']:9.3f} ms  search "
-              f"{row['search_ms']:9.3f} ms  x{row['speedup']:.2f}  cold {row['cold_s']:6.1f} s  "
-              f"warm {row['warm_s']:5.2f} s  kept={row['kept']}  {row['choices']}", flush=True)
+        print(f"| {row['graph']} | {row['default_ms']:.3f} | {row['search_ms']:.3f} | "
+              f"{row['speedup']:.2f} | {row['compile_s']:.2f} | {row['cold_s']:.1f} | "
+              f"{row['warm_s']:.2f} ({row['warm_search_s']:.2f}) | "
+              f"{'kept' if row['kept'] else 'default'} | "
+              f"{', '.join(row['choices'])} |", flush=True)
     gm = math.exp(statistics.fmean(math.log(r["speedup"]) for r in rows))
     print(f"geometric-mean speedup x{gm:.3f}; slowest x{min(r['speedup'] for r in rows):.3f}")
 

@@ -128,28 +128,26 @@ def test_argmax_argmin_pick_the_first_nan(dtype):
 
 
 @needs_torch
-def test_safe_where_pattern_from_the_docs():
-    """where() leaks NaN from an unchosen inf/NaN branch (no select primitive); sanitizing the
-    argument gives PyTorch's result. The high-level ops that use where internally keep their
-    branches finite: pow of negative bases, pad with a value, masked_fill, sdpa masks."""
+def test_where_is_exact_for_non_finite_branches():
+    """where() selects (a Select op): an inf or NaN in the branch not taken never reaches the
+    result, in where itself and in the ops built on it."""
     import torch
 
-    x = np.array([[2.0, 0.0, -1.0, 0.5], [1e-20, -3.0, 4.0, 1.0]], np.float32)
-    got = run(lambda t: (lm.where(t > 0, t.clamp(min=1e-30).log(), 0.0),
-                         t ** 0.5, t ** 2.5, t ** -1.0, F.pad(t, (1, 1), value=-2.0),
-                         t.masked_fill(t < 0, -math.inf), F.elu(t)), x)
+    x = np.array([[2.0, 0.0, -1.0, 0.5], [1e-20, -3.0, np.inf, np.nan]], np.float32)
+    got = run(lambda t: (lm.where(t > 0, t.log(), 0.0), t ** 0.5, t ** 2.5, t ** -1.0,
+                         F.pad(t, (1, 1), value=-math.inf), t.masked_fill(t < 0, -math.inf),
+                         F.elu(t), t.clamp(-1.0, 1.0), t.relu()), x)
     want = torch_of(lambda t: (torch.where(t > 0, t.log(), 0.0), t ** 0.5, t ** 2.5,
-                               t ** -1.0, torch.nn.functional.pad(t, (1, 1), value=-2.0),
-                               t.masked_fill(t < 0, -math.inf), torch.nn.functional.elu(t)), x)
+                               t ** -1.0, torch.nn.functional.pad(t, (1, 1), value=-math.inf),
+                               t.masked_fill(t < 0, -math.inf), torch.nn.functional.elu(t),
+                               t.clamp(-1.0, 1.0), t.relu()), x)
     for g_out, w_out in zip(got, want):
         assert_close(g_out, w_out, rtol=1e-6)
 
 
-def test_where_limitation_is_documented():
-    doc = lm.where.__doc__
-    assert "NaN" in doc and "clamp(min=" in doc
+def test_prod_limitation_is_documented():
     text = README.read_text()
-    assert "where" in text and "clamp(min=" in text and "2^24" in text
+    assert "Selection is exact" in text and "2^24" in text
 
 
 # ----- symbolic dims --------------------------------------------------------------------------
@@ -274,6 +272,7 @@ def test_products_over_an_empty_dim():
     order = g.tensor((3,), name="order", dtype=lm.int32)
     new = g.tensor((3, 1, 2), name="new")
     out = lm.cat([cache.index_select(0, order), new], 1).retrieve()
+    g.compile(lm.backend("reference"))
     cache.set(np.zeros((1, 0, 2), np.float32))
     order.set(np.zeros(3, np.int32))
     values = np.arange(6, dtype=np.float32).reshape(3, 1, 2)
@@ -366,3 +365,16 @@ def test_sum_of_a_reshaped_product():
     y = (x * 2).reshape(3, 2).sum(1).retrieve()
     g.execute()
     np.testing.assert_array_equal(y.numpy(), (a * 2).reshape(3, 2).sum(1))
+
+
+@needs_torch
+def test_reflect_pad_leaves_unpadded_size_one_dims_alone():
+    """Found by ONNX's test_reflect_pad: a (0, 0) reflect pair on a dim of size 1."""
+    import torch
+
+    a = np.arange(12, dtype=np.float32).reshape(1, 3, 2, 2)
+    g = lm.Graph()
+    y = g.tensor(a.shape).set(a).pad((1, 1, 1, 0, 0, 0, 0, 0), "reflect").retrieve()
+    g.execute()
+    want = torch.nn.functional.pad(torch.tensor(a), (1, 1, 1, 0), "reflect").numpy()
+    np.testing.assert_array_equal(y.numpy(), want)

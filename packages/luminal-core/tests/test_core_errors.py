@@ -8,7 +8,7 @@ import luminal as lm
 import luminal.functional as F
 import numpy as np
 import pytest
-from luminal.backends.reference import ReferenceBackend
+from luminal.reference import ReferenceBackend
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 import luminal as lm
 import numpy as np
 import pytest
-from luminal.backends.reference import ReferenceBackend
+from luminal.reference import ReferenceBackend
 
 
 def compiled(g: lm.Graph) -> lm.Graph:

@@ -13,7 +13,7 @@ import importlib.util
 import inspect
 
 import pytest
-from luminal.backends.reference import ReferenceBackend
+from luminal.reference import ReferenceBackend
 from luminal.testing import CASES, case_variants, conformance_tests, run_case
 
 REFERENCE = ReferenceBackend()

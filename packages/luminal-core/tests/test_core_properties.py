@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from luminal import ops
-from luminal.backends.reference import ReferenceBackend
 from luminal.hl_ops.binary import broadcast_shape
+from luminal.reference import ReferenceBackend
 
 UNARY = [
     lambda t: t.sin(),

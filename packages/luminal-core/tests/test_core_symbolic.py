@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from luminal.codegen import helper_functions
 from luminal.symbolic import (
-    C_PRELUDE,
     Expr,
     UnboundDimError,
     evaluator,
@@ -180,7 +180,7 @@ def test_rendered_c_evaluates_like_python(tmp_path_factory, exprs):
         f'        printf("%ld\\n", (long)({e.render_c(names)}));' for e, _ in exprs
     )
     src = f"""#include <stdio.h>
-{C_PRELUDE}
+{helper_functions('static inline')}
 int main(void) {{
     for (long a = 0; a < 8; a++) for (long b = -3; b < 5; b++) for (long n = 1; n < 7; n++) {{
 {body}

@@ -13,7 +13,7 @@ from pathlib import Path
 import luminal
 import pytest
 from luminal import ops
-from luminal.backends.reference import ReferenceBackend
+from luminal.reference import ReferenceBackend
 from luminal.testing import CASES, case_variants, get_case, run_case
 from luminal.testing.adapters import LuminalF
 from luminal.testing.hardware import PROBES, required_hardware
@@ -88,7 +88,7 @@ def test_required_hardware_parsing(monkeypatch):
 THIRD_PARTY_SUITE = '''
 import pytest
 from luminal import BackendStatus, ops
-from luminal.backends.reference import ReferenceBackend
+from luminal.reference import ReferenceBackend
 from luminal.testing import conformance_tests
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 
 import luminal as lm
 import numpy as np
-from luminal.backends.reference import ReferenceBackend
+from luminal.reference import ReferenceBackend
 from luminal_cpu import CpuBackend
 
 

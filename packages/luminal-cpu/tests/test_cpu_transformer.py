@@ -8,7 +8,7 @@ import time
 import cpu_transformer as T
 import luminal as lm
 import numpy as np
-from luminal.backends.reference import ReferenceBackend
+from luminal.reference import ReferenceBackend
 from luminal_cpu import CpuBackend
 
 SMALL = T.Config(hidden=64, heads=4, kv_heads=2, ffn=96, layers=2)

@@ -69,7 +69,8 @@ def test_llama_cli_generate_is_registered_by_the_plugin(cli_env):
     out = luminal(cli_env, "plugins", "--json")
     assert out.returncode == 0, out.stderr
     models = next(p for p in json.loads(out.stdout) if p["name"] == "luminal-models")
-    assert models["registered"]["luminal_register_commands"] == ["generate"]
+    # other commands of this distribution (embed, transcribe...) are tested in their own files
+    assert "generate" in models["registered"]["luminal_register_commands"]
     helped = luminal(cli_env, "generate", "--help")
     assert helped.returncode == 0
     assert "--temperature" in helped.stdout and "greedy" in helped.stdout

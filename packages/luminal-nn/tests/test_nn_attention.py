@@ -200,6 +200,40 @@ def test_nn_kv_cache_decode_matches_full_recompute(rng):
     assert cache.length == 0
 
 
+def test_nn_layer_cache_order_continues_chosen_rows(rng):
+    """Beam search's reorder: prefill two sequences, then a step whose rows continue cached
+    rows [1, 1, 0] (one dropped, one duplicated) equals an uncached forward over those
+    sequences."""
+    mod = nn.MultiHeadAttention(16, 4, bias=True)
+    x = _attention_inputs(rng, embed=16, seq=5, batch=2)
+    step = rng.standard_normal((3, 1, 16)).astype(np.float32)
+    order = np.array([1, 1, 0], np.int32)
+
+    g = lm.Graph()
+    rows = g.tensor(("rows",), name="order", dtype=lm.int32)
+    cache = nn.LayerCache(g, ("cached", 4, "past", 4), "kv", lm.float32, rows)
+    cache.k.set(np.zeros((1, 4, 0, 4), np.float32))
+    cache.v.set(np.zeros((1, 4, 0, 4), np.float32))
+    inp = g.tensor(("rows", "seq", 16), name="x")
+    out = mod(inp, cache).retrieve()
+    g.compile((lm.GenericCompiler(), lm.backend("reference")))
+    inp.set(x)
+    rows.set(np.zeros(2, np.int32))  # prefill: both rows start from the (empty) row 0
+    g.execute()
+    g.set_dim("past", 5)
+    g.set_dim("cached", 2)
+    inp.set(step)
+    rows.set(order)
+    g.execute()
+
+    full_graph = lm.Graph()
+    whole = np.concatenate([x[order], step], axis=1)
+    full = mod(full_graph.tensor(whole.shape).set(whole)).retrieve()
+    full_graph.compile(lm.backend("reference"))
+    full_graph.execute()
+    np.testing.assert_allclose(out.numpy(), full.numpy()[:, -1:], atol=ATOL)
+
+
 @pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "attention_bias"])
 def test_nn_transformer_block_matches_transformers_llama_layer(rng, bias):
     """Hugging Face Llama's `attention_bias` puts biases on q, k, v *and* o_proj."""

@@ -13,7 +13,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-DARKNET_DIRS = [Path(sys.prefix) / "share" / "darknet" / "data", Path("/usr/share/darknet/data")]
+# the running venv, the repository's .venv (tox envs), then Debian's own location
+DARKNET_DIRS = [Path(sys.prefix) / "share" / "darknet" / "data",
+                Path(__file__).resolve().parents[3] / ".venv" / "share" / "darknet" / "data",
+                Path("/usr/share/darknet/data")]
 
 
 def yolo_model_path() -> Path:
@@ -91,5 +94,9 @@ def single_node_model(op_type: str, inputs: dict[str, np.ndarray], outputs: list
          for n, a in inputs.items()],
         [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
         [onnx.numpy_helper.from_array(a, n) for n, a in initializers.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    return onnx.shape_inference.infer_shapes(model)
+    model = onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+    for out in model.graph.output:  # ONNX infers no shape for some function ops: same as x
+        if not out.type.tensor_type.HasField("shape"):
+            out.type.CopyFrom(model.graph.input[0].type)
+    return model

@@ -60,8 +60,8 @@ def test_cpu_backend_passes_every_other_case():
 
 
 def test_summary_counts_per_operator():
-    results = [conformance.run_case(c, "reference")
-               for c in conformance.cases(pattern=r"^test_(relu|nonzero_example|cast_DOUBLE_to_FLOAT)$")]
+    pattern = r"^test_(relu|nonzero_example|cast_DOUBLE_to_FLOAT)$"
+    results = [conformance.run_case(c, "reference") for c in conformance.cases(pattern=pattern)]
     summary = conformance.summarize(results)
     assert summary["per_operator"]["Relu"] == {"passed": 1}
     assert summary["per_operator"]["NonZero"] == {"unsupported": 1}

@@ -215,3 +215,21 @@ def test_supported_operators_cover_vision_and_transformers():
             "Gemm", "Softmax", "LayerNormalization", "Erf", "Gather", "Where", "Expand",
             "Concat", "Split", "Slice", "Transpose", "Reshape", "ReduceMean", "Pow",
             "Sqrt", "Div", "Cast", "Shape", "Unsqueeze", "Squeeze", "Range"} <= ops
+
+
+@pytest.mark.parametrize("op, opset, attrs, extra", [
+    ("Gelu", 20, {}, {}),
+    ("Gelu", 20, {"approximate": "tanh"}, {}),
+    ("RMSNormalization", 23, {"axis": -1, "epsilon": 1e-5},
+     {"scale": np.linspace(0.5, 1.5, 6, dtype=np.float32)}),
+    ("GroupNormalization", 21, {"num_groups": 2},
+     {"scale": np.linspace(0.5, 1.5, 4, dtype=np.float32),
+      "bias": np.linspace(-1, 1, 4, dtype=np.float32)}),
+])
+def test_newer_opset_operators_match_onnxruntime(tmp_path, op, opset, attrs, extra):
+    shape = (2, 4, 3, 6) if op != "GroupNormalization" else (2, 4, 3, 5)
+    x = np.random.default_rng(1).normal(size=shape).astype(np.float32)
+    proto = single_node_model(op, {"x": x}, ["y"], opset=opset, initializers=extra, **attrs)
+    for backend in BACKENDS:
+        got = load(_save(tmp_path, proto)).run({"x": x}, backend)["y"]
+        np.testing.assert_allclose(got, _ort(proto, {"x": x})["y"], rtol=1e-4, atol=1e-5)

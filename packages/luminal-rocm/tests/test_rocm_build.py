@@ -13,9 +13,13 @@ PRELUDE = "inline float lm_twice(float x) { return 2.0f * x; }\n"
 
 
 def source(value: str, name: str = "k") -> KernelSource:
-    body = (f"__kernel void {name}(__global float *out, long n) {{\n"
-            f"  long i = get_global_id(0); if (i < n) out[i] = lm_twice((float)i) + {value};\n}}\n")
-    return KernelSource((PRELUDE,), body, (LaunchSpec(name, (), (8,), (8,)),))
+    def body(function: str) -> str:
+        return (f"__kernel void {function}(__global float *out, long n) {{\n"
+                f"  long i = get_global_id(0); if (i < n) out[i] = lm_twice((float)i) + {value};"
+                "\n}\n")
+
+    return KernelSource((PRELUDE,), body(name), (LaunchSpec(name, (), (8,), (8,)),),
+                        lambda names: body(names[name]))
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import subprocess
 
 import luminal as lm
 import pytest
-from luminal.codegen import lower
+from luminal.codegen import lower, render_kernel
 from luminal_rocm.dialect import DeviceDialect
 from luminal_rocm.kernels import render_program
 
@@ -17,15 +17,31 @@ from luminal_rocm.kernels import render_program
 def test_rocm_dialect_without_fp16_never_declares_half_values():
     d = DeviceDialect(fp16=False)
     assert "cl_khr_fp16" not in d.prelude()
-    assert d.load(lm.float16, "p1[i]") == "vload_half(i, p1)"
+    assert d.load(lm.float16, "p1", "i") == "vload_half(i, p1)"
     assert d.store_statement(lm.float16, "p0", "i", "v") == "vstore_half_rte(v, i, p0);"
     assert "half h" not in d.prelude()  # a private half needs the extension
+
+
+def test_rocm_dialect_renders_a_kernel_in_opencl_c():
+    g = lm.Graph()
+    a = g.tensor(("n", 8), dtype=lm.float16)
+    (a * a).sum(-1).sqrt().retrieve()
+    (kernel,) = lower(g).kernels
+    source = render_kernel(kernel, "k", DeviceDialect(fp16=False))
+    for text in ("__kernel void k(", "__global const half", "vload_half(", "vstore_half_rte(",
+                 "get_global_id(0)", "sqrt("):
+        assert text in source, (text, source)
+    assert "inline long lm_floordiv" in DeviceDialect(fp16=False).prelude()
+    attributed = DeviceDialect(fp16=True).signature(
+        "mm", [("float", "p0", True)], [], "__attribute__((reqd_work_group_size(16, 16, 1)))")
+    assert attributed == ("__kernel __attribute__((reqd_work_group_size(16, 16, 1))) void "
+                          "mm(__global float *restrict p0)")
 
 
 def test_rocm_dialect_with_fp16_uses_half_conversions():
     d = DeviceDialect(fp16=True)
     assert d.prelude().startswith("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
-    assert d.load(lm.float16, "p1[i]") == "((float)p1[i])"
+    assert d.load(lm.float16, "p1", "i") == "((float)p1[i])"
     assert d.store_statement(lm.float16, "p0", "i", "v") == "p0[i] = (half)(v);"
     assert d.round(lm.float16, "x") == "lm_round_half(x)"
     assert "(float)(half)x" in d.prelude()

@@ -10,10 +10,10 @@ import luminal as lm
 import numpy as np
 import pytest
 from luminal import quant
-from luminal.backends.reference import ReferenceBackend
 from luminal.codegen import Matmul, QuantOperand, lower
+from luminal.device_array import DeviceArray
+from luminal.reference import ReferenceBackend
 from luminal_rocm.device import open_device
-from luminal_rocm.device_array import DeviceArray
 
 cl = pytest.importorskip("pyopencl", reason="pyopencl is not installed")
 

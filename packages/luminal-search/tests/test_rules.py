@@ -13,7 +13,7 @@ from importlib.resources import files
 import luminal as lm
 import numpy as np
 import pytest
-from luminal.compilers import GenericCompiler
+from luminal.passes import GenericCompiler
 from luminal_search import measure, terms
 from luminal_search.regions import find_regions, leaves, views_and_extents
 

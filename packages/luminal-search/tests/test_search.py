@@ -11,9 +11,7 @@ import luminal as lm
 import numpy as np
 import pytest
 from luminal import plugins
-from luminal.codegen import Matmul, Schedule, lower
 from luminal_search import Search
-from luminal_search.regions import find_regions
 
 
 def data(*shape, scale=1.0):
@@ -104,25 +102,6 @@ def test_cache_is_used_then_rebuilt_when_corrupt(cpu, private_cache):
         g3.execute()
         np.testing.assert_allclose(out3.numpy(), reference(mlp_graph), rtol=1e-3, atol=1e-3)
         assert json.loads(Path(path).read_text())["regions"]  # rewritten whole
-
-
-def matmul_calls(program) -> int:
-    return sum(isinstance(program.kernels[c.kernel], Matmul) for c in program.calls)
-
-
-def test_schedule_is_honoured_by_the_lowering():
-    g, _ = mlp_graph()
-    lm.GenericCompiler().compile(g)
-    default = lower(g)
-    matmul = next(r for r in find_regions(g) if r.matmul)
-    loops = lower(g, Schedule(loop_matmuls=frozenset({matmul.root})))
-    assert matmul_calls(loops) == matmul_calls(default) - 1
-    inner = next(n for r in find_regions(g) if not r.matmul for n in r.nodes
-                 if n not in r.inputs and n != r.root and g.nodes[n].op.name == "Mul")
-    stored = lower(g, Schedule(store=frozenset({inner})))
-    assert len(stored.calls) == len(default.calls) + 1
-    with pytest.raises(ValueError, match="both stored and inlined"):
-        Schedule(store=frozenset({1}), inline=frozenset({1}))
 
 
 def test_identical_layers_are_searched_once(cpu):

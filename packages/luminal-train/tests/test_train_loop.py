@@ -9,7 +9,7 @@ import luminal.functional as F
 import luminal_train as lt
 import numpy as np
 import pytest
-from luminal.backends.reference import ReferenceBackend
+from luminal.reference import ReferenceBackend
 from safetensors import safe_open
 
 torch = pytest.importorskip("torch")

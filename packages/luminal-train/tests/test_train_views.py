@@ -5,7 +5,7 @@ from __future__ import annotations
 import luminal as lm
 import numpy as np
 import pytest
-from luminal.backends.reference import concrete_view
+from luminal.host_views import concrete_view
 from luminal_train.views import transpose_view
 
 

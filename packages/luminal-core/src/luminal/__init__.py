@@ -10,11 +10,10 @@
 """
 
 from . import functional
-from .backend import Backend, BackendStatus, Runtime
-from .compiler import Compiler, Looped, run_compiler
-from .compilers import GenericCompiler
+from .backend import Backend, BackendStatus
 from .dtypes import DType, bfloat16, dtype_of, float16, float32, int32, uint8
 from .dtypes import bool_ as bool
+from .errors import OpError
 from .graph import Graph, GraphModifiedError, RemovedTensorError
 from .hl_ops.binary import maximum, minimum, where
 from .hl_ops.creation import full_like, linspace, ones_like, rand, randint, randn, zeros_like
@@ -22,7 +21,10 @@ from .hl_ops.einsum import einsum
 from .hl_ops.matmul import matmul
 from .hl_ops.movement import cat, meshgrid, stack
 from .hookspecs import hookimpl, hookspec
-from .plugins import backend, backends
+from .passes import GenericCompiler
+from .pipeline import Compiler, Looped, run_compiler
+from .plugins import backend, backends, compiler, compilers
+from .runtime import Runtime
 from .shape import View
 from .symbolic import Expr, UnboundDimError
 from .tensor import GraphTensor
@@ -40,6 +42,7 @@ __all__ = [
     "GraphModifiedError",
     "GraphTensor",
     "Looped",
+    "OpError",
     "RemovedTensorError",
     "Runtime",
     "UnboundDimError",
@@ -49,6 +52,8 @@ __all__ = [
     "bfloat16",
     "bool",
     "cat",
+    "compiler",
+    "compilers",
     "dtype_of",
     "einsum",
     "float16",

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .codegen.schedule import Schedule
-    from .graph import Graph
+    from .ir import Graph
 
 
 @dataclass(frozen=True)
@@ -34,16 +32,6 @@ class BackendStatus:
     priority: float | None = None
 
 
-class Runtime(Protocol):
-    """What a backend's `compile()` installs on the graph (`graph.set_runtime`)."""
-
-    def execute(self, graph: Graph, dims: dict[str, int]) -> None:
-        """Run the compiled graph once with the graph's current inputs and dim values."""
-
-    def fetch(self, node_id: int) -> np.ndarray:
-        """Host copy of a retrieved or kept node's output (row-major, the node's shape)."""
-
-
 class Backend:
     """Base class for backends. Subclasses set `name` and implement `probe` and `compile`.
 
@@ -59,6 +47,9 @@ class Backend:
     # it: a search compiler can then choose their fusion and matmul lowering (`with_schedule`).
     schedulable: bool = False
     schedule: Schedule | None = None
+    # per-kernel settings a schedule may choose (`Schedule.tuning`), each with the values worth
+    # trying besides the default; empty when the backend's dialect has none
+    schedule_space: dict[str, tuple[int, ...]] = {}
 
     def with_schedule(self, schedule: Schedule) -> Backend:
         """A copy of this backend that lowers with `schedule` (a `luminal.codegen.Schedule`)."""

@@ -15,14 +15,14 @@ from .hookspecs import CommandRegistrar, hookimpl
 
 @hookimpl
 def luminal_register_backends(register: Callable[..., None]) -> None:
-    from .backends.reference import ReferenceBackend
+    from .reference import ReferenceBackend
 
     register(ReferenceBackend())
 
 
 @hookimpl
 def luminal_register_compilers(register: Callable[..., Any]) -> None:
-    from .compilers import GenericCompiler
+    from .passes import GenericCompiler
 
     register("generic", GenericCompiler, "dead-code elimination, common subexpression "
              "elimination, arithmetic simplification and constant folding")

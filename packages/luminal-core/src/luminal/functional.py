@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 
 from .dtypes import bool_, float32, int32
+from .errors import OpError
 from .hl_ops.binary import where
 from .hl_ops.creation import IOTA_INDEX, iota
 from .hl_ops.matmul import matmul
@@ -34,7 +35,7 @@ def _tuple(v, n: int, name: str) -> tuple[int, ...]:
         return (v,) * n
     v = tuple(v)
     if len(v) != n:
-        raise ValueError(f"{name} must be an int or a tuple of {n} ints, got {v}")
+        raise OpError(f"{name} must be an int or a tuple of {n} ints, got {v}")
     return v
 
 
@@ -126,7 +127,7 @@ def _reduce_loss(loss: GraphTensor, reduction: str, name: str) -> GraphTensor:
         return loss.sum()
     if reduction == "none":
         return loss
-    raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    raise OpError(f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
 def softmax(x: GraphTensor, dim: int) -> GraphTensor:
@@ -162,7 +163,7 @@ def one_hot(index: GraphTensor, num_classes: int) -> GraphTensor:
 def embedding(index: GraphTensor, weight: GraphTensor) -> GraphTensor:
     """Rows of `weight` (vocab, dim) picked by integer `index` of any shape."""
     if weight.ndim != 2:
-        raise ValueError(f"embedding: weight must be 2-D, got {show_shape(weight.layout.shape)}")
+        raise OpError(f"embedding: weight must be 2-D, got {show_shape(weight.layout.shape)}")
     check_ids(index, weight.layout.shape[0])
     rows = weight.index_select(0, index.reshape(-1))
     return rows.reshape((*index.layout.shape, weight.layout.shape[1]))
@@ -199,7 +200,7 @@ def _norm_axes(x: GraphTensor, normalized_shape, name: str) -> list[int]:
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     tail = tuple(x.layout.shape[x.ndim - len(shape):])
     if len(shape) > x.ndim or tail != tuple(map(to_expr, shape)):
-        raise ValueError(
+        raise OpError(
             f"{name}: normalized_shape {shape} does not match the last dims of "
             f"{show_shape(x.layout.shape)}"
         )
@@ -220,7 +221,7 @@ def _static(d, name: str, what: str) -> int:
     """The value of dim `d`, or a ValueError naming the op and the dim when it is symbolic."""
     d = to_expr(d)
     if not d.is_const:
-        raise ValueError(f"{name}: {what} must be static, got the symbolic size {d}")
+        raise OpError(f"{name}: {what} must be static, got the symbolic size {d}")
     return d.value
 
 
@@ -232,7 +233,7 @@ def _conv(x, weight, bias, stride, padding, dilation, groups, spatial: int, name
     Spatial dims may be symbolic; channels and kernel sizes are static.
     """
     if weight.ndim != spatial + 2 or x.ndim not in (spatial + 1, spatial + 2):
-        raise ValueError(
+        raise OpError(
             f"{name}: expected input (N, C, ...) or (C, ...) with {spatial} spatial dims and a "
             f"weight (out, in/groups, ...) of rank {spatial + 2}, got "
             f"{show_shape(x.layout.shape)} and {show_shape(weight.layout.shape)}"
@@ -248,12 +249,19 @@ def _conv(x, weight, bias, stride, padding, dilation, groups, spatial: int, name
     out_ch = _static(weight.layout.shape[0], name, "the number of output channels")
     cg = _static(weight.layout.shape[1], name, "the number of input channels per group")
     if not (c == to_expr(cg) * groups) or out_ch % groups:
-        raise ValueError(
+        raise OpError(
             f"{name}: input {show_shape(x.layout.shape)} and weight "
             f"{show_shape(weight.layout.shape)} do not fit groups={groups}"
         )
     flat = [p for pair in reversed(pads) for p in pair]
     xp = x.pad(flat) if any(flat) else x
+    for k in range(spatial):
+        size = xp.layout.shape[2 + k]
+        span = dilation[k] * (kernel[k] - 1) + 1
+        if size.is_const and size.value < span:
+            raise OpError(f"{name}: the kernel spans {span} (size {kernel[k]}, dilation "
+                          f"{dilation[k]}) but spatial dim {k} of the padded input is "
+                          f"{size.value}")
     win = _windows(xp, kernel, stride, dilation, spatial)  # (N, C, *So, *K)
     out_sp = list(win.layout.shape[2 : 2 + spatial])
     g = groups
@@ -275,10 +283,10 @@ def _conv_padding(padding, kernel, stride, dilation, spatial: int, name: str):
         if padding == "valid":
             return [(0, 0)] * spatial
         if padding != "same":
-            raise ValueError(f"{name}: padding must be an int, a tuple, 'valid' or 'same', "
+            raise OpError(f"{name}: padding must be an int, a tuple, 'valid' or 'same', "
                              f"got {padding!r}")
         if any(s != 1 for s in stride):
-            raise ValueError(f"{name}: padding='same' is not supported for strided "
+            raise OpError(f"{name}: padding='same' is not supported for strided "
                              f"convolutions (stride={tuple(stride)})")
         totals = [d * (k - 1) for k, d in zip(kernel, dilation)]
         return [(t // 2, t - t // 2) for t in totals]
@@ -310,7 +318,7 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
     dilation * (k - 1) - padding (+ output_padding on the right), then a convolution with
     the kernel flipped and its in/out channels swapped per group."""
     if weight.ndim != spatial + 2:
-        raise ValueError(f"{name}: weight must have rank {spatial + 2}, got "
+        raise OpError(f"{name}: weight must have rank {spatial + 2}, got "
                          f"{show_shape(weight.layout.shape)}")
     x, unbatched = _batched(x, spatial, name)
     stride = _tuple(stride, spatial, "stride")
@@ -328,7 +336,7 @@ def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, di
     cin = _static(weight.layout.shape[0], name, "the number of input channels")
     cout_g = _static(weight.layout.shape[1], name, "the output channels per group")
     if cin % groups:
-        raise ValueError(f"{name}: {cin} input channels do not split into groups={groups}")
+        raise OpError(f"{name}: {cin} input channels do not split into groups={groups}")
     w = weight.reshape((groups, cin // groups, cout_g, *kernel)).transpose(1, 2)
     w = w.reshape((groups * cout_g, cin // groups, *kernel)).flip(*range(2, 2 + spatial))
     pads = []
@@ -400,7 +408,7 @@ class _PoolGeometry:
 def _batched(x: GraphTensor, spatial: int, name: str) -> tuple[GraphTensor, bool]:
     """`x` as (N, C, *S), and whether it came without the batch axis."""
     if x.ndim not in (spatial + 1, spatial + 2):
-        raise ValueError(f"{name}: expected {spatial + 2}-D input, got "
+        raise OpError(f"{name}: expected {spatial + 2}-D input, got "
                          f"{show_shape(x.layout.shape)}")
     unbatched = x.ndim == spatial + 1
     return (x.unsqueeze(0) if unbatched else x), unbatched
@@ -413,7 +421,8 @@ def _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, spatial, nam
     x, unbatched = _batched(x, spatial, name)
     geo = _PoolGeometry(x, kernel_size, stride, padding, dilation, ceil_mode, spatial)
     axes = tuple(range(-spatial, 0))
-    win = geo.windows(x, geo.pads, -math.inf)
+    lowest = -math.inf if x.dtype.is_float else -(2**31)  # pads never win the max
+    win = geo.windows(x, geo.pads, lowest)
     out = win.amax(axes)
     if not return_indices:
         return out.squeeze(0) if unbatched else out
@@ -507,7 +516,7 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
     """
     spatial = x.ndim - 2
     if spatial < 1:
-        raise ValueError(
+        raise OpError(
             f"interpolate: expected (N, C, ...) input, got {show_shape(x.layout.shape)}"
         )
     linear = mode in _LINEAR_MODES
@@ -516,12 +525,12 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
             f"interpolate: mode {mode!r} is not supported (nearest, nearest-exact, linear, "
             f"bilinear, trilinear)")
     if linear and _LINEAR_MODES[mode] != spatial:
-        raise ValueError(f"interpolate: mode {mode!r} expects {_LINEAR_MODES[mode]} spatial "
+        raise OpError(f"interpolate: mode {mode!r} expects {_LINEAR_MODES[mode]} spatial "
                          f"dims, got input {show_shape(x.layout.shape)}")
     if align_corners is not None and not linear:
-        raise ValueError("interpolate: align_corners only applies to the linear modes")
+        raise OpError("interpolate: align_corners only applies to the linear modes")
     if (size is None) == (scale_factor is None):
-        raise ValueError("interpolate: give exactly one of size and scale_factor")
+        raise OpError("interpolate: give exactly one of size and scale_factor")
     if size is not None:
         outs = list(_tuple(size, spatial, "size"))
         factors = [None] * spatial

@@ -162,6 +162,7 @@ class Select(Op):
 # ----- primitives ---------------------------------------------------------------------------
 class Primitive(Op):
     primitive = True
+    code = ""  # the op's name in the kernel IR and to PrimitiveBackend ("log2", "lt", "sum"...)
 
 
 class Unary(Primitive):
@@ -182,22 +183,27 @@ class Unary(Primitive):
 
 
 class Log2(Unary):
+    code = "log2"
     fn = staticmethod(np.log2)
 
 
 class Exp2(Unary):
+    code = "exp2"
     fn = staticmethod(np.exp2)
 
 
 class Sin(Unary):
+    code = "sin"
     fn = staticmethod(np.sin)
 
 
 class Sqrt(Unary):
+    code = "sqrt"
     fn = staticmethod(np.sqrt)
 
 
 class Recip(Unary):
+    code = "recip"
     fn = staticmethod(np.reciprocal)
 
     def reference(self, xs, dtype, dims):
@@ -214,14 +220,17 @@ class Binary(Unary):
 
 
 class Add(Binary):
+    code = "add"
     fn = staticmethod(np.add)  # on bools: or
 
 
 class Mul(Binary):
+    code = "mul"
     fn = staticmethod(np.multiply)  # on bools: and
 
 
 class Mod(Binary):
+    code = "mod"
     def reference(self, xs, dtype, dims):
         a, b = xs
         if np.issubdtype(a.dtype, np.integer):
@@ -232,6 +241,7 @@ class Mod(Binary):
 
 
 class LessThan(Binary):
+    code = "lt"
     fn = staticmethod(np.less)
 
     def output_dtype(self, dtypes):
@@ -241,6 +251,7 @@ class LessThan(Binary):
 @dataclass(frozen=True)
 class SumReduce(Primitive):
     axis: int
+    code = "sum"
 
     def output_shape(self, shapes):
         s = shapes[0]
@@ -256,6 +267,7 @@ class SumReduce(Primitive):
 @dataclass(frozen=True)
 class MaxReduce(Primitive):
     axis: int
+    code = "max"
 
     def output_shape(self, shapes):
         s = shapes[0]
@@ -281,6 +293,7 @@ class Contiguous(Unary):
 PRIMITIVES: tuple[type[Op], ...] = (
     Log2, Exp2, Sin, Sqrt, Recip, Add, Mul, Mod, LessThan, SumReduce, MaxReduce, Contiguous,
 )
-UNARY = (Log2, Exp2, Sin, Sqrt, Recip, Contiguous)
+MATH = (Log2, Exp2, Sin, Sqrt, Recip)  # the unary primitives that compute
+UNARY = (*MATH, Contiguous)
 BINARY = (Add, Mul, Mod, LessThan)
 REDUCE = (SumReduce, MaxReduce)

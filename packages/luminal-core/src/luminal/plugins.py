@@ -13,7 +13,6 @@ depend on that registry raise `PluginError`, naming the plugins involved.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.metadata
 import os
@@ -32,15 +31,6 @@ ENTRY_POINT_GROUP = "luminal.plugins"
 CORE_PLUGIN = "luminal-core"
 ENV_ALLOW = "LUMINAL_PLUGINS"
 ENV_BLOCK = "LUMINAL_DISABLE_PLUGINS"
-
-# `luminal.backends` is both a subpackage (luminal/backends/) and the function `backends()`
-# that `luminal/__init__.py` re-exports from here. Python binds a subpackage as an attribute of
-# its parent the first time it is imported, which would overwrite the function if that happened
-# after `__init__` ran (the built-in plugin imports the reference backend lazily). Importing the
-# subpackage now, before `__init__` binds the function, lets the function win for good.
-with contextlib.suppress(ModuleNotFoundError):
-    importlib.import_module(f"{__package__}.backends")
-
 
 class PluginError(Exception):
     """A plugin registered something invalid, or two plugins claim the same name."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .shape import show_shape
 
 if TYPE_CHECKING:
-    from .graph import Graph
+    from .ir import Graph
 
 
 def _esc(s: str) -> str:

@@ -3,9 +3,9 @@
 A quantized matrix is an input of dtype `uint8` holding its GGUF bytes, shape
 (rows, row_bytes). `dequantize` turns it into the float32 matrix (rows, cols) using primitive
 ops only (so every backend can run it), and tags its output node with
-`node.meta["dequantize"]`: backends recognise `x @ W.T` and `x @ W` on such a tensor and use a
-quantized matmul kernel that decodes blocks in registers, after which the decomposition is dead
-code and the weight is never expanded in memory.
+`node.dequantized` (a `luminal.ir.Dequantized`): backends recognise `x @ W.T` and `x @ W` on
+such a tensor and use a quantized matmul kernel that decodes blocks in registers, after which
+the decomposition is dead code and the weight is never expanded in memory.
 
 Block layouts (little-endian, exactly as GGUF / ggml):
 
@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from .dtypes import float32, uint8
 from .hl_ops.movement import cat
+from .ir import Dequantized
 from .ops import Input
 from .symbolic import Expr
 
@@ -91,5 +92,5 @@ def dequantize(raw: GraphTensor, qtype: str, shape: tuple[int | Expr, int]) -> G
     if isinstance(raw.node.op, Input) and raw.layout.is_contiguous and (
             tuple(raw.layout.shape) == tuple(raw.node.shape)):
         # backends read the input's bytes directly, so only a whole, unviewed input qualifies
-        out.node.meta["dequantize"] = {"qtype": qtype, "raw": raw.id, "shape": (rows, cols)}
+        out.node.dequantized = Dequantized(qtype, raw.id, rows, cols)
     return out

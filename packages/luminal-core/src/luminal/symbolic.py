@@ -625,18 +625,6 @@ _C_SYNTAX = _Syntax(
     land=lambda parts: "(" + " && ".join(parts) + ")",
 )
 
-C_PRELUDE = """\
-static inline long lm_floordiv(long a, long b) {
-    long q = a / b; return q - ((a % b != 0) & ((a < 0) != (b < 0)));
-}
-static inline long lm_floormod(long a, long b) {
-    long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
-}
-static inline long lm_min(long a, long b) { return a < b ? a : b; }
-static inline long lm_max(long a, long b) { return a > b ? a : b; }
-"""
-
-
 def render(e: Expr, name_of: Callable[[str], str], syn: _Syntax) -> str:
     op, a = e.op, e.args
     if op == "num":

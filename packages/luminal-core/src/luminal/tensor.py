@@ -14,95 +14,35 @@ import numpy as np
 
 from . import ops
 from .dtypes import DType, bfloat16, dtype_of
-from .graph import Edge, Graph, RemovedTensorError
+from .hl_ops.base import TensorBase
 from .hl_ops.binary import BinaryOps
 from .hl_ops.matmul import MatmulOps
 from .hl_ops.movement import MovementOps
 from .hl_ops.reduction import ReductionOps
 from .hl_ops.selection import SelectionOps
 from .hl_ops.unary import UnaryOps
-from .shape import View, show_shape
-from .symbolic import Expr, UnboundDimError, const_or_expr
+from .host_views import read_view
+from .shape import show_shape
+from .symbolic import Expr, UnboundDimError
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
+    from .ir import Graph
+
 _HOST_FLOATS = (bfloat16.numpy,)  # float types NumPy does not know as kind "f"
 
 
-class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, SelectionOps, MatmulOps):
+class GraphTensor(TensorBase, UnaryOps, BinaryOps, MovementOps, ReductionOps, SelectionOps,
+                  MatmulOps):
     """A lazy tensor in a `Graph`. Nothing runs until the graph is compiled and executed.
 
     `layout` is the `View` through which this tensor reads its node's output buffer (its
     `shape` is `layout.shape`); `view(*shape)` is PyTorch's reshape-as-a-view.
     """
 
-    __slots__ = ("_id", "dtype", "graph", "layout")
+    __slots__ = ()
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
-
-    def __init__(self, graph: Graph, node_id: int, view: View, dtype: DType):
-        self.graph = graph
-        self._id = node_id
-        self.layout = view
-        self.dtype = dtype
-
-    # ----- identity -----------------------------------------------------------------------
-    @property
-    def id(self) -> int:
-        """Id of the live node holding this tensor's data (stable across compilation)."""
-        return self.graph.resolve(self._id)
-
-    @property
-    def node(self):
-        node = self.graph.nodes.get(self.id)
-        if node is None:
-            raise RemovedTensorError(
-                f"this tensor (node {self.id}) was removed by compilation: call .retrieve() "
-                f"(or .keep()) on it before compile() to use it afterwards"
-            )
-        return node
-
-    @property
-    def shape(self) -> tuple[int | Expr, ...]:
-        """Dims as ints, or symbolic `Expr`s for dims that depend on named dims."""
-        return tuple(const_or_expr(d) for d in self.layout.shape)
-
-    @property
-    def ndim(self) -> int:
-        return len(self.layout.shape)
-
-    def dim(self) -> int:
-        return self.ndim
-
-    def size(self, dim: int | None = None):
-        return self.shape if dim is None else self.shape[dim]
-
-    def numel(self) -> int | Expr:
-        return const_or_expr(self.layout.numel)
-
-    def __len__(self) -> int:
-        if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
-        first = self.shape[0]
-        if isinstance(first, Expr):
-            raise TypeError(f"len() of a tensor whose first dim is symbolic ({first})")
-        return first
-
-    __hash__ = object.__hash__
-
-    def _with_view(self, view: View) -> GraphTensor:
-        return GraphTensor(self.graph, self._id, view, self.dtype)
-
-    def _new(self, op: ops.Op, *inputs: GraphTensor) -> GraphTensor:
-        """Add a node computing `op` on `inputs` (read through their views)."""
-        shapes = [t.layout.shape for t in inputs]
-        node = self.graph.add_node(
-            op,
-            [Edge(t.id, t.layout) for t in inputs],
-            op.output_shape(shapes),
-            op.output_dtype([t.dtype for t in inputs]),
-        )
-        return GraphTensor(self.graph, node.id, View.contiguous(node.shape), node.dtype)
 
     # ----- data in & out ------------------------------------------------------------------
     def set(self, data: ArrayLike) -> GraphTensor:
@@ -122,20 +62,16 @@ class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, SelectionOps, 
 
     def retrieve(self) -> GraphTensor:
         """Mark this tensor to be read with `.numpy()` after `execute()`."""
-        self.graph.retrieved.add(self.id)
-        self.graph._version += 1
+        self.graph.mark_retrieved(self.id)
         return self
 
     def keep(self) -> GraphTensor:
         """Keep this tensor's value alive on the device across executions (no copy back)."""
-        self.graph.kept.add(self.id)
-        self.graph._version += 1
+        self.graph.mark_kept(self.id)
         return self
 
     def numpy(self) -> np.ndarray:
         """The value after `execute()`, as a NumPy array of this tensor's shape and dtype."""
-        from .backends.reference import read_view
-
         flat = self.graph.fetch(self.id)  # first: it explains a node compilation removed
         node = self.node
         if self.layout.is_contiguous and self.layout.shape == node.shape:

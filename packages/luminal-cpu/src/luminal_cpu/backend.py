@@ -26,6 +26,9 @@ class CpuBackend(Backend):
     name = "cpu"
     priority = 100
     schedulable = True
+    # CDialect's heuristics: how many outer axes one work-shared loop collapses (by rows per
+    # split), and how many outputs a strided reduction computes side by side
+    schedule_space = {"parallel_rows": (1, 4096), "lanes": (16, 256)}
     dtypes = ("float32", "float16", "bfloat16", "int32", "bool")
 
     def probe(self) -> BackendStatus:

@@ -15,7 +15,6 @@ from __future__ import annotations
 from importlib.resources import files
 
 from luminal.codegen import (
-    C,
     Kernel,
     Matmul,
     Program,
@@ -25,6 +24,8 @@ from luminal.codegen import (
     render_kernel,
 )
 from luminal.symbolic import Expr
+
+from .dialect import C
 
 ENTRY_POINT = "lm_run"
 _DTYPE_CODE = {"float32": "LM_F32", "float16": "LM_F16", "bfloat16": "LM_BF16"}

@@ -221,7 +221,8 @@ def _score_path(graph: Graph, x: Node, matmuls: dict[int, patterns.MatmulMatch]
     path: list[int] = []
     node = x
     while node.id not in matmuls:
-        if not isinstance(node.op, (ops.Unary, ops.Cast)) or isinstance(node.op, ops.Contiguous):
+        elementwise = (ops.Unary, ops.Cast, ops.Select)  # Select: where() masks
+        if not isinstance(node.op, elementwise) or isinstance(node.op, ops.Contiguous):
             return None
         path.append(node.id)
         # follow the operand that depends on a matmul of X's shape; the rest is the mask

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from luminal.codegen.indexing import unravel
 from luminal.codegen.ir import Value, kernel_dims
-from luminal.codegen.render import _BodyWriter, _Scope, dim_names
+from luminal.codegen.render import BodyWriter, Scope, dim_names
 from luminal.symbolic import INF, Expr
 
 from .attention import I_VAR, J_VAR, THREADS, Attention, Dot
 from .dialect import CUDA, RenderedKernel, dim_loads
 
 
-class _ScoreWriter(_BodyWriter):
+class _ScoreWriter(BodyWriter):
     """Writes the score function; `Dot()` is the dot product computed in the key loop."""
 
     def deps(self, v: Value) -> frozenset[str]:
@@ -45,7 +45,7 @@ def render_attention(k: Attention, name: str, slots: dict[str, int]) -> Rendered
     dims = tuple(sorted(names_all))
     names = dim_names(dims)
     writer = _ScoreWriter(CUDA, names)
-    inner = _Scope(1)
+    inner = Scope(1)
     writer.scope_of[J_VAR.name] = inner
     score = writer.emit(k.score)
     d, dv = k.d.value, k.dv.value
@@ -55,7 +55,7 @@ def render_attention(k: Attention, name: str, slots: dict[str, int]) -> Rendered
         return e.render_c(names)
 
     def ref(buf: int, e: Expr) -> str:
-        return CUDA.load(k.params[buf].dtype, f"p{buf}[{ex(e)}]")
+        return CUDA.load(k.params[buf].dtype, f"p{buf}", ex(e))
 
     q_ref = ref(1, k.q.offset + I_VAR * k.q.stride_row + t * k.q.stride_k)
     k_ref = ref(2, k.k.offset + J_VAR * k.k.stride_row + t * k.k.stride_k)

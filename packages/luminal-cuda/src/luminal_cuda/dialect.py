@@ -19,10 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luminal.codegen.dialects import CudaDialect as CoreCudaDialect
-from luminal.codegen.dialects import _unravel
+from luminal.codegen import BodyWriter, Dialect, GpuDialect, Scope, dim_names, unravel_declarations
 from luminal.codegen.ir import Kernel, Reduce, kernel_dims, walk
-from luminal.codegen.render import Dialect, _BodyWriter, _Scope, dim_names
 from luminal.dtypes import DType
 from luminal.symbolic import Expr
 
@@ -35,14 +33,20 @@ BLOCK_MIN_REDUCE = 128
 BLOCK_MAX_POINTS = 1 << 16
 
 
-class NvrtcDialect(CoreCudaDialect):
-    """Core's CUDA dialect without headers: float16 is 16-bit storage converted in PTX. The
-    other types keep the base dialect's spellings (core's CUDA ones use `cuda_fp16.h`)."""
+class NvrtcDialect(GpuDialect):
+    """CUDA C for NVRTC without headers: float16 is 16-bit storage converted in PTX."""
 
+    name = "cuda"
+    helper_qualifier = "static __device__ __forceinline__"
+    restrict = "__restrict__"
     half_storage = "lm_half"
+    global_id = "(long)blockIdx.x * blockDim.x + threadIdx.x"
+    kernel_qualifier = 'extern "C" __global__'
 
-    def load(self, dt: DType, ref: str) -> str:
-        return f"lm_h2f({ref})" if dt.name == "float16" else Dialect.load(self, dt, ref)
+    def load(self, dt: DType, buf: str, index: str) -> str:
+        if dt.name == "float16":
+            return f"lm_h2f({buf}[{index}])"
+        return Dialect.load(self, dt, buf, index)
 
     def store(self, dt: DType, value: str) -> str:
         return f"lm_f2h({value})" if dt.name == "float16" else Dialect.store(self, dt, value)
@@ -53,12 +57,13 @@ class NvrtcDialect(CoreCudaDialect):
     def prelude(self) -> str:
         return CUDA_PRELUDE + Dialect.prelude(self)
 
-    def signature(self, name: str, params: list[tuple[str, str, bool]], dims: list[str]) -> str:
+    def signature(self, name: str, params: list[tuple[str, str, bool]], dims: list[str],
+                  attributes: str = "") -> str:
         """Buffers, then the device array of dim values when the kernel uses any dim."""
         args = [f"{'' if out else 'const '}{t} *{self.restrict} {n}" for t, n, out in params]
         if dims:
             args.append(f"const long long *{self.restrict} lm_dims")
-        return f"{self.kernel_qualifier} void {name}({', '.join(args)})"
+        return f"{self.qualifiers(attributes)} void {name}({', '.join(args)})"
 
 
 def dim_loads(dims: tuple[str, ...], slots: dict[str, int]) -> list[str]:
@@ -70,14 +75,14 @@ def dim_loads(dims: tuple[str, ...], slots: dict[str, int]) -> list[str]:
 CUDA = NvrtcDialect()
 
 
-class _BlockWriter(_BodyWriter):
+class _BlockWriter(BodyWriter):
     """Renders the reductions of the root scope cooperatively over the thread block."""
 
-    def reduce(self, r: Reduce, scope: _Scope) -> str:
+    def reduce(self, r: Reduce, scope: Scope) -> str:
         if scope.depth != 0:
             return super().reduce(r, scope)
         acc = self.fresh()
-        inner = _Scope(1)
+        inner = Scope(1)
         self.scope_of[r.var.name] = inner
         body = self.emit(r.body)
         var, size = self.names.get(r.var.name, r.var.name), self.expr(r.size)
@@ -163,7 +168,7 @@ def render_cuda_kernel(kernel: Kernel, name: str, slots: dict[str, int],
         block_mode = wants_block_mode(kernel)
     dims = kernel_dims(kernel)
     names = dim_names(dims)
-    writer = (_BlockWriter if block_mode else _BodyWriter)(CUDA, names)
+    writer = (_BlockWriter if block_mode else BodyWriter)(CUDA, names)
     value = writer.emit(kernel.out.value)
     out_dt = kernel.params[kernel.out.buf].dtype
     store = CUDA.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index),
@@ -180,7 +185,7 @@ def render_cuda_kernel(kernel: Kernel, name: str, slots: dict[str, int],
         body += [
             "const long lm_gid = blockIdx.x;",
             f"if (lm_gid >= {total}) return;",
-            *_unravel("lm_gid", extents, loop_names),
+            *unravel_declarations("lm_gid", extents, loop_names),
             *writer.root.lines,
             f"if (threadIdx.x == 0) {store}",
         ]

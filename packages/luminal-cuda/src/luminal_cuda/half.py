@@ -52,7 +52,7 @@ class HalfPrecision:
             node.dtype = self.dtype
             changed = True
         if changed:
-            graph._version += 1
+            graph.changed()
 
     def __repr__(self) -> str:
         return f"HalfPrecision({self.dtype.name!r})"

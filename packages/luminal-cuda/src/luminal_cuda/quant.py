@@ -144,7 +144,7 @@ def _qmatvec_source(mm: Matmul, name: str, slots: dict[str, int]) -> tuple[str, 
     for (int t = 0; t < 4; t++) {{
       const int e = e0 + t;
       const long _k = blk * {BLOCK} + e;
-      acc += {_ELEMENT[q.qtype]} * {CUDA.load(a_dt, f"p1[{a_index}]")};
+      acc += {_ELEMENT[q.qtype]} * {CUDA.load(a_dt, "p1", a_index)};
     }}
   }}
   acc = lm_warp_sum(acc);

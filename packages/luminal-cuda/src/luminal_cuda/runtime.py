@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 from luminal.codegen.ir import Program, QuantOperand, kernel_dims
 from luminal.codegen.plan import plan_memory
+from luminal.device_array import DeviceArray
 from luminal.graph import Graph
 
 from .codegen import NVRTC_OPTIONS, Gemm, Generated, Module, QuantGemm
 from .cublas import gemm_function
-from .device_array import DeviceArray
 from .dims import DimPolicy
 from .memory import DeviceMemory
 from .quant import scratch_dtype
@@ -288,7 +288,7 @@ class CudaRuntime:
             array = DeviceArray(
                 lambda target=target, nbytes=nbytes, dt=node.dtype.numpy: self._download(
                     target, nbytes, dt),
-                shape, node.dtype.numpy, lambda g=generation: self.generation == g)
+                shape, node.dtype.numpy, is_current=lambda g=generation: self.generation == g)
             graph.set_data(target, array)
             self._resident[target] = array
             self.uploaded[target] = -1

@@ -33,6 +33,12 @@ _EXPORTS = {
     "IncrementalDecoder": "tokenizer",
     "resolve_model": "hub",
     "smollm2_path": "hub",
+    "CT2Error": "errors",
+    "CT2File": "ct2_file",
+    "Bert": "bert",
+    "SentenceEncoder": "bert",
+    "Whisper": "whisper",
+    "Transcriber": "transcribe",
 }
 
 __all__ = [*_EXPORTS, "__version__"]

@@ -250,7 +250,8 @@ class Transcriber:
             if _logsumexp(log_probs[begin:end + 1]) > log_probs[:begin].max():
                 row[:begin] = -np.inf
 
-    def _prompt(self, timestamps: bool) -> list[int]:
+    def prompt_ids(self, timestamps: bool) -> list[int]:
+        """The decoder prompt: start of transcript, then no-timestamps unless timed."""
         tok = self.tokenizer
         return [tok.sot] if timestamps else [tok.sot, tok.no_timestamps]
 
@@ -325,7 +326,7 @@ class Transcriber:
         mel = log_mel_spectrogram(audio, self.model.config.n_mels)
         content_frames = audio.size // HOP_LENGTH
         windows = max(1, math.ceil(content_frames / WINDOW_FRAMES))
-        prompt = self._prompt(timestamps)
+        prompt = self.prompt_ids(timestamps)
         ids: list[int] = []
         segments: list[Segment] = []
         for w in tqdm(range(windows), desc="transcribing", unit="window", disable=not progress):

@@ -54,6 +54,7 @@ class ImportedGraph:
     outputs: dict[str, Value]  # a NumPy array when the output is known at import time
     output_dtypes: dict[str, np.dtype] = field(default_factory=dict)
     ignored_inputs: set[str] = field(default_factory=set)  # declared but never read
+    weights: dict[str, lm.GraphTensor] = field(default_factory=dict)  # initializers in use
 
 
 class NodeContext:
@@ -150,6 +151,8 @@ class Importer:
         self.values: dict[str, Value | None] = {"": None}
         self._constants: dict[int, tuple[lm.GraphTensor, np.ndarray]] = {}
         self._producer_inputs: dict[str, list[str]] = {}  # value -> its node's input names
+        self._initializer_names: set[str] = set()
+        self.weights: dict[str, lm.GraphTensor] = {}
         self.node_index = 0
 
     # ----- values -------------------------------------------------------------------------
@@ -181,6 +184,8 @@ class Importer:
         else:
             t = self.graph.tensor(host.shape, name=_safe_name(name), dtype=dtype).set(host)
         self._constants[key] = (t, arr)  # keeps arr alive so its id stays unique
+        if name in self._initializer_names:
+            self.weights[name] = t
         return t
 
     def graph_input_behind(self, name: str) -> str | None:
@@ -201,6 +206,7 @@ class Importer:
         initializers = {}
         for init in g.initializer:
             initializers[init.name] = self.array_of(init, "initializer")
+        self._initializer_names = set(initializers)
         for vi in g.input:
             if vi.name in initializers:
                 continue
@@ -226,7 +232,7 @@ class Importer:
                 value.retrieve()
             outputs[vi.name] = value
         return ImportedGraph(self.graph, self.graph_inputs, outputs, output_dtypes,
-                             self._drop_unused_inputs())
+                             self._drop_unused_inputs(), self.weights)
 
     def _drop_unused_inputs(self) -> set[str]:
         """Remove inputs nothing reads (CastLike's `like` is only a dtype), so that running

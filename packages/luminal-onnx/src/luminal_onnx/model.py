@@ -70,6 +70,22 @@ class OnnxModel:
         return self._imported.graph
 
     @property
+    def inputs(self) -> dict[str, lm.GraphTensor]:
+        """The graph's input tensors by ONNX name (of `graph`)."""
+        return {n: gi.tensor for n, gi in self._imported.inputs.items()}
+
+    @property
+    def outputs(self) -> dict[str, lm.GraphTensor | np.ndarray]:
+        """The output tensors by ONNX name (a NumPy array where known at import time)."""
+        return dict(self._imported.outputs)
+
+    @property
+    def weights(self) -> dict[str, lm.GraphTensor]:
+        """The initializers the graph reads, as input tensors holding their data: build a
+        loss on `outputs` and differentiate with respect to these (luminal-train)."""
+        return dict(self._imported.weights)
+
+    @property
     def input_names(self) -> list[str]:
         return list(self._imported.inputs)
 

@@ -146,6 +146,11 @@ def _isinf(ctx: NodeContext):
     return _ones_like(x, lm.bool).logical_not()
 
 
+@converter("Gelu")
+def _gelu(ctx: NodeContext):
+    return ctx.tensor(0).gelu(ctx.attr("approximate", "none"))
+
+
 @converter("LeakyRelu")
 def _leaky_relu(ctx: NodeContext):
     return ctx.tensor(0).leaky_relu(ctx.attr("alpha", 0.01))

@@ -244,46 +244,21 @@ def _pad(ctx: NodeContext):
         value = ctx.static(2).item() if ctx.has(2) else 0
         axes = [axis_of(ctx, a, x.ndim) for a in ctx.static_ints(3)] if ctx.has(3) else list(
             range(x.ndim))
-    if mode not in ("constant", "reflect", "edge", "wrap"):
+    torch_mode = {"constant": "constant", "reflect": "reflect", "edge": "replicate",
+                  "wrap": "circular"}.get(mode)
+    if torch_mode is None:
         raise ctx.fail(f"pad mode {mode!r} is not supported")
     n = len(axes)
-    if mode != "constant":
-        for k, axis in enumerate(axes):
-            x = _pad_by_copy(ctx, x, axis, pads[k], pads[k + n], mode)
-        return x
     flat = [0] * (2 * x.ndim)
     for k, axis in enumerate(axes):
         # F.pad order: last axis first, (left, right)
         flat[2 * (x.ndim - 1 - axis)] = pads[k]
         flat[2 * (x.ndim - 1 - axis) + 1] = pads[k + n]
-    return x.pad(flat, value=value)
-
-
-def _pad_by_copy(ctx: NodeContext, x: lm.GraphTensor, axis: int, before: int, after: int,
-                 mode: str) -> lm.GraphTensor:
-    """Edge, reflect or wrap padding of one axis, from slices of `x` itself."""
-    n = x.shape[axis]
-    if not isinstance(n, int):
-        raise ctx.fail(f"{mode} padding of a symbolic dim is not supported")
-    if mode == "reflect" and max(before, after) >= n:
-        raise ctx.fail(f"reflect padding of {max(before, after)} needs a dim larger than {n}")
-    if before < 0 or after < 0:
-        raise ctx.fail(f"negative pads are not supported in {mode} mode")
-
-    def take(start, stop, flip=False):
-        part = x._slice_axis(axis, start, stop)
-        return part.flip(axis) if flip else part
-
-    if mode == "edge":
-        left = [take(0, 1)] * before
-        right = [take(n - 1, n)] * after
-    elif mode == "reflect":
-        left = [take(1, before + 1, flip=True)] if before else []
-        right = [take(n - 1 - after, n - 1, flip=True)] if after else []
-    else:
-        left = [take(n - before, n)] if before else []
-        right = [take(0, after)] if after else []
-    return lm.cat([*left, x, *right], axis)
+    try:
+        return x.pad(flat, torch_mode, value) if torch_mode == "constant" else x.pad(
+            flat, torch_mode)
+    except (ValueError, NotImplementedError) as e:
+        raise ctx.fail(str(e)) from None
 
 
 @converter("DepthToSpace")

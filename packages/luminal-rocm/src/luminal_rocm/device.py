@@ -13,7 +13,6 @@ machines without it.
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -120,16 +119,6 @@ class BuiltKernels:
         return cl.Kernel(self.program, self.names.get(name, name))
 
 
-def _renamed(body: str, names: Mapping[str, str]) -> str | None:
-    """`body` with each kernel function `old` declared as `new` (None where a declaration is
-    not found exactly once: such a kernel is built on its own)."""
-    for old, new in names.items():
-        body, n = re.subn(rf"\bvoid\s+{re.escape(old)}\s*\(", f"void {new}(", body)
-        if n != 1:
-            return None
-    return body
-
-
 class Device:
     """An opened device: context, one in-order queue, and the features kernels depend on."""
 
@@ -194,24 +183,20 @@ class Device:
             bodies, renames = [], []
             for i, ks in enumerate(group):
                 names = {spec.name: f"lm{i}_{spec.name}" for spec in ks.launches}
-                body = _renamed(ks.body, names)
-                if body is None:
-                    break
                 chunks.update(dict.fromkeys(ks.prelude))
-                bodies.append(body)
+                bodies.append(ks.renamed(names))
                 renames.append(names)
+            source = "".join(chunks) + "".join(bodies)
+            try:
+                prg = self._build(source)
+            except self.cl.Error:
+                self.batch_failures += 1  # one bad kernel: build each alone, below
             else:
-                source = "".join(chunks) + "".join(bodies)
-                try:
-                    prg = self._build(source)
-                except self.cl.Error:
-                    self.batch_failures += 1  # one bad kernel: build each alone, below
-                else:
-                    for ks, names in zip(group, renames):
-                        # a kernel built before keeps its program (the driver may have
-                        # compiled it for launch already)
-                        self._built.setdefault(ks.source, BuiltKernels(prg, names))
-                    return
+                for ks, names in zip(group, renames):
+                    # a kernel built before keeps its program (the driver may have
+                    # compiled it for launch already)
+                    self._built.setdefault(ks.source, BuiltKernels(prg, names))
+                return
         for ks in group:
             if ks.source not in self._built:
                 prg = self._build(ks.source)

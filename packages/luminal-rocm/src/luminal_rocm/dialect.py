@@ -1,4 +1,4 @@
-"""The OpenCL C dialect for one device: core's `OpenCLDialect` plus half-precision handling.
+"""The OpenCL C dialect of luminal's C-family renderer, for one device.
 
 Half-precision values are always computed in float32 and rounded to half at node outputs
 (luminal's semantics). Where the device has `cl_khr_fp16`, half buffers are read and written
@@ -9,7 +9,7 @@ half precision stores into a private `ushort` seen as a `half *`, which needs no
 
 from __future__ import annotations
 
-from luminal.codegen import Dialect, OpenCLDialect
+from luminal.codegen import Dialect, GpuDialect
 from luminal.dtypes import DType
 
 _ROUND_HALF = (
@@ -19,16 +19,24 @@ _ROUND_HALF = (
 _ROUND_HALF_FP16 = "inline float lm_round_half(float x) { return (float)(half)x; }\n"
 
 
-class DeviceDialect(OpenCLDialect):
-    """OpenCL C for a device with (`fp16=True`) or without the `cl_khr_fp16` extension."""
+class DeviceDialect(GpuDialect):
+    """OpenCL C 1.2 for a device with (`fp16=True`) or without the `cl_khr_fp16` extension."""
+
+    name = "opencl"
+    helper_qualifier = "inline"
+    global_id = "(long)get_global_id(0)"
+    kernel_qualifier = "__kernel"
+    buffer_qualifier = "__global "
+    half_storage = "half"
+    math_functions = {"log2": "log2", "exp2": "exp2", "sin": "sin", "sqrt": "sqrt", "fmod": "fmod"}
 
     def __init__(self, fp16: bool):
         self.fp16 = fp16
 
-    def load(self, dt: DType, ref: str) -> str:
-        if dt.name == "float16" and self.fp16:
-            return f"((float){ref})"
-        return super().load(dt, ref)
+    def load(self, dt: DType, buf: str, index: str) -> str:
+        if dt.name == "float16":
+            return f"((float){buf}[{index}])" if self.fp16 else f"vload_half({index}, {buf})"
+        return super().load(dt, buf, index)
 
     def store_statement(self, dt: DType, buf: str, index: str, value: str) -> str:
         if dt.name == "float16":
@@ -37,9 +45,10 @@ class DeviceDialect(OpenCLDialect):
             return f"vstore_half_rte({value}, {index}, {buf});"
         return super().store_statement(dt, buf, index, value)
 
+    def round(self, dt: DType, value: str) -> str:
+        return f"lm_round_half({value})" if dt.name == "float16" else super().round(dt, value)
+
     def prelude(self) -> str:
-        # the shared helpers without OpenCLDialect's lm_round_half: its private `half`
-        # variable needs cl_khr_fp16, so this dialect defines its own
         base = Dialect.prelude(self)
         if self.fp16:
             return "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" + base + _ROUND_HALF_FP16

@@ -10,7 +10,8 @@ about 0.1-0.2 s per program, a few milliseconds per extra kernel in it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 from luminal.codegen import Kernel, Matmul, Program, dim_names, kernel_dims, render_kernel
 from luminal.symbolic import Expr, lt
@@ -26,11 +27,13 @@ class KernelSource:
     """The OpenCL C of one IR kernel and the kernel functions in it (a matmul has one per
     variant; `LaunchSpec.when` picks at run time). `prelude` holds the helper chunks the
     `body` (the kernel functions only) needs; programs that batch kernels include each chunk
-    once."""
+    once. `renamed(names)` renders the body again with each kernel function `old` named
+    `names[old]` (a batch gives every source's kernels names of their own)."""
 
     prelude: tuple[str, ...]
     body: str
     launches: tuple[LaunchSpec, ...]
+    renamed: Callable[[Mapping[str, str]], str] = field(compare=False, repr=False)
 
     @property
     def source(self) -> str:
@@ -43,7 +46,8 @@ def _elementwise(kernel: Kernel, dialect: DeviceDialect, group: int) -> KernelSo
     for d in kernel.domain:
         total = total * d
     spec = LaunchSpec("k", kernel_dims(kernel), (ceil_to(total, group),), (group,))
-    return KernelSource((dialect.prelude(),), render_kernel(kernel, "k", dialect), (spec,))
+    return KernelSource((dialect.prelude(),), render_kernel(kernel, "k", dialect), (spec,),
+                        lambda names: render_kernel(kernel, names["k"], dialect))
 
 
 def _matmul(mm: Matmul, dialect: DeviceDialect, cpu: bool) -> KernelSource:
@@ -53,17 +57,18 @@ def _matmul(mm: Matmul, dialect: DeviceDialect, cpu: bool) -> KernelSource:
     family = matmul_cpu if use_cpu else matmul_gpu
     ctx = MatmulCtx(mm, dialect, dim_names(kernel_dims(mm)))
     small = lt(mm.m, GEMV_MAX_ROWS + 1)
-    parts = []
+    variants = []  # (kernel function writer, its name, when it runs)
     if not (small.is_const and small.value == 0):
-        src, spec = family.gemv(ctx, "k_v")
-        parts.append((src, replace(spec, when=small)))
+        variants.append((family.gemv, "k_v", small))
     if not (small.is_const and small.value == 1):
-        src, spec = family.gemm(ctx, "k")
-        parts.append((src, replace(spec, when=1 - small)))
+        variants.append((family.gemm, "k", 1 - small))
+    parts = [write(ctx, name) for write, name, _ in variants]
     prelude = (dialect.prelude(), *([matmul_cpu.PRELUDE] if use_cpu else []),
                *([QUANT_PRELUDE] if ctx.quant else []))
-    return KernelSource(prelude, "".join(src for src, _ in parts),
-                        tuple(spec for _, spec in parts))
+    return KernelSource(
+        prelude, "".join(src for src, _ in parts),
+        tuple(replace(spec, when=when) for (_, spec), (_, _, when) in zip(parts, variants)),
+        lambda names: "".join(write(ctx, names[name])[0] for write, name, _ in variants))
 
 
 def render_program(program: Program, dialect: DeviceDialect, cpu: bool,

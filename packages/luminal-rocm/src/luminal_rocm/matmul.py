@@ -71,8 +71,7 @@ class MatmulCtx:
             for k, p in enumerate(self.mm.params)
         ]
         dims = [self.names[d] for d in kernel_dims(self.mm)]
-        sig = self.dialect.signature(name, params, dims)
-        return sig.replace("__kernel", f"__kernel {attr}".rstrip(), 1)
+        return self.dialect.signature(name, params, dims, attr)
 
     def header(self, batch_index: str) -> list[str]:
         """Sizes, the batch variables decoded from `batch_index`, operand offsets."""
@@ -102,7 +101,7 @@ class MatmulCtx:
 
     def load_a(self, row: str, k: str) -> str:
         a = self.mm.a.buf
-        return self.dialect.load(self.dtype(a), f"p{a}[{self.a_index(row, k)}]")
+        return self.dialect.load(self.dtype(a), f"p{a}", self.a_index(row, k))
 
     def load_b(self, n: str, k: str) -> str:
         b = self.mm.b
@@ -111,7 +110,7 @@ class MatmulCtx:
             blocks = f"({self.expr(b.cols)} / 32)"
             return (f"lm_deq_{b.qtype}(p{b.buf}, ({row}) * {blocks} + ({col}) / 32, "
                     f"(int)(({col}) % 32))")
-        return self.dialect.load(self.dtype(b.buf), f"p{b.buf}[{self.b_index(n, k)}]")
+        return self.dialect.load(self.dtype(b.buf), f"p{b.buf}", self.b_index(n, k))
 
     def out_index(self, row: str, col: str) -> str:
         """Where out(b, row, col) goes: a fused permute of the product stores it at a batch

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from luminal.codegen import Schedule, lower, plan_memory
+from luminal.device_array import DeviceArray
 from luminal.symbolic import Expr
 
-from .device_array import DeviceArray
 from .dialect import DeviceDialect
 from .kernels import KernelSource, render_program
 from .launch import ExprTable
@@ -195,7 +195,7 @@ class OpenCLRuntime:
         events = []
         for store, nid, dtype in self._inputs:
             data = graph.data[nid]
-            if isinstance(data, DeviceArray) and data.context == self.device.context:
+            if isinstance(data, DeviceArray) and data.owner == self.device.context:
                 self._bind(store, data.buffer)
                 continue
             version = graph.data_version.get(nid)
@@ -250,8 +250,19 @@ class OpenCLRuntime:
                                   max(nbytes, _MIN_BYTES))
             if nbytes:
                 self.cl.enqueue_copy(self.queue, copy, buf, byte_count=nbytes)
-            return DeviceArray(self.queue, copy, shape, dtype)
+            return self._device_array(copy, shape, dtype)
         self._own[store] = None  # the next run writes `src` into another buffer
-        value = DeviceArray(self.queue, buf, shape, dtype)
+        value = self._device_array(buf, shape, dtype)
         weakref.finalize(value, self._spares[store].append, buf)
         return value
+
+    def _device_array(self, buf: Any, shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray:
+        """A value this runtime's next run reads from `buf` directly (see DeviceArray)."""
+
+        def download() -> np.ndarray:
+            host = np.empty(shape, dtype)
+            if host.size:
+                self.cl.enqueue_copy(self.queue, host, buf, is_blocking=True)
+            return host
+
+        return DeviceArray(download, shape, dtype, buffer=buf, owner=self.device.context)

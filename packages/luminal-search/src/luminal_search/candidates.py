@@ -10,21 +10,24 @@ from . import terms
 
 @dataclass
 class Candidate:
-    """One way to compile a region: `kind` is "default", "store", "loops" or "rewrite"."""
+    """One way to compile a region: `kind` is "default", "store", "loops", "tune" or
+    "rewrite"."""
 
     kind: str
     label: str
     steps: terms.Steps | None = None  # "rewrite": the region's new term
     store: tuple[int, ...] = ()  # "store": positions in `Region.nodes` to store
+    tuning: tuple[tuple[str, int], ...] = ()  # "tune": the root kernel's dialect settings
 
     def as_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "label": self.label, "steps": self.steps,
-                "store": list(self.store)}
+                "store": list(self.store), "tuning": [list(t) for t in self.tuning]}
 
     @staticmethod
     def from_json(d: dict) -> Candidate:
         return Candidate(str(d["kind"]), str(d["label"]), d["steps"],
-                         tuple(int(p) for p in d["store"]))
+                         tuple(int(p) for p in d["store"]),
+                         tuple((str(k), int(v)) for k, v in d["tuning"]))
 
 
 DEFAULT = Candidate("default", "default")

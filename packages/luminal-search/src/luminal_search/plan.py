@@ -27,10 +27,10 @@ def to_json(results: dict[str, RegionResult], regions: list[Region], whole: Whol
             "instances": instances, "whole": whole.as_json()}
 
 
-def from_json(graph: Graph, plan: dict[str, Any], order: list[int]
+def from_json(graph: Graph, plan: dict[str, Any], order: list[int], space: dict[str, Any]
               ) -> tuple[dict[str, RegionResult], list[Region], WholeGraph]:
-    """The plan for `graph`; raises ValueError (or KeyError, TypeError, IndexError) when
-    it does not fit the graph."""
+    """The plan for `graph` (`space`: the backend's `schedule_space`); raises ValueError (or
+    KeyError, TypeError, IndexError) when it does not fit the graph."""
     results = {str(sig): RegionResult.from_json(r) for sig, r in plan["regions"].items()}
     regions = []
     for inst in plan["instances"]:
@@ -39,14 +39,17 @@ def from_json(graph: Graph, plan: dict[str, Any], order: list[int]
                         bool(inst["matmul"]), signature=str(inst["signature"]))
         if region.nodes[-1] != region.root or not set(region.inputs) <= set(region.nodes):
             raise ValueError("region instance does not fit the graph")
-        check_candidate(graph, region, results[region.signature].choice)
+        check_candidate(graph, region, results[region.signature].choice, space)
         regions.append(region)
     return results, regions, WholeGraph.from_json(plan["whole"])
 
 
-def check_candidate(graph: Graph, region: Region, cand: Candidate) -> None:
-    if cand.kind not in ("default", "store", "loops", "rewrite"):
+def check_candidate(graph: Graph, region: Region, cand: Candidate,
+                    space: dict[str, Any]) -> None:
+    if cand.kind not in ("default", "store", "loops", "tune", "rewrite"):
         raise ValueError(f"unknown candidate kind {cand.kind!r}")
+    if any(name not in space for name, _ in cand.tuning):
+        raise ValueError(f"tuning {cand.tuning} outside the backend's schedule space")
     if cand.kind == "loops" and not region.matmul:
         raise ValueError("loops on a region that is not a matmul")
     for p in cand.store:

@@ -34,7 +34,7 @@ def default_backend(name: str | None = None) -> Backend:
     except (ImportError, AttributeError):
         if name not in (None, "reference"):
             raise
-        from luminal.backends.reference import ReferenceBackend
+        from luminal.reference import ReferenceBackend
 
         return ReferenceBackend()
 

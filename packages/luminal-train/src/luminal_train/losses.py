@@ -88,13 +88,15 @@ def _class_last(x: GraphTensor) -> GraphTensor:
 
 def _picked_class(logp: GraphTensor, target: GraphTensor, weight, ignore_index: int):
     """-weight[t] * logp[t] per target and the weight each counts with in a mean (0 for
-    `ignore_index`): an exact pick (an ignored target picks nothing, so even a -inf
-    log-probability elsewhere in its row cannot reach the loss)."""
-    kept = (target != ignore_index).to(logp.dtype)
-    loss = -logp.gather(-1, target.to(int32).unsqueeze(-1)).squeeze(-1)
+    `ignore_index`): an exact pick, and an ignored target picks nothing, so even a -inf
+    log-probability in its row cannot reach the loss (`_register_targets` checks the rest
+    of the targets on the host)."""
+    ignored = target == ignore_index
+    safe = where(ignored, 0, target).to(int32)
+    loss = where(ignored, 0.0, -logp.gather(-1, safe.unsqueeze(-1)).squeeze(-1))
+    kept = ignored.logical_not().to(logp.dtype)
     if weight is None:
         return loss, kept
-    safe = where(target == ignore_index, 0, target).to(int32)
     w = weight.index_select(0, safe.reshape(-1)).reshape(safe.layout.shape) * kept
     return loss * w, w
 
@@ -149,9 +151,8 @@ def cross_entropy(
     _register_targets("cross_entropy", target, n_classes, ignore_index)
     loss, counts = _picked_class(logp, target, weight, ignore_index)
     if label_smoothing:
-        kept = (target != ignore_index).to(logp.dtype)
         per_class = -logp if weight is None else -logp * weight
-        smooth = per_class.mean(-1) * kept
+        smooth = where(target == ignore_index, 0.0, per_class.mean(-1))
         loss = loss * (1.0 - label_smoothing) + smooth * label_smoothing
     return _weighted_mean(loss, counts, reduction)
 

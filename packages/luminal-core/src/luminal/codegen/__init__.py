@@ -1,14 +1,16 @@
-"""Backend-neutral code generation: the kernel IR, graph lowering with fusion, and the
-C-family renderer with its dialects (C/OpenMP, CUDA C, OpenCL C, Metal).
+"""Backend-neutral code generation: the kernel IR, graph lowering with fusion, and one
+C-family renderer. Dialects live in their backends (luminal-cpu: C/OpenMP, luminal-cuda: CUDA C,
+luminal-rocm: OpenCL C) and extend `Dialect` (or `GpuDialect`); Metal waits here for its package.
 
-    from luminal.codegen import lower, render_kernel, C
+    from luminal.codegen import lower, render_kernel
+    from luminal_cpu.dialect import C
     program = lower(graph)                      # kernels, calls, buffers, dims
     source = render_kernel(program.kernels[0], "k0", C)
 
 See docs/kernel-ir.md for how a backend uses it.
 """
 
-from .dialects import CUDA, METAL, OPENCL, C, CDialect, CudaDialect, MetalDialect, OpenCLDialect
+from .gpu import GpuDialect, unravel_declarations
 from .ir import (
     BufferSpec,
     Call,
@@ -22,34 +24,34 @@ from .ir import (
     kernel_dims,
 )
 from .lower import lower
+from .metal import METAL, MetalDialect
 from .plan import MemoryPlan, plan_memory
-from .render import Dialect, dim_names, render_kernel
+from .render import BodyWriter, Dialect, Scope, dim_names, helper_functions, render_kernel
 from .schedule import Schedule
 
 __all__ = [
-    "CUDA",
     "METAL",
-    "OPENCL",
+    "BodyWriter",
     "BufferSpec",
-    "C",
-    "CDialect",
     "Call",
-    "CudaDialect",
     "Dialect",
+    "GpuDialect",
     "Kernel",
     "KernelLike",
     "MatOperand",
     "Matmul",
     "MemoryPlan",
     "MetalDialect",
-    "OpenCLDialect",
     "Param",
     "Program",
     "QuantOperand",
     "Schedule",
+    "Scope",
     "dim_names",
+    "helper_functions",
     "kernel_dims",
     "lower",
     "plan_memory",
     "render_kernel",
+    "unravel_declarations",
 ]

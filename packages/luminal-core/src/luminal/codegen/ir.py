@@ -24,13 +24,14 @@ bfloat16 is rounded to that dtype, as the reference backend rounds every node's 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
+from .. import ops
 from ..dtypes import DType
 from ..symbolic import INF, Expr, logical_and
 
-UNARY_OPS = ("log2", "exp2", "sin", "sqrt", "recip")
-BINARY_OPS = ("add", "mul", "mod", "lt")
+UNARY_OPS = tuple(op.code for op in ops.MATH)
+BINARY_OPS = tuple(op.code for op in ops.BINARY)
 REDUCE_OPS = ("sum", "max")
 
 
@@ -187,11 +188,16 @@ class Store:
 
 @dataclass(frozen=True)
 class Kernel:
-    """`out` stored at every point of `domain` (loop variables `loop_var(k, domain[k])`)."""
+    """`out` stored at every point of `domain` (loop variables `loop_var(k, domain[k])`).
+
+    `tuning` overrides settings of the dialect that renders it, `(name, value)` pairs from its
+    `Dialect.tunable` (a searched schedule's choice, see `Schedule.tuning`)."""
 
     params: tuple[Param, ...]
     domain: tuple[Expr, ...]
     out: Store
+    # keyword-only, so that subclasses (a backend's own kernel kinds) may add required fields
+    tuning: tuple[tuple[str, int], ...] = field(default=(), kw_only=True)
 
     @property
     def loop_vars(self) -> tuple[Expr, ...]:

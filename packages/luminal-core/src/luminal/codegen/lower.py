@@ -26,10 +26,11 @@ layers are also built only once.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from .. import ops
 from ..dtypes import float32
-from ..graph import Edge, Graph, Node
+from ..ir import Edge, Graph, Node
 from ..symbolic import Expr, logical_and, prod
 from . import patterns
 from .indexing import flat_index, source_axes
@@ -61,9 +62,6 @@ from .ir import (
 from .schedule import DEFAULT, Schedule
 from .simplify import merge_axes
 
-UNARY_NAMES = {ops.Log2: "log2", ops.Exp2: "exp2", ops.Sin: "sin", ops.Sqrt: "sqrt",
-               ops.Recip: "recip"}
-BINARY_NAMES = {ops.Add: "add", ops.Mul: "mul", ops.Mod: "mod", ops.LessThan: "lt"}
 _OP_COST = {ops.Log2: 8, ops.Exp2: 8, ops.Sin: 8, ops.Sqrt: 2, ops.Recip: 2}
 _REDUCE_COST = 1000
 # Most arithmetic a node may cost and still be recomputed at every broadcast read.
@@ -152,11 +150,11 @@ class ValueBuilder:
         if isinstance(op, ops.Cast):
             x = self.read(node.inputs[0], axes, ctx)
             return x if x.dtype == dt else Cast(x, dt)
-        if type(op) in UNARY_NAMES:
-            return Unary(UNARY_NAMES[type(op)], self.read(node.inputs[0], axes, ctx), dt)
-        if type(op) in BINARY_NAMES:
+        if type(op) in ops.MATH:
+            return Unary(op.code, self.read(node.inputs[0], axes, ctx), dt)
+        if type(op) in ops.BINARY:
             a, b = (self.read(e, axes, ctx) for e in node.inputs)
-            return Binary(BINARY_NAMES[type(op)], a, b, dt)
+            return Binary(op.code, a, b, dt)
         if isinstance(op, ops.Select):
             return Select(*(self.read(e, axes, ctx) for e in node.inputs), dt)
         if isinstance(op, (ops.SumReduce, ops.MaxReduce)):
@@ -339,12 +337,14 @@ class Lowering:
             return self._build_matmul(node, match)
         sig, sig_params = self._signature(node)
         kernel = self._built.get(sig)
-        if kernel is not None:
-            return kernel, sig_params
-        kernel, params = self._build_kernel(node)
-        if params == sig_params:
-            self._built[sig] = kernel
-        return kernel, params
+        if kernel is None:
+            kernel, params = self._build_kernel(node)
+            if params == sig_params:
+                self._built[sig] = kernel
+        else:
+            params = sig_params
+        tuning = self.schedule.tuning.get(node.id)
+        return (replace(kernel, tuning=tuning) if tuning else kernel), params
 
     def _build_kernel(self, node: Node) -> tuple[Kernel, list[int]]:
         params = [node.id]

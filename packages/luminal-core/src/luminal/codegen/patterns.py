@@ -3,9 +3,9 @@
 The frontend writes a matrix product as `SumReduce(Mul(a.expand, b.expand))` over the last
 axis (hl_ops/matmul.py), an embedding lookup as that product with a one-hot matrix built from
 `LessThan` against an `Iota`, and a quantized weight as the primitive decomposition of
-`luminal.quant.dequantize`, whose output node carries `meta["dequantize"]`. Each pattern is
-checked against the views, so a match is exact: the special kernel computes what the primitive
-subgraph computes.
+`luminal.quant.dequantize`, whose output node carries a `Dequantized` tag (`node.dequantized`).
+Each pattern is checked against the views, so a match is exact: the special kernel computes what
+the primitive subgraph computes.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import ops
-from ..graph import Graph, Node
+from ..ir import Graph, Node
 from ..shape import View, row_major_strides
 from ..symbolic import INF, Expr, logical_and, lt, to_expr
 from .indexing import flat_index, source_axes
@@ -136,13 +136,13 @@ def _operand(graph: Graph, edge, row_var: Expr, other_var: Expr, idx) -> Operand
 def _quant_operand(graph: Graph, edge, idx, n: Expr, k: Expr) -> QuantWeight | None:
     """The dequantized weight read through `edge`, W[n, k] or W[k, n], if it is one."""
     src = graph.nodes[edge.src]
-    tag = src.meta.get("dequantize")
+    tag = src.dequantized
     if tag is None or edge.view.mask is not None:
         return None
-    raw = graph.nodes.get(graph.resolve(tag["raw"]))
+    raw = graph.nodes.get(graph.resolve(tag.raw))
     if raw is None or not isinstance(raw.op, ops.Input):
         return None
-    rows, cols = (to_expr(d) for d in tag["shape"])
+    rows, cols = to_expr(tag.rows), to_expr(tag.cols)
     split = affine(edge.view.index(idx), (M_VAR, N_VAR, K_VAR))
     if split is None:
         return None
@@ -150,9 +150,9 @@ def _quant_operand(graph: Graph, edge, idx, n: Expr, k: Expr) -> QuantWeight | N
     if not (c_m == 0 and rest == 0):
         return None
     if c_k == 1 and c_n == cols and n == rows and k == cols:
-        return QuantWeight(raw.id, tag["qtype"], rows, cols, k_contiguous=True)
+        return QuantWeight(raw.id, tag.qtype, rows, cols, k_contiguous=True)
     if c_n == 1 and c_k == cols and k == rows and n == cols:
-        return QuantWeight(raw.id, tag["qtype"], rows, cols, k_contiguous=False)
+        return QuantWeight(raw.id, tag.qtype, rows, cols, k_contiguous=False)
     return None
 
 

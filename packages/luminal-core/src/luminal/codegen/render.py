@@ -1,7 +1,8 @@
 """One renderer for every C-family language: kernel IR -> source text.
 
 `render_kernel(kernel, name, dialect)` writes a `Kernel` as a function. Everything that
-differs between C, CUDA C, OpenCL C and Metal lives in the `Dialect` (see `dialects.py`):
+differs between C, CUDA C, OpenCL C and Metal lives in a `Dialect` (each backend has its own:
+luminal-cpu's C, luminal-cuda's CUDA C, luminal-rocm's OpenCL C; `gpu.py` is their GPU base):
 type names, half-precision conversions, math function names, the signature and qualifiers, and
 how the parallel domain is walked (OpenMP loops on a CPU, one thread per point on a GPU).
 
@@ -13,11 +14,12 @@ dereferenced where a view reads zero.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
 from ..dtypes import DType
-from ..symbolic import C_PRELUDE, Expr
+from ..symbolic import Expr
 from .ir import (
     Binary,
     Bind,
@@ -46,8 +48,22 @@ class Dialect:
 
     name = "c"
     helper_qualifier = "static inline"
+    kernel_qualifier = "static"
     restrict = "restrict"
     half_storage = "_Float16"
+    # integer settings a kernel may override through `Kernel.tuning` (a searched schedule)
+    tunable: tuple[str, ...] = ()
+
+    def tuned(self, settings: tuple[tuple[str, int], ...]) -> Dialect:
+        """This dialect with `settings` (names from `tunable`) overridden."""
+        unknown = [name for name, _ in settings if name not in self.tunable]
+        if unknown:
+            raise ValueError(f"dialect {self.name!r} has no tunable setting {unknown}; it has "
+                             f"{list(self.tunable)}")
+        twin = copy.copy(self)
+        for name, value in settings:
+            setattr(twin, name, int(value))
+        return twin
 
     # ----- types --------------------------------------------------------------------------
     def storage_type(self, dt: DType) -> str:
@@ -65,8 +81,9 @@ class Dialect:
         """Type values of `dt` are computed in (float32 for every float dtype)."""
         return "float" if dt.is_float else "int"
 
-    def load(self, dt: DType, ref: str) -> str:
-        """Convert the buffer element `ref` to its compute type."""
+    def load(self, dt: DType, buf: str, index: str) -> str:
+        """Element `index` of buffer `buf`, converted to its compute type."""
+        ref = f"{buf}[{index}]"
         if dt.name == "float16":
             return f"((float){ref})"
         if dt.name == "bfloat16":
@@ -98,13 +115,17 @@ class Dialect:
         return value
 
     # ----- math ---------------------------------------------------------------------------
+    # the function computing each unary op of the IR (recip is a division) and the remainder
+    math_functions = {"log2": "log2f", "exp2": "exp2f", "sin": "sinf", "sqrt": "sqrtf",
+                      "fmod": "fmodf"}
+
     def unary(self, op: str, x: str) -> str:
         if op == "recip":
             return f"(1.0f / {x})"
-        return {"log2": "log2f", "exp2": "exp2f", "sin": "sinf", "sqrt": "sqrtf"}[op] + f"({x})"
+        return f"{self.math_functions[op]}({x})"
 
     def fmod(self, a: str, b: str) -> str:
-        return f"fmodf({a}, {b})"
+        return f"{self.math_functions['fmod']}({a}, {b})"
 
     def float_literal(self, v: float) -> str:
         if math.isnan(v):
@@ -117,12 +138,18 @@ class Dialect:
         return f"{text}f" if v >= 0 else f"({text}f)"
 
     # ----- structure ----------------------------------------------------------------------
-    def signature(self, name: str, params: list[tuple[str, str, bool]], dims: list[str]) -> str:
-        """`params`: (element type, name, written?) per buffer; dims are `long` scalars."""
+    def signature(self, name: str, params: list[tuple[str, str, bool]], dims: list[str],
+                  attributes: str = "") -> str:
+        """`params`: (element type, name, written?) per buffer; dims are `long` scalars.
+        `attributes` go after the kernel qualifier (e.g. OpenCL's `reqd_work_group_size`)."""
         args = [
             f"{'' if out else 'const '}{t} *{self.restrict} {n}" for t, n, out in params
         ] + [f"long {d}" for d in dims]
-        return f"static void {name}({', '.join(args)})"
+        return f"{self.qualifiers(attributes)} void {name}({', '.join(args)})"
+
+    def qualifiers(self, attributes: str = "") -> str:
+        """What precedes a kernel's return type: `kernel_qualifier`, then `attributes`."""
+        return " ".join(q for q in (self.kernel_qualifier, attributes) if q)
 
     def domain(self, extents: list[str], names: list[str], body: list[str],
                simd_last: bool = False) -> list[str]:
@@ -142,35 +169,48 @@ class Dialect:
         loop header) around `body` for every lane, then `final` per lane."""
         raise NotImplementedError
 
-    def reduce_pragma(self, op: str, dt: DType) -> str | None:
-        """A line placed before a reduction loop (e.g. a vectorisation hint), or None."""
+    def reduce_pragma(self, op: str, dt: DType, acc: str) -> str | None:
+        """A line placed before a reduction loop accumulating into `acc` (e.g. a vectorisation
+        hint; a float max also has the NaN flag `{acc}_nan`), or None."""
         return None
 
     def prelude(self) -> str:
         """Helper functions every kernel may call."""
-        q = self.helper_qualifier
-        return C_PRELUDE.replace("static inline", q) + _HELPERS.replace("QUAL", q)
+        return helper_functions(self.helper_qualifier)
 
 
-_HELPERS = """\
-QUAL int lm_imod(int a, int b) { return (b == 0 || b == -1) ? 0 : a % b; }
-QUAL int lm_f2i(float x) {
+def helper_functions(qualifier: str) -> str:
+    """The helper functions generated code calls (floor division and modulo of symbolic
+    expressions, safe integer ops, bfloat16 conversions), each declared with `qualifier`."""
+    return f"""\
+{qualifier} long lm_floordiv(long a, long b) {{
+    long q = a / b; return q - ((a % b != 0) & ((a < 0) != (b < 0)));
+}}
+{qualifier} long lm_floormod(long a, long b) {{
+    long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}}
+{qualifier} long lm_min(long a, long b) {{ return a < b ? a : b; }}
+{qualifier} long lm_max(long a, long b) {{ return a > b ? a : b; }}
+{qualifier} int lm_imod(int a, int b) {{ return (b == 0 || b == -1) ? 0 : a % b; }}
+{qualifier} int lm_f2i(float x) {{
   return (x > -2147483649.0f && x < 2147483648.0f) ? (int)x : (int)0x80000000u;
-}
-QUAL float lm_bf16_to_f32(unsigned short h) {
-  union { unsigned int u; float f; } c; c.u = (unsigned int)h << 16; return c.f;
-}
-QUAL unsigned short lm_f32_to_bf16(float x) {
-  union { unsigned int u; float f; } c; c.f = x;
+}}
+{qualifier} float lm_bf16_to_f32(unsigned short h) {{
+  union {{ unsigned int u; float f; }} c; c.u = (unsigned int)h << 16; return c.f;
+}}
+{qualifier} unsigned short lm_f32_to_bf16(float x) {{
+  union {{ unsigned int u; float f; }} c; c.f = x;
   if ((c.u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((c.u >> 16) | 0x40u);
   return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
-}
-QUAL float lm_bf16_round(float x) { return lm_bf16_to_f32(lm_f32_to_bf16(x)); }
+}}
+{qualifier} float lm_bf16_round(float x) {{ return lm_bf16_to_f32(lm_f32_to_bf16(x)); }}
 """
 
 
 @dataclass
-class _Scope:
+class Scope:
+    """Statements generated at one loop depth, and the names of the values computed there."""
+
     depth: int
     lines: list[str] = field(default_factory=list)
     names: dict[Value, str] = field(default_factory=dict)
@@ -180,15 +220,15 @@ def _bound(name: str) -> bool:
     return name.startswith(_BOUND_PREFIXES)
 
 
-class _BodyWriter:
+class BodyWriter:
     """Emits the statements computing a value tree (see the module docstring)."""
 
     def __init__(self, dialect: Dialect, names: dict[str, str], reduce_pragmas: bool = True):
         self.d = dialect
         self.reduce_pragmas = reduce_pragmas
         self.names = names
-        self.root = _Scope(0)
-        self.scope_of: dict[str, _Scope] = {}
+        self.root = Scope(0)
+        self.scope_of: dict[str, Scope] = {}
         self._deps: dict[int, frozenset[str]] = {}
         self._count = 0
 
@@ -213,7 +253,7 @@ class _BodyWriter:
         got = self._deps[id(v)] = frozenset(own)
         return got
 
-    def target(self, v: Value) -> _Scope:
+    def target(self, v: Value) -> Scope:
         scopes = [self.scope_of[n] for n in self.deps(v)]
         return max(scopes, key=lambda s: s.depth) if scopes else self.root
 
@@ -248,7 +288,7 @@ class _BodyWriter:
     def code(self, v: Value) -> str:
         d = self.d
         if isinstance(v, Load):
-            ref = d.load(v.dtype, f"p{v.buf}[{self.expr(v.index)}]")
+            ref = d.load(v.dtype, f"p{v.buf}", self.expr(v.index))
             if v.valid == 1:
                 return ref
             return f"({self.expr(v.valid)} ? {ref} : {self.const(0, v.dtype)})"
@@ -298,16 +338,16 @@ class _BodyWriter:
             x = f"lm_f2i({x})"
         return f"({x} & 255)" if dst.name == "uint8" else f"((int){x})"
 
-    def reduce(self, r: Reduce, scope: _Scope) -> str:
+    def reduce(self, r: Reduce, scope: Scope) -> str:
         acc = _Accumulator(r, self.fresh())
-        inner = _Scope(scope.depth + 1)
+        inner = Scope(scope.depth + 1)
         self.scope_of[r.var.name] = inner
         body = self.emit(r.body)
         var, size = self.names.get(r.var.name, r.var.name), self.expr(r.size)
-        pragma = self.d.reduce_pragma(r.op, r.dtype) if self.reduce_pragmas else None
+        pragma = self.d.reduce_pragma(r.op, r.dtype, acc.name) if self.reduce_pragmas else None
         scope.lines.extend(acc.declare())
         if pragma:
-            scope.lines.append(pragma.replace("ACC", acc.name))
+            scope.lines.append(pragma)
         scope.lines.append(f"for (long {var} = 0; {var} < {size}; {var}++) {{")
         scope.lines.extend("  " + line for line in [*inner.lines, acc.update(body)])
         scope.lines.append("}")
@@ -316,7 +356,7 @@ class _BodyWriter:
         scope.lines.append(f"{self.d.compute_type(r.dtype)} {result} = {value};")
         return result
 
-    def bind(self, b: Bind, scope: _Scope) -> str:
+    def bind(self, b: Bind, scope: Scope) -> str:
         var = self.names.get(b.var.name, b.var.name)
         value = self.emit(b.value)
         scope.lines.append(f"long {var} = (long)({value});")
@@ -407,12 +447,12 @@ def _top_reductions(v: Value) -> list[Reduce]:
 def _render_lanes(kernel: Kernel, r: Reduce, dialect: Dialect, names: dict[str, str],
                   extents: list[str], loop_names: list[str]) -> list[str]:
     """The domain of a strided reduction (see `Dialect.reduce_lanes`)."""
-    inner = _BodyWriter(dialect, names)
+    inner = BodyWriter(dialect, names)
     inner.scope_of[r.var.name] = inner.root  # nothing is hoisted out of the reduction loop
     acc = _Accumulator(r, "lm_acc", lane="lm_j")
     value = inner.emit(r.body)
     body = [*inner.root.lines, acc.update(value)]
-    outer = _BodyWriter(dialect, names)
+    outer = BodyWriter(dialect, names)
     result = f"{dialect.compute_type(r.dtype)} lm_red = {dialect.round(r.dtype, acc.result())};"
     outer.root.lines.append(result)
     outer.root.names[r] = "lm_red"
@@ -454,6 +494,8 @@ def _strided_reduction(kernel: Kernel) -> bool:
 def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
     """Source of one function computing `kernel` in `dialect`. Its arguments are the buffers
     `p0, p1, ...` (in `kernel.params` order) then the dims of `kernel_dims(kernel)`."""
+    if kernel.tuning:
+        dialect = dialect.tuned(kernel.tuning)
     dims = kernel_dims(kernel)
     names = dim_names(dims)
     simd_last = _strided_reduction(kernel)
@@ -467,7 +509,7 @@ def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
     if simd_last and dialect.lanes and len(top) == 1:
         code = _render_lanes(kernel, top[0], dialect, names, extents, loop_names)
         return "\n".join([*lines, *("  " + x for x in code), "}"]) + "\n"
-    writer = _BodyWriter(dialect, names, reduce_pragmas=not simd_last)
+    writer = BodyWriter(dialect, names, reduce_pragmas=not simd_last)
     value = writer.emit(kernel.out.value)
     out_dt = kernel.params[kernel.out.buf].dtype
     store = dialect.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index),
@@ -478,4 +520,4 @@ def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["Dialect", "dim_names", "render_kernel"]
+__all__ = ["BodyWriter", "Dialect", "Scope", "dim_names", "helper_functions", "render_kernel"]

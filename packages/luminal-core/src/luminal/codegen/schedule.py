@@ -15,7 +15,8 @@ Backends that lower through `lower()` accept a schedule with `Backend.with_sched
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -27,12 +28,15 @@ class Schedule:
     - `inline`: recompute these nodes in every reader instead of storing them, where the
       heuristic would store them (inputs, outputs and matmul operands are always stored);
     - `loop_matmuls`: generate these matmul-shaped reductions as fused loops instead of the
-      `Matmul` micro-kernel.
+      `Matmul` micro-kernel;
+    - `tuning`: for the kernel a node roots, settings of the rendering dialect to override
+      (`Kernel.tuning`; names from the backend's `Backend.schedule_space`).
     """
 
     store: frozenset[int] = frozenset()
     inline: frozenset[int] = frozenset()
     loop_matmuls: frozenset[int] = frozenset()
+    tuning: Mapping[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         both = self.store & self.inline
@@ -41,7 +45,7 @@ class Schedule:
 
     @property
     def is_default(self) -> bool:
-        return not (self.store or self.inline or self.loop_matmuls)
+        return not (self.store or self.inline or self.loop_matmuls or self.tuning)
 
 
 DEFAULT = Schedule()

@@ -9,29 +9,15 @@ import numpy as np
 
 from .. import ops
 from ..dtypes import bool_, float32, int32, promote
-from ..shape import show_shape
-from ..symbolic import Expr, to_expr
+from ..errors import OpError
+from ..symbolic import Expr
+from .base import TensorBase
+from .movement import broadcast_shape, broadcast_to, cat
 
 if TYPE_CHECKING:
     from ..tensor import GraphTensor
 
     Operand = GraphTensor | float | int | bool
-
-
-def broadcast_shape(name: str, a, b) -> tuple[Expr, ...]:
-    a, b = tuple(map(to_expr, a)), tuple(map(to_expr, b))
-    n = max(len(a), len(b))
-    a = (Expr.const(1),) * (n - len(a)) + a
-    b = (Expr.const(1),) * (n - len(b)) + b
-    out = []
-    for x, y in zip(a, b):
-        if x == y or y == 1:
-            out.append(x)
-        elif x == 1:
-            out.append(y)
-        else:
-            raise ValueError(f"{name}: shapes {show_shape(a)} and {show_shape(b)} do not broadcast")
-    return tuple(out)
 
 
 def scalar_dtype(t: GraphTensor, value) -> object:
@@ -46,39 +32,21 @@ def scalar_dtype(t: GraphTensor, value) -> object:
 
 def lift(like: GraphTensor, value) -> GraphTensor:
     """A Python scalar (or symbolic Expr) as a constant tensor of `like`'s graph."""
-    from ..tensor import GraphTensor
-
-    if isinstance(value, GraphTensor):
+    if isinstance(value, TensorBase):
         return value
     if isinstance(value, Expr):
         return like.graph.constant(value, like.dtype)
     return like.graph.constant(value, scalar_dtype(like, value))
 
 
-def broadcast_to(t: GraphTensor, shape) -> GraphTensor:
-    """View `t` at `shape` (PyTorch broadcasting: prepend 1s, expand size-1 axes)."""
-    shape = tuple(map(to_expr, shape))
-    if tuple(t.layout.shape) == shape:
-        return t
-    if t.ndim > len(shape):
-        raise ValueError(f"cannot broadcast {show_shape(t.layout.shape)} to {show_shape(shape)}")
-    lead = len(shape) - t.ndim
-    if lead:
-        t = t.reshape((1,) * lead + tuple(t.layout.shape))
-    broadcast_shape("expand", t.layout.shape, shape)
-    return t._with_view(t.layout.expand(shape))
-
-
 def binary(name: str, op: ops.Op, a: Operand, b: Operand, dtype=None) -> GraphTensor:
     """Broadcast, promote to a common dtype (or `dtype`), then apply primitive `op`."""
-    from ..tensor import GraphTensor
-
-    if not isinstance(a, GraphTensor):
+    if not isinstance(a, TensorBase):
         a = lift(b, a)
-    if not isinstance(b, GraphTensor):
+    if not isinstance(b, TensorBase):
         b = lift(a, b)
     if a.graph is not b.graph:
-        raise ValueError(f"{name}: operands belong to different graphs")
+        raise OpError(f"{name}: operands belong to different graphs")
     common = dtype or promote(a.dtype, b.dtype)
     a, b = a.to(common), b.to(common)
     shape = broadcast_shape(name, a.layout.shape, b.layout.shape)
@@ -90,14 +58,12 @@ def where(cond: Operand, x: Operand, y: Operand) -> GraphTensor:
     promotion, and exact selection (a `Select` node: an inf or NaN in the branch not taken
     never reaches the result, so `masked_fill(mask, -inf)` and `where(x > 0, x.log(), 0)` are
     what PyTorch gives)."""
-    from ..tensor import GraphTensor
-
-    anchor = next((t for t in (cond, x, y) if isinstance(t, GraphTensor)), None)
+    anchor = next((t for t in (cond, x, y) if isinstance(t, TensorBase)), None)
     if anchor is None:
         raise TypeError("where: at least one argument must be a GraphTensor")
     c = lift(anchor, cond).to(bool_)
     common = _where_dtype(x, y)
-    x, y = (t.to(common) if isinstance(t, GraphTensor) else anchor.graph.constant(t, common)
+    x, y = (t.to(common) if isinstance(t, TensorBase) else anchor.graph.constant(t, common)
             for t in (x, y))
     shape = broadcast_shape("where", c.layout.shape, x.layout.shape)
     shape = broadcast_shape("where", shape, y.layout.shape)
@@ -107,11 +73,9 @@ def where(cond: Operand, x: Operand, y: Operand) -> GraphTensor:
 def _where_dtype(x: Operand, y: Operand):
     """PyTorch's result dtype of where(c, x, y): tensors promote; a Python float makes an
     integer or bool result float32; a Python int makes a bool result int32."""
-    from ..tensor import GraphTensor
-
-    dtypes = [t.dtype for t in (x, y) if isinstance(t, GraphTensor)]
+    dtypes = [t.dtype for t in (x, y) if isinstance(t, TensorBase)]
     common = (promote(*dtypes) if len(dtypes) == 2 else dtypes[0]) if dtypes else None
-    scalars = [v for v in (x, y) if not isinstance(v, GraphTensor)]
+    scalars = [v for v in (x, y) if not isinstance(v, TensorBase)]
     if common is None:
         return float32 if any(isinstance(v, float) for v in scalars) else (
             bool_ if all(isinstance(v, bool) for v in scalars) else int32)
@@ -124,27 +88,21 @@ def _where_dtype(x: Operand, y: Operand):
 
 def maximum(a: Operand, b: Operand) -> GraphTensor:
     """Elementwise max, exact for infinities: a MaxReduce over the pair stacked on a new axis."""
-    from ..tensor import GraphTensor
-
-    if not isinstance(a, GraphTensor):
+    if not isinstance(a, TensorBase):
         a = lift(b, a)
-    if not isinstance(b, GraphTensor):
+    if not isinstance(b, TensorBase):
         b = lift(a, b)
     common = promote(a.dtype, b.dtype)
     shape = broadcast_shape("maximum", a.layout.shape, b.layout.shape)
     a = broadcast_to(a.to(common), shape).unsqueeze(-1)
     b = broadcast_to(b.to(common), shape).unsqueeze(-1)
-    from .movement import cat
-
     return cat([a, b], dim=-1).amax(-1)
 
 
 def minimum(a: Operand, b: Operand) -> GraphTensor:
-    from ..tensor import GraphTensor
-
-    if not isinstance(a, GraphTensor):
+    if not isinstance(a, TensorBase):
         a = lift(b, a)
-    if not isinstance(b, GraphTensor):
+    if not isinstance(b, TensorBase):
         b = lift(a, b)
     if not promote(a.dtype, b.dtype).is_float:  # ~ maps INT_MIN to INT_MAX: no overflow
         return ~maximum(~a, ~b)
@@ -275,7 +233,7 @@ class BinaryOps:
         if rounding_mode == "trunc":
             q = self / other
             return q.trunc() if self.dtype.is_float else q.trunc().to(self.dtype)
-        raise ValueError(f"div: unknown rounding_mode {rounding_mode!r}")
+        raise OpError(f"div: unknown rounding_mode {rounding_mode!r}")
 
     # bool logic: Add on bools is "or", Mul is "and", x < True is "not"; integers bit by bit
     def __and__(self, other: Operand) -> GraphTensor:
@@ -351,7 +309,7 @@ class BinaryOps:
         """PyTorch `clamp`: NaN stays NaN, and the gradient is 1 inside [min, max], bounds
         included (a bound that is a tensor gets the gradient where it is taken)."""
         if min is None and max is None:
-            raise ValueError("clamp: at least one of min and max must be given")
+            raise OpError("clamp: at least one of min and max must be given")
         out = self
         if min is not None:
             out = where(out < min, min, out)
@@ -371,9 +329,12 @@ class BinaryOps:
         return where(mask, value, self)
 
     def copysign(self, other: Operand) -> GraphTensor:
-        """|self| with the sign of `other` (a -0.0 in `other` counts as positive here)."""
-        mag = self.to(_float_of(self)).abs()
-        return where(lift(self, other) < 0, -mag, mag)
+        """|self| with the sign bit of `other` (-0.0 counts as negative: 1 / -0.0 < 0)."""
+        x = self.to(_float_of(self))
+        mag = where(x < 0, -x, x) + 0.0  # + 0.0 turns -0.0 into 0.0
+        sign_of = lift(self, other).to(x.dtype)
+        negative = (sign_of < 0) | ((sign_of == 0) & (sign_of.reciprocal() < 0))
+        return where(negative, -mag, mag)
 
     def lerp(self, end: Operand, weight: Operand) -> GraphTensor:
         """self + weight * (end - self), from the nearer end as PyTorch (exact at 0 and 1)."""
@@ -410,12 +371,14 @@ class BinaryOps:
         if not _is_tensor(exponent):
             return _pow_scalar(x, float(exponent))
         y = exponent.to(promote(x.dtype, exponent.dtype) if exponent.dtype.is_float else x.dtype)
-        # |x| ** y as exp2(y * log2|x|); a zero exponent reads base 1 so that 0 ** 0 == 1; a
-        # negative base with a fractional exponent reads x itself, whose log2 is NaN, so the
-        # value and its gradient are NaN as in PyTorch
+        # |x| ** y as exp2(y * log2|x|); a zero exponent of a zero or infinite base reads
+        # base 1 so that 0 ** 0 == inf ** 0 == 1; a negative base with a fractional exponent
+        # reads x itself, whose log2 is NaN, so the value and its gradient are NaN (PyTorch)
         neg = x < 0
         fractional = y != y.trunc()
-        base = where(y == 0, 1.0, where(neg & fractional, x, x.abs()))
+        # 0 ** 0 and inf ** 0 are 1, but exp2(0 * log2(x)) is NaN there: read base 1
+        degenerate = (y == 0) & ((x == 0) | (x.abs() == math.inf))
+        base = where(degenerate, 1.0, where(neg & fractional, x, x.abs()))
         mag = (base.log2() * y).exp2()
         odd = y.abs().fmod(2.0) == 1
         return where(neg & odd, -mag, mag)
@@ -481,7 +444,7 @@ def _pow_int(x: GraphTensor, exponent: Operand) -> GraphTensor:
     if not _is_tensor(exponent):
         exponent = int(exponent)
         if exponent < 0:
-            raise ValueError("pow: integers to negative integer powers are not allowed")
+            raise OpError("pow: integers to negative integer powers are not allowed")
     dtype = promote(x.dtype, exponent.dtype) if _is_tensor(exponent) else x.dtype
     dtype = int32 if dtype == bool_ else dtype
     x = x.to(dtype)
@@ -507,20 +470,49 @@ def _pow_int(x: GraphTensor, exponent: Operand) -> GraphTensor:
 
 
 def _pow_scalar(x: GraphTensor, e: float) -> GraphTensor:
-    """x ** e for a Python exponent: repeated multiplication for small whole exponents
-    (exact, and fine for negative bases), sqrt for 0.5, exp2/log2 otherwise."""
-    if e == int(e) and abs(e) <= 4:
-        k = int(abs(e))
-        out = x.graph.constant(1.0, x.dtype).expand_as(x) if k == 0 else x
-        for _ in range(k - 1):
-            out = out * x
+    """x ** e for a Python exponent: whole exponents up to 64 by square-and-multiply (exact,
+    fine for negative bases, PyTorch's gradient at 0), sqrt for 0.5, exp2/log2 otherwise.
+
+    In the exp2/log2 form the bases where it breaks (0 and -inf) read 1 instead, and their
+    value (C's pow) comes from a branch of its own, so no 0 * inf reaches the gradient. A
+    negative finite base with a fractional exponent reads x itself: its log2 is NaN, so the
+    value and the gradient are NaN, as in PyTorch."""
+    if e == int(e) and abs(e) <= 64:
+        out, square, k = None, x, int(abs(e))
+        while k:
+            if k & 1:
+                out = square if out is None else out * square
+            k >>= 1
+            if k:
+                square = square * square
+        if out is None:
+            return x.graph.constant(1.0, x.dtype).expand_as(x)
         return out.reciprocal() if e < 0 else out
     if e == 0.5:
         return x.sqrt()
-    if e != int(e):  # log2 of a negative base is NaN: so are the value and its gradient
-        return (x.log2() * e).exp2()
-    mag = (x.abs().log2() * e).exp2()
-    return where(x < 0, -mag, mag) if int(e) % 2 else mag
+    edge = (x == 0) | (x == -math.inf)
+    safe = where(edge, 1.0, x)
+    if e == int(e):  # large whole exponent: sign from its parity
+        mag = (safe.abs().log2() * e).exp2()
+        general = where(safe < 0, -mag, mag) if int(e) % 2 else mag
+        at_inf = (math.inf if int(e) % 2 == 0 else -math.inf) if e > 0 else 0.0
+    else:
+        general = (safe.log2() * e).exp2()
+        at_inf = math.inf if e > 0 else 0.0
+    edge_value = where(x == 0, _pow_at_zero(x, e), at_inf + safe * 0.0)  # gradient 0 at -inf
+    return where(edge, edge_value, general)
+
+
+def _pow_at_zero(x: GraphTensor, e: float) -> GraphTensor:
+    """0 ** e for a fractional e with PyTorch's gradient e * 0 ** (e - 1): 0 for e > 1,
+    inf for 0 < e < 1 (sqrt's at 0), -inf for e < 0 (the reciprocal's). x reads 0 where it is
+    0 and a harmless constant elsewhere (where this branch is not taken)."""
+    at_zero = where(x == 0, x, 0.0)
+    if e > 1:
+        return at_zero * 0.0
+    if e > 0:
+        return at_zero.sqrt()
+    return where(x == 0, x, 1.0).reciprocal()
 
 
 def _equal(a: Operand, b: Operand) -> GraphTensor:
@@ -548,9 +540,7 @@ def not_nan(x: GraphTensor) -> GraphTensor:
 
 
 def _is_tensor(x) -> bool:
-    from ..tensor import GraphTensor
-
-    return isinstance(x, GraphTensor)
+    return isinstance(x, TensorBase)
 
 
 def _float_of(t: GraphTensor):

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 
 from .. import ops
 from ..dtypes import DType, dtype_of, float32, int32
-from ..shape import View, as_shape
+from ..errors import OpError
+from ..shape import as_shape
 from ..symbolic import INF, Expr, ExprLike, to_expr
 
 if TYPE_CHECKING:
@@ -21,12 +22,8 @@ IOTA_INDEX = Expr.var(ops.IOTA_VAR, 0, INF)
 
 def iota(graph: Graph, expr: Expr, shape: Sequence[ExprLike], dtype: DType = int32) -> GraphTensor:
     """A tensor whose element at flat index `IOTA_INDEX` is `expr` (an integer expression)."""
-    from ..tensor import GraphTensor
-
     shape = as_shape(shape)
-    dtype = dtype_of(dtype)
-    node = graph.add_node(ops.Iota(expr, shape), [], shape, dtype)
-    return GraphTensor(graph, node.id, View.contiguous(shape), dtype)
+    return graph.wrap(graph.add_node(ops.Iota(expr, shape), [], shape, dtype_of(dtype)).id)
 
 
 def full(graph: Graph, shape: Sequence[ExprLike], value, dtype: DType | str | None = None):
@@ -43,7 +40,7 @@ def arange(graph: Graph, start, end=None, step=1, dtype: DType | str | None = No
     floats = any(isinstance(v, float) for v in (start, end, step))
     dtype = dtype_of(dtype) if dtype is not None else (float32 if floats else int32)
     if step == 0:
-        raise ValueError("arange: step must be nonzero")
+        raise OpError("arange: step must be nonzero")
     if floats:
         n = max(math.ceil((end - start) / step), 0)
         idx = iota(graph, IOTA_INDEX, (n,), float32)
@@ -61,7 +58,7 @@ def eye(graph: Graph, n: int, m: int | None = None, dtype: DType | str = float32
 
     m = n if m is None else m
     if n < 0 or m < 0:
-        raise ValueError(f"eye: sizes must be non-negative, got ({n}, {m})")
+        raise OpError(f"eye: sizes must be non-negative, got ({n}, {m})")
     if n == 0 or m == 0:  # nothing to index (and i % 0 is undefined)
         return full(graph, (n, m), 0, dtype_of(dtype))
     i = IOTA_INDEX
@@ -76,12 +73,14 @@ def linspace(graph: Graph, start: float, end: float, steps: int,
     if steps < 0:
         raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
     dtype = dtype_of(dtype) if dtype is not None else float32
+    if dtype.name == "bool":
+        raise OpError("linspace: bool is not a supported dtype (as in PyTorch)")
+    if steps == 1:  # PyTorch gives start
+        return full(graph, (1,), float(start), float32).to(dtype)
     step = (end - start) / (steps - 1) if steps > 1 else 0.0
     i = iota(graph, IOTA_INDEX, (steps,), float32)
-    from .binary import where
-
     half = steps // 2
-    out = where(i < half, i * step + float(start), float(end) - (steps - 1 - i) * step)
+    out = (i * step + float(start)).where(i < half, float(end) - (steps - 1 - i) * step)
     return out if dtype.is_float else out.to(dtype)
 
 
@@ -103,7 +102,7 @@ def _random_input(graph: Graph, shape, dtype, draw, name: str) -> GraphTensor:
     shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(
         shape)
     if any(not isinstance(d, int) or d < 0 for d in shape):
-        raise ValueError(f"{name}: dims must be ints >= 0, got {shape}")
+        raise OpError(f"{name}: dims must be ints >= 0, got {shape}")
     dtype = dtype_of(dtype)
     return graph.tensor(shape, name=name, dtype=dtype).set(draw(shape).astype(dtype.numpy))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import OpError
 from ..shape import show_shape
 
 if TYPE_CHECKING:
@@ -15,17 +16,17 @@ def _parse(equation: str, n: int) -> tuple[list[str], str]:
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
     if len(terms) != n:
-        raise ValueError(f"einsum: {equation!r} names {len(terms)} operands, got {n}")
+        raise OpError(f"einsum: {equation!r} names {len(terms)} operands, got {n}")
     for t in [*terms, rhs]:
         if "." in t:
             raise NotImplementedError("einsum: ellipsis ('...') is not supported")
         if not all(c.isalpha() for c in t):
-            raise ValueError(f"einsum: {equation!r}: subscripts must be letters")
+            raise OpError(f"einsum: {equation!r}: subscripts must be letters")
     if not arrow:  # implicit output: letters used once, in alphabetical order
         letters = "".join(terms)
         rhs = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
     if len(set(rhs)) != len(rhs) or any(c not in lhs for c in rhs):
-        raise ValueError(f"einsum: {equation!r}: bad output subscripts {rhs!r}")
+        raise OpError(f"einsum: {equation!r}: bad output subscripts {rhs!r}")
     return terms, rhs
 
 
@@ -50,12 +51,12 @@ def einsum(equation: str, *operands: GraphTensor) -> GraphTensor:
     total = None
     for t, term in zip(operands, terms):
         if t.ndim != len(term):
-            raise ValueError(f"einsum: operand {show_shape(t.layout.shape)} has {t.ndim} dims "
+            raise OpError(f"einsum: operand {show_shape(t.layout.shape)} has {t.ndim} dims "
                              f"but subscripts {term!r}")
         t, term = _diagonal_letters(t, term)
         for c, d in zip(term, t.layout.shape):
             if sizes.setdefault(c, d) != d and d != 1 and sizes[c] != 1:
-                raise ValueError(f"einsum: subscript {c!r} has sizes {sizes[c]} and {d}")
+                raise OpError(f"einsum: subscript {c!r} has sizes {sizes[c]} and {d}")
             if sizes[c] == 1:
                 sizes[c] = d
         present = [c for c in letters if c in term]

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..dtypes import promote
+from ..errors import OpError
 from ..shape import show_shape
-from .binary import broadcast_shape
+from .movement import broadcast_shape
 
 if TYPE_CHECKING:
     from ..tensor import GraphTensor
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
 def matmul(a: GraphTensor, b: GraphTensor) -> GraphTensor:
     """`torch.matmul`: 1-D/2-D/batched with broadcast batch dims."""
     if a.ndim == 0 or b.ndim == 0:
-        raise ValueError("matmul: both operands need at least 1 dim")
+        raise OpError("matmul: both operands need at least 1 dim")
     squeeze_a = a.ndim == 1
     squeeze_b = b.ndim == 1
     if squeeze_a:
@@ -26,7 +27,7 @@ def matmul(a: GraphTensor, b: GraphTensor) -> GraphTensor:
     m, k = a.layout.shape[-2:]
     k2, n = b.layout.shape[-2:]
     if not k == k2:
-        raise ValueError(
+        raise OpError(
             f"matmul: shapes {show_shape(a.layout.shape)} and {show_shape(b.layout.shape)} "
             f"cannot be multiplied ({k} != {k2})"
         )
@@ -56,12 +57,12 @@ class MatmulOps:
 
     def mm(self, other: GraphTensor) -> GraphTensor:
         if self.ndim != 2 or other.ndim != 2:
-            raise ValueError("mm: both operands must be 2-D")
+            raise OpError("mm: both operands must be 2-D")
         return matmul(self, other)
 
     def bmm(self, other: GraphTensor) -> GraphTensor:
         if self.ndim != 3 or other.ndim != 3:
-            raise ValueError("bmm: both operands must be 3-D")
+            raise OpError("bmm: both operands must be 3-D")
         return matmul(self, other)
 
     def dot(self, other: GraphTensor) -> GraphTensor:

@@ -8,15 +8,47 @@ from typing import TYPE_CHECKING
 
 from .. import ops
 from ..dtypes import bool_, int32, promote
+from ..errors import OpError
 from ..shape import show_shape
 from ..symbolic import Expr, ExprLike, lt, smax, smin, to_expr
+from .base import TensorBase
 
 if TYPE_CHECKING:
     from ..tensor import GraphTensor
 
 
+def broadcast_shape(name: str, a, b) -> tuple[Expr, ...]:
+    a, b = tuple(map(to_expr, a)), tuple(map(to_expr, b))
+    n = max(len(a), len(b))
+    a = (Expr.const(1),) * (n - len(a)) + a
+    b = (Expr.const(1),) * (n - len(b)) + b
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            raise OpError(f"{name}: shapes {show_shape(a)} and {show_shape(b)} do not broadcast")
+    return tuple(out)
+
+
+def broadcast_to(t: GraphTensor, shape) -> GraphTensor:
+    """View `t` at `shape` (PyTorch broadcasting: prepend 1s, expand size-1 axes)."""
+    shape = tuple(map(to_expr, shape))
+    if tuple(t.layout.shape) == shape:
+        return t
+    if t.ndim > len(shape):
+        raise OpError(f"cannot broadcast {show_shape(t.layout.shape)} to {show_shape(shape)}")
+    lead = len(shape) - t.ndim
+    if lead:
+        t = t.reshape((1,) * lead + tuple(t.layout.shape))
+    broadcast_shape("expand", t.layout.shape, shape)
+    return t._with_view(t.layout.expand(shape))
+
+
 def _axis(dim: int, ndim: int, what: str = "dim") -> int:
-    if not -ndim <= dim < max(ndim, 1):
+    if not -max(ndim, 1) <= dim < max(ndim, 1):  # a 0-d tensor takes dim 0 or -1
         raise IndexError(f"{what} {dim} is out of range for a tensor with {ndim} dims")
     return dim % max(ndim, 1)
 
@@ -31,7 +63,7 @@ def cat(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
     """Concatenate along `dim` (PyTorch `torch.cat`): each input padded into place, summed."""
     tensors = list(tensors)
     if not tensors:
-        raise ValueError("cat: expected a non-empty list of tensors")
+        raise OpError("cat: expected a non-empty list of tensors")
     first = tensors[0]
     axis = _axis(dim, first.ndim)
     for t in tensors[1:]:
@@ -39,7 +71,7 @@ def cat(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
             a == b for i, (a, b) in enumerate(zip(t.layout.shape, first.layout.shape)) if i != axis
         )
         if not ok:
-            raise ValueError(
+            raise OpError(
                 f"cat: shapes {show_shape(first.layout.shape)} and {show_shape(t.layout.shape)} "
                 f"differ outside dim {dim}"
             )
@@ -89,11 +121,11 @@ def meshgrid(*tensors: GraphTensor, indexing: str = "ij") -> tuple[GraphTensor, 
 def stack(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
     tensors = list(tensors)
     if not tensors:
-        raise ValueError("stack: expected a non-empty list of tensors")
+        raise OpError("stack: expected a non-empty list of tensors")
     axis = _axis(dim, tensors[0].ndim + 1)
     for t in tensors[1:]:
         if tuple(t.layout.shape) != tuple(tensors[0].layout.shape):
-            raise ValueError(
+            raise OpError(
                 f"stack: shapes {show_shape(tensors[0].layout.shape)} and "
                 f"{show_shape(t.layout.shape)} differ"
             )
@@ -108,7 +140,7 @@ class MovementOps:
         shape = list(_sizes(shape))
         numel = self.layout.numel
         if sum(1 for d in shape if isinstance(d, int) and d == -1) > 1:
-            raise ValueError(f"reshape: only one dim can be -1 in {tuple(shape)}")
+            raise OpError(f"reshape: only one dim can be -1 in {tuple(shape)}")
         if -1 in [d for d in shape if isinstance(d, int)]:
             known = to_expr(1)
             for d in shape:
@@ -116,7 +148,7 @@ class MovementOps:
                     known = known * to_expr(d)
             inferred = numel // known
             if not inferred * known == numel:
-                raise ValueError(
+                raise OpError(
                     f"reshape: cannot view {show_shape(self.layout.shape)} as {tuple(shape)}"
                 )
             shape = [inferred if isinstance(d, int) and d == -1 else d for d in shape]
@@ -125,7 +157,7 @@ class MovementOps:
         for d in new:
             total = total * d
         if not total == numel:
-            raise ValueError(
+            raise OpError(
                 f"reshape: shape {show_shape(self.layout.shape)} ({numel} elements) cannot "
                 f"become {show_shape(new)} ({total} elements)"
             )
@@ -147,7 +179,7 @@ class MovementOps:
     def permute(self, *dims) -> GraphTensor:
         dims = [_axis(d, self.ndim) for d in _sizes(dims)]
         if sorted(dims) != list(range(self.ndim)):
-            raise ValueError(
+            raise OpError(
                 f"permute: {tuple(dims)} is not a permutation of the dims of a tensor with "
                 f"shape {show_shape(self.layout.shape)}"
             )
@@ -161,7 +193,7 @@ class MovementOps:
 
     def t(self) -> GraphTensor:
         if self.ndim > 2:
-            raise ValueError(f"t() expects a tensor with <= 2 dims, got {self.ndim}")
+            raise OpError(f"t() expects a tensor with <= 2 dims, got {self.ndim}")
         return self if self.ndim < 2 else self.transpose(0, 1)
 
     @property
@@ -181,7 +213,7 @@ class MovementOps:
     def expand(self, *sizes) -> GraphTensor:
         sizes = list(_sizes(sizes))
         if len(sizes) < self.ndim:
-            raise ValueError(
+            raise OpError(
                 f"expand: {tuple(sizes)} has fewer dims than {show_shape(self.layout.shape)}"
             )
         lead = len(sizes) - self.ndim
@@ -190,18 +222,16 @@ class MovementOps:
         for i, s in enumerate(sizes):
             if isinstance(s, int) and s == -1:
                 if i < lead:
-                    raise ValueError("expand: -1 is not allowed for new leading dims")
+                    raise OpError("expand: -1 is not allowed for new leading dims")
                 target.append(cur[i])
             else:
                 s = to_expr(s)
                 if not (cur[i] == s or cur[i] == 1):
-                    raise ValueError(
+                    raise OpError(
                         f"expand: cannot expand shape {show_shape(self.layout.shape)} to "
                         f"{show_shape([to_expr(x) for x in sizes])}"
                     )
                 target.append(s)
-        from .binary import broadcast_to
-
         return broadcast_to(self, target)
 
     def expand_as(self, other: GraphTensor) -> GraphTensor:
@@ -221,7 +251,8 @@ class MovementOps:
             axes = {i for i, d in enumerate(self.layout.shape) if d == 1}
         else:
             dims = [dim] if isinstance(dim, int) else dim
-            axes = {a for a in (_axis(d, self.ndim) for d in dims) if self.layout.shape[a] == 1}
+            axes = {a for a in (_axis(d, self.ndim) for d in dims)
+                    if self.ndim and self.layout.shape[a] == 1}  # a 0-d tensor stays as is
         return self.reshape([d for i, d in enumerate(self.layout.shape) if i not in axes])
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> GraphTensor:
@@ -243,7 +274,7 @@ class MovementOps:
         """Python slice semantics (clamped, negative indices from the end) on one axis."""
         n = self.layout.shape[axis]
         if step == 0:
-            raise ValueError("slice step cannot be zero")
+            raise OpError("slice step cannot be zero")
 
         def norm(i, default):
             if i is None:
@@ -274,8 +305,6 @@ class MovementOps:
         tensors, lists, tuples) that broadcast together; their dims go where the advanced
         indices stand when they are adjacent, else first. Advanced indices pick exactly
         (`index_select`), negative values count from the end."""
-        from ..tensor import GraphTensor
-
         if not isinstance(index, tuple):
             index = (index,)
         index = tuple(_as_index_tensor(self, i) for i in index)
@@ -304,7 +333,7 @@ class MovementOps:
                 if axis < out.ndim:
                     out = out._slice_axis(axis, i.start, i.stop, 1 if i.step is None else i.step)
                 axis += 1
-            elif isinstance(i, GraphTensor):
+            elif isinstance(i, TensorBase):
                 if i.dtype == bool_:
                     raise IndexError(
                         "boolean mask indexing has a data-dependent shape, which a luminal "
@@ -343,7 +372,7 @@ class MovementOps:
         """PyTorch `F.pad`: pairs (left, right) from the last dim backwards; negative pads
         crop. Modes constant (with `value`), reflect, replicate and circular."""
         if len(pad) % 2 or len(pad) // 2 > self.ndim:
-            raise ValueError(f"pad: {tuple(pad)} must hold a (left, right) pair per padded dim")
+            raise OpError(f"pad: {tuple(pad)} must hold a (left, right) pair per padded dim")
         if mode != "constant":
             return _pad_from_edges(self, pad, mode)
         out = self
@@ -358,10 +387,8 @@ class MovementOps:
                 right = max(right, 0) if isinstance(right, int) else right
             out = out._pad_axis(axis, left, right)
         if value != 0:
-            from .binary import where
-
             inside = self.graph.constant(True, bool_).expand(self.layout.shape).pad(pad)
-            out = where(inside, out, value)
+            out = out.where(inside, value)
         return out
 
     def clone(self) -> GraphTensor:
@@ -376,14 +403,19 @@ class MovementOps:
         return out
 
     def flip(self, *dims) -> GraphTensor:
+        axes = [_axis(d, self.ndim) for d in _sizes(dims)]
+        if len(set(axes)) != len(axes):
+            raise OpError(f"flip: dims {tuple(_sizes(dims))} name a dim more than once")
         out = self
-        for d in _sizes(dims):
-            out = out._slice_axis(_axis(d, self.ndim), None, None, -1)
+        for a in axes:
+            out = out._slice_axis(a, None, None, -1)
         return out
 
     def roll(self, shifts, dims=None) -> GraphTensor:
         """PyTorch `roll`: without `dims` the flattened tensor rolls and keeps its shape;
         `shifts` and `dims` may be tuples (one roll per pair)."""
+        if dims is None and isinstance(shifts, (tuple, list)) and len(shifts) == 1:
+            shifts = shifts[0]
         if dims is None:
             if not isinstance(shifts, int):
                 raise RuntimeError("roll: without dims, shifts must be a single int")
@@ -401,7 +433,7 @@ class MovementOps:
         a = _axis(dim, self.ndim)
         n = self.layout.shape[a]
         if not n.is_const:
-            raise ValueError(f"roll: dim {dim} has the symbolic size {n}; roll needs a static "
+            raise OpError(f"roll: dim {dim} has the symbolic size {n}; roll needs a static "
                              f"size on the rolled dim")
         s = shifts % n.value if n.value else 0
         if s == 0:
@@ -412,7 +444,7 @@ class MovementOps:
         """Tile the tensor (PyTorch `Tensor.repeat`)."""
         sizes = _sizes(sizes)
         if len(sizes) < self.ndim:
-            raise ValueError(f"repeat: needs at least {self.ndim} sizes, got {len(sizes)}")
+            raise OpError(f"repeat: needs at least {self.ndim} sizes, got {len(sizes)}")
         x = self.reshape((1,) * (len(sizes) - self.ndim) + tuple(self.layout.shape))
         shape = list(x.layout.shape)
         inter = []
@@ -442,6 +474,11 @@ class MovementOps:
     def unfold(self, dimension: int, size: int, step: int) -> GraphTensor:
         """Sliding windows as a view (PyTorch `Tensor.unfold`)."""
         a = _axis(dimension, self.ndim)
+        n = self.layout.shape[a] if self.ndim else to_expr(1)
+        k = to_expr(size)  # a window size may be symbolic (cumsum's is the dim itself)
+        if step <= 0 or (k.is_const and (k.value < 0 or (n.is_const and k.value > n.value))):
+            raise OpError(f"unfold: size {size} and step {step} do not fit dim {dimension} of "
+                          f"{show_shape(self.layout.shape)} (need 0 <= size <= {n}, step > 0)")
         x = self.contiguous() if self.layout.axis_masked(a) else self
         return x._with_view(x.layout.unfold(a, size, step))
 
@@ -450,7 +487,7 @@ class MovementOps:
         n = self.layout.shape[a]
         if isinstance(split_size_or_sections, int):
             if not n.is_const:
-                raise ValueError(
+                raise OpError(
                     f"split({split_size_or_sections}, dim={dim}): dim {dim} has the symbolic "
                     f"size {n}, so the number of pieces is unknown at build time; pass the "
                     f"section sizes instead (split([a, b, ...], dim))"
@@ -461,7 +498,7 @@ class MovementOps:
             sizes = list(split_size_or_sections)
             total = sum(sizes)
             if n.is_const and total != n.value:
-                raise ValueError(f"split: sections {sizes} do not sum to the dim size {n.value}")
+                raise OpError(f"split: sections {sizes} do not sum to the dim size {n.value}")
         out, start = [], 0
         for s in sizes:
             out.append(self._slice_axis(a, start, start + s))
@@ -472,7 +509,7 @@ class MovementOps:
         a = _axis(dim, self.ndim)
         n = self.layout.shape[a]
         if not n.is_const:
-            raise ValueError(
+            raise OpError(
                 f"chunk({chunks}, dim={dim}): dim {dim} has the symbolic size {n}, so the chunk "
                 f"sizes are unknown at build time; use split([a, b, ...], dim) with explicit "
                 f"sizes, or narrow()"
@@ -486,7 +523,7 @@ class MovementOps:
         it into a gather)."""
         a = _axis(dim, self.ndim)
         if index.ndim != 1:
-            raise ValueError(
+            raise OpError(
                 f"index_select: index must be 1-D, got {show_shape(index.layout.shape)}"
             )
         n = self.layout.shape[a]
@@ -498,12 +535,15 @@ class MovementOps:
         """PyTorch `torch.gather`: out[i][j] = self[i][index[i][j]] for dim=1, etc."""
         a = _axis(dim, self.ndim)
         if index.ndim != self.ndim:
-            raise ValueError(
+            raise OpError(
                 f"gather: index {show_shape(index.layout.shape)} and input "
                 f"{show_shape(self.layout.shape)} need the same number of dims"
             )
         x = self
         for ax, (di, dx) in enumerate(zip(index.layout.shape, self.layout.shape)):
+            if ax != a and di.is_const and dx.is_const and di.value > dx.value:
+                raise OpError(f"gather: index {show_shape(index.layout.shape)} is larger than "
+                              f"input {show_shape(self.layout.shape)} in dim {ax}")
             if ax != a and di != dx:
                 x = x._slice_axis(ax, 0, di)
         n = self.layout.shape[a]
@@ -512,14 +552,12 @@ class MovementOps:
         return _pick(onehot, xs)
 
     def tril(self, diagonal: int = 0) -> GraphTensor:
-        from .binary import where
-
-        return where(_tri_mask(self, diagonal, lower=True), self, 0)
+        return self.where(_tri_mask(self, diagonal, lower=True), self.graph.constant(
+            0, self.dtype))
 
     def triu(self, diagonal: int = 0) -> GraphTensor:
-        from .binary import where
-
-        return where(_tri_mask(self, diagonal, lower=False), self, 0)
+        return self.where(_tri_mask(self, diagonal, lower=False), self.graph.constant(
+            0, self.dtype))
 
 
 def _as_index_tensor(x: GraphTensor, i):
@@ -540,8 +578,6 @@ def _as_index_tensor(x: GraphTensor, i):
 def _advanced_index(x: GraphTensor, advanced: list) -> GraphTensor:
     """x indexed at its axes `advanced` [(axis, int tensor)]: the index tensors broadcast to
     B, and each output element picks x at the flat position those indices name."""
-    from .binary import broadcast_shape, broadcast_to, where
-
     axes = [a for a, _ in advanced]
     shape = ()
     for _, t in advanced:
@@ -552,7 +588,7 @@ def _advanced_index(x: GraphTensor, advanced: list) -> GraphTensor:
     flat = None
     for (_, t), n in zip(advanced, sizes):
         t = broadcast_to(t.to(int32), shape)
-        t = where(t < 0, t + n, t)  # negative indices count from the end
+        t = (t + n).where(t < 0, t)  # negative indices count from the end
         flat = t if flat is None else flat * n + t
     total = sizes[0]
     for n in sizes[1:]:
@@ -571,20 +607,23 @@ def _pad_from_edges(x: GraphTensor, pad: Sequence[int], mode: str) -> GraphTenso
     if mode not in ("reflect", "replicate", "circular"):
         raise NotImplementedError(
             f"pad: mode {mode!r} is not supported (constant, reflect, replicate, circular)")
-    out = x
+    crop = [min(p, 0) for p in pad]
+    out = x.pad(crop) if any(crop) else x  # negative pads crop first, as in PyTorch
     for k in range(len(pad) // 2):
         axis = x.ndim - 1 - k
-        left, right = pad[2 * k], pad[2 * k + 1]
+        left, right = max(pad[2 * k], 0), max(pad[2 * k + 1], 0)
         n = out.layout.shape[axis]
         n = n.value if n.is_const else None
-        if n is None or left < 0 or right < 0:
-            raise ValueError(f"pad: mode {mode!r} needs a static size and pads >= 0 on dim "
-                             f"{axis}, got {show_shape(out.layout.shape)} and {tuple(pad)}")
+        if n is None:
+            raise OpError(f"pad: mode {mode!r} needs a static size on dim {axis}, got "
+                          f"{show_shape(out.layout.shape)}")
         limit = n - 1 if mode == "reflect" else n
         if mode != "replicate" and (left > limit or right > limit):
             raise RuntimeError(f"pad: {mode} padding ({left}, {right}) must be below the size "
                                f"{n} of dim {axis}")
         if mode == "reflect":
+            if not left and not right:  # (with n == 1, n - 2 below would wrap to the end)
+                continue
             stop = n - 2 - right  # a negative stop would count from the end: none instead
             parts = [out._slice_axis(axis, left, 0, -1), out,
                      out._slice_axis(axis, n - 2, stop if stop >= 0 else None, -1)]
@@ -624,16 +663,14 @@ def _pick(onehot: GraphTensor, values: GraphTensor) -> GraphTensor:
     """sum over the last axis of where(onehot, values, 0): the one value each row of the
     one-hot selects, exactly (inf and NaN elsewhere in `values` never reach it). Device
     compilers turn it into a gather."""
-    from .binary import where
-
-    return where(onehot, values, values.graph.constant(0, values.dtype)).sum(-1)
+    return values.where(onehot, values.graph.constant(0, values.dtype)).sum(-1)
 
 
 def _tri_mask(x: GraphTensor, k: int, lower: bool) -> GraphTensor:
     from .creation import IOTA_INDEX, iota
 
     if x.ndim < 2:
-        raise ValueError(f"tril/triu expect at least 2 dims, got {show_shape(x.layout.shape)}")
+        raise OpError(f"tril/triu expect at least 2 dims, got {show_shape(x.layout.shape)}")
     rows, cols = x.layout.shape[-2], x.layout.shape[-1]
     if rows == 0 or cols == 0:  # an empty mask (and i % 0 is undefined)
         return x.graph.constant(False, bool_).expand(x.layout.shape)

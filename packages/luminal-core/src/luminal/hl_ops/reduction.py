@@ -30,7 +30,7 @@ def _axes(x: GraphTensor, dim) -> list[int]:
     dims = [dim] if isinstance(dim, int) else list(dim)
     out = []
     for d in dims:
-        if not -x.ndim <= d < max(x.ndim, 1):
+        if not -max(x.ndim, 1) <= d < max(x.ndim, 1):  # a 0-d tensor takes dim 0 or -1
             raise IndexError(f"dim {d} is out of range for a tensor with {x.ndim} dims")
         out.append(d % max(x.ndim, 1))
     return sorted(set(out))
@@ -38,6 +38,7 @@ def _axes(x: GraphTensor, dim) -> list[int]:
 
 def _reduce(x: GraphTensor, op_type, dim, keepdim: bool) -> GraphTensor:
     if x.ndim == 0:
+        _axes(x, dim)  # still checks the dim
         return x
     axes = _axes(x, dim)
     out = x
@@ -97,7 +98,9 @@ class ReductionOps:
         axes = _axes(x, dim)
         centered = x - x.mean(axes, keepdim=True)
         n = _count(x, axes)
-        return (centered * centered).sum(axes, keepdim) / (n - correction)
+        # PyTorch divides by max(n - correction, 0): no samples left is 0 / 0, NaN
+        dof = max(n - correction, 0.0) if isinstance(n, float) else (n - correction).maximum(0.0)
+        return (centered * centered).sum(axes, keepdim) / dof
 
     def std(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,
             correction: int | None = None) -> GraphTensor:

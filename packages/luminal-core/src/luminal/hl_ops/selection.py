@@ -8,10 +8,13 @@ import math
 from typing import TYPE_CHECKING
 
 from ..dtypes import bool_, int32, promote
+from ..errors import OpError
 from ..shape import show_shape
 from ..symbolic import Expr, lt, to_expr
-from .binary import broadcast_to, lift, where
+from .base import TensorBase
+from .binary import lift, where
 from .creation import IOTA_INDEX, iota
+from .movement import broadcast_to
 from .reduction import ValuesIndices, _axes
 
 if TYPE_CHECKING:
@@ -20,7 +23,7 @@ if TYPE_CHECKING:
 
 def _static(n: Expr, what: str) -> int:
     if not n.is_const:
-        raise ValueError(f"{what}: the size of the dim is symbolic ({n}); it must be known")
+        raise OpError(f"{what}: the size of the dim is symbolic ({n}); it must be known")
     return n.value
 
 
@@ -48,6 +51,8 @@ class SelectionOps:
     # ----- running extremes and log-sum-exp --------------------------------------------
     def _cum_extreme(self, dim: int, largest: bool) -> ValuesIndices:
         a = _axes(self, dim)[0]
+        if self.ndim == 0 or self.layout.shape[a] == 0:  # nothing to run over
+            return ValuesIndices(self, self.graph.constant(0, int32).expand(self.layout.shape))
         x = self.movedim(a, -1)
         n = x.layout.shape[-1]
         square = (*x.layout.shape, n)  # (..., i, j): row i reads x[j] for j <= i
@@ -74,6 +79,8 @@ class SelectionOps:
     def logcumsumexp(self, dim: int) -> GraphTensor:
         """log(cumsum(exp(x))) along `dim`, each prefix a stable logsumexp of its window."""
         a = _axes(self, dim)[0]
+        if self.ndim == 0 or self.layout.shape[a] == 0:
+            return self._float()
         x = self._float().movedim(a, -1)
         n = x.layout.shape[-1]
         square = (*x.layout.shape, n)
@@ -88,6 +95,8 @@ class SelectionOps:
         rank counts the elements before it; the sorted tensor picks by rank exactly. NaN
         sorts last ascending and first descending, as in PyTorch. O(n^2) in the dim size."""
         a = _axes(self, dim)[0]
+        if self.ndim == 0 or self.layout.shape[a] == 0:
+            return ValuesIndices(self, self.graph.constant(0, int32).expand(self.layout.shape))
         x = self.movedim(a, -1)
         n = x.layout.shape[-1]
         square = (*x.layout.shape, n)  # (..., i, j)
@@ -233,14 +242,19 @@ def _scatter_parts(x: GraphTensor, dim: int, index: GraphTensor, src):
             f"{show_shape(x.layout.shape)} need the same number of dims")
     if index.dtype.is_float:
         raise RuntimeError(f"scatter: index must be an integer tensor, got {index.dtype.name}")
-    from ..tensor import GraphTensor
-
     region = x
     for ax, d in enumerate(index.layout.shape):
         if ax != a:
             region = region._slice_axis(ax, 0, d)
-    if not isinstance(src, GraphTensor):
+    if not isinstance(src, TensorBase):
         src = lift(x, src).to(x.dtype).expand(index.layout.shape)
+    elif src.dtype != x.dtype:
+        raise RuntimeError(f"scatter: src dtype {src.dtype.name} must be self's "
+                           f"{x.dtype.name}")
+    for ax, (di, dx) in enumerate(zip(index.layout.shape, x.layout.shape)):
+        if ax != a and di.is_const and dx.is_const and di.value > dx.value:
+            raise RuntimeError(f"scatter: index {show_shape(index.layout.shape)} is larger "
+                               f"than self {show_shape(x.layout.shape)} in dim {ax}")
     for ax, d in enumerate(index.layout.shape):
         src = src._slice_axis(ax, 0, d)
     n = x.layout.shape[a]

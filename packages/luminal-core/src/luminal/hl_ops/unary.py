@@ -9,6 +9,7 @@ import ml_dtypes
 
 from .. import ops
 from ..dtypes import bool_, float32
+from ..errors import OpError
 from .binary import not_nan, where
 
 if TYPE_CHECKING:
@@ -16,6 +17,11 @@ if TYPE_CHECKING:
 
 LOG2_E = 1.0 / math.log(2.0)
 LN_2 = math.log(2.0)
+# 2*pi as a sum of three float32 values, the first two with few significant bits, so that
+# k * part is exact for the k of any float32 argument a test meets (|x| < 2**20 or so)
+_TWO_PI_HI = 6.25
+_TWO_PI_MID = 0.033203125
+_TWO_PI_LO = 2 * math.pi - 6.25 - 0.033203125
 
 
 class UnaryOps:
@@ -63,7 +69,12 @@ class UnaryOps:
         return self.exp() - 1
 
     def cos(self) -> GraphTensor:
-        return (self._float() + math.pi / 2).sin()
+        """sin(r + pi/2) with r = x reduced into [-pi, pi] first (2*pi split in three parts,
+        Cody-Waite), so that the shift by pi/2 loses no precision for large x."""
+        x = self._float()
+        k = (x * (0.5 / math.pi)).round()
+        r = x - k * _TWO_PI_HI - k * _TWO_PI_MID - k * _TWO_PI_LO
+        return (r + math.pi / 2).sin()
 
     def tan(self) -> GraphTensor:
         return self.sin() / self.cos()
@@ -127,7 +138,10 @@ class UnaryOps:
         return where(inside | (x != x), x, where(x <= min_val, min_val, max_val))
 
     def sigmoid(self) -> GraphTensor:
-        return ((-self._float()).exp() + 1).reciprocal()
+        """1 / (1 + exp(-x)) with x read at >= -88, so exp(-x) stays finite and the gradient
+        far out on either side is 0, not NaN (0 * inf); NaN stays NaN."""
+        x = self._float()
+        return ((-where(x < -88.0, -88.0, x)).exp() + 1).reciprocal()
 
     def tanh(self) -> GraphTensor:
         return (self._float() * 2).sigmoid() * 2 - 1
@@ -155,7 +169,9 @@ class UnaryOps:
         return where(above, linear, soft)
 
     def leaky_relu(self, negative_slope: float = 0.01) -> GraphTensor:
-        return self.maximum(0.0) + self.minimum(0.0) * negative_slope
+        """x where x > 0, else x * slope: PyTorch's gradient (the slope) at 0."""
+        x = self._float()
+        return where(x > 0, x, x * negative_slope)
 
     def elu(self, alpha: float = 1.0) -> GraphTensor:
         # relu(x) + alpha * (exp(min(x, 0)) - 1): no select, so +-inf give inf and -alpha
@@ -168,7 +184,7 @@ class UnaryOps:
             inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
             return x * 0.5 * (inner.tanh() + 1)
         if approximate != "none":
-            raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+            raise OpError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
         return x * 0.5 * ((x * (1.0 / math.sqrt(2.0))).erf() + 1)
 
     def erf(self) -> GraphTensor:

@@ -19,6 +19,9 @@ FUNCTIONS = (
     "mish", "softmax", "log_softmax", "pad", "linear", "embedding", "layer_norm", "rms_norm",
     "conv1d", "conv2d", "max_pool2d", "avg_pool2d", "interpolate",
     "scaled_dot_product_attention",
+    # PyTorch parity (docs/pytorch-parity.md)
+    "einsum", "conv3d", "conv_transpose1d", "conv_transpose2d", "avg_pool3d", "selu", "celu",
+    "hardtanh", "logsigmoid", "softsign", "binary_cross_entropy",
 )
 CREATION = ("arange", "ones", "zeros", "full")
 

@@ -93,6 +93,22 @@ def bools(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return rng.random(shape) < 0.5
 
 
+def specials(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Normal values with inf, -inf and NaN mixed in (selection must not spread them)."""
+    out = rng.standard_normal(shape).astype(np.float32)
+    pick = rng.random(shape)
+    out[pick < 0.3] = np.inf
+    out[(pick >= 0.3) & (pick < 0.45)] = -np.inf
+    out[(pick >= 0.45) & (pick < 0.55)] = np.nan
+    return out
+
+
+def int_edges(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """int32 values including INT_MIN, INT_MAX, 0 and -1 (overflow-prone spots)."""
+    edges = np.array([-(2**31), 2**31 - 1, 0, -1, 1, -7, 12345, -98765], np.int32)
+    return rng.choice(edges, shape).astype(np.int32)
+
+
 def gen_dtype(gen: Gen) -> np.dtype:
     """The dtype a generator produces (and so the dtype of the input it feeds)."""
     return gen(np.random.default_rng(0), (1,)).dtype
@@ -611,7 +627,58 @@ NN = [
         (1, 2, 6, 8), (4, 6), gen=(normal, normal, normal, bools)),
 ]
 
-CASES: tuple[Case, ...] = tuple(ELEMENTWISE + REDUCTIONS + MOVEMENT + LINALG + NN)
+# ----- PyTorch parity: exact selection, integer exactness, the wider op set -------------------
+# Base variant only (plus a few): these pin semantics, the variants above pin views.
+ONLY_BASE = frozenset(v for v in VARIANTS if v != "base")
+
+
+def parity(name: str, fn: Callable, *shapes: tuple[int, ...], gen=normal, **kw) -> Case:
+    kw.setdefault("skip", ONLY_BASE)
+    return _case(name, fn, *shapes, gen=gen, **kw)
+
+
+PARITY = [
+    parity("where_non_finite", lambda F, x: (F.where(x > 0, x.log(), 0.0),
+                                             x.masked_fill(x < 0, -math.inf)), (4, 6),
+           gen=specials),
+    parity("select_ops_non_finite", lambda F, x: (x.relu(), x.clamp(-1.0, 1.0), x.abs(),
+                                                  x.tril(), F.pad(x, (1, 1), value=math.inf)),
+           (4, 6), gen=specials),
+    parity("index_non_finite", lambda F, x, i: (x[i], x[:, i[:4]], x.gather(1, i[:4, None])),
+           (6, 5), (6,), gen=(specials, indices(5))),
+    parity("int_exact", lambda F, a, b: (F.minimum(a, b), a.amin(0), a & b, a | b, a ^ b, ~a,
+                                         a >> 3), (4, 6), (4, 6), gen=int_edges),
+    parity("int_pow_exact", lambda F, x: (x ** 7, x ** 2), (4, 6), gen=ints(-12, 12)),
+    parity("inverse_trig", lambda F, x: (x.asin(), x.acos(), x.atan(), x.atanh(), x.asinh(),
+                                         x.sinh(), x.cosh()), (4, 6), gen=uniform(-0.99, 0.99)),
+    parity("activations_more", lambda F, x: (F.selu(x), F.celu(x, 0.7), F.hardtanh(x),
+                                             F.logsigmoid(x), F.softsign(x)), (4, 6)),
+    parity("sort", lambda F, x: (x.sort(1).values, x.sort(0, descending=True).indices,
+                                 x.topk(2, 1).values), (4, 6), gen=distinct),
+    parity("cummax_logcumsumexp", lambda F, x: (x.cummax(1).values, x.cummin(0).indices,
+                                                x.logcumsumexp(1)), (4, 6), gen=distinct),
+    parity("scatter", lambda F, x, i, s: (x.scatter(1, i, s),
+                                          x.scatter_reduce(1, i, s, "amax")), (3, 5), (3, 2),
+           (3, 2), gen=(normal, indices(5), normal)),
+    parity("einsum", lambda F, a, b: (F.einsum("ij,jk->ik", a, b), F.einsum("ij->j", a)),
+           (3, 4), (4, 5)),
+    parity("conv_transpose2d", lambda F, x, w: F.conv_transpose2d(x, w, stride=2, padding=1,
+                                                                  output_padding=1),
+           (1, 2, 4, 4), (2, 3, 3, 3)),
+    parity("conv3d_avg_pool3d", lambda F, x, w: (F.conv3d(x, w, padding=1),
+                                                 F.avg_pool3d(x, 2)), (1, 2, 4, 4, 4),
+           (2, 2, 3, 3, 3)),
+    parity("interpolate_bilinear", lambda F, x: (
+        F.interpolate(x, size=(5, 7), mode="bilinear", align_corners=False),
+        F.interpolate(x, size=(2, 5), mode="bilinear", align_corners=True)), (1, 2, 3, 4)),
+    parity("pad_modes", lambda F, x: (F.pad(x, (2, 1, 1, 0), mode="reflect"),
+                                      F.pad(x, (1, 2, 0, 1), mode="replicate"),
+                                      F.pad(x, (1, 1, 2, 2), mode="circular")), (1, 2, 4, 5)),
+    parity("diagonal_einsum_trace", lambda F, x: (x.diagonal(1), x.diagonal(-1, 0, 1),
+                                                  F.einsum("ii", x[:, :4])), (4, 5)),
+]
+
+CASES: tuple[Case, ...] = tuple(ELEMENTWISE + REDUCTIONS + MOVEMENT + LINALG + NN + PARITY)
 
 
 def get_case(name: str) -> Case:

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from ..backend import Backend
-from ..backends.reference import ReferenceBackend
-from ..compilers import GenericCompiler
 from ..dtypes import dtype_of
 from ..graph import Graph
+from ..passes import GenericCompiler
+from ..reference import ReferenceBackend
 from .adapters import LuminalF, TorchF
 from .cases import SYM_DIM, Case, Gen, get_case
 

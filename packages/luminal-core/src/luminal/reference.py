@@ -13,61 +13,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import ops
-from ..backend import Backend, BackendStatus
-from ..dtypes import compute_dtype
-from ..graph import Graph, Node
-from ..shape import View
-from ..symbolic import Expr
-
-
-def concrete_view(view: View, dims: dict[str, int]) -> tuple:
-    """(shape, strides, offset, mask) as ints for the given dim values."""
-    v = view.substitute(dims) if dims else view
-    shape = tuple(d.value for d in v.shape)
-    strides = tuple(s.value for s in v.strides)
-    mask = None if v.mask is None else tuple((lo.value, hi.value) for lo, hi in v.mask)
-    return shape, strides, v.offset.value, mask
-
-
-def read_view(flat: np.ndarray, view: View, dims: dict[str, int]) -> np.ndarray:
-    """The logical array `view` reads from the 1-D buffer `flat` (padding reads 0)."""
-    return read_concrete(flat, *concrete_view(view, dims))
-
-
-def read_concrete(flat, shape, strides, offset, mask) -> np.ndarray:
-    n = int(np.prod(shape)) if shape else 1
-    if n == 0:
-        return np.zeros(shape, dtype=flat.dtype)
-    if mask is None:
-        lo = offset + sum(s * (d - 1) for s, d in zip(strides, shape) if s < 0)
-        hi = offset + sum(s * (d - 1) for s, d in zip(strides, shape) if s > 0)
-        if lo < 0 or hi >= flat.size:
-            raise IndexError(
-                f"view reads elements {lo}..{hi} of a buffer of {flat.size}: invalid view"
-            )
-        item = flat.itemsize
-        return np.lib.stride_tricks.as_strided(
-            flat[offset:], shape, tuple(s * item for s in strides), writeable=False
-        )
-    idx = np.full((1,) * len(shape), offset, dtype=np.int64)
-    valid = np.ones((1,) * len(shape), dtype=bool)
-    for k, (d, s) in enumerate(zip(shape, strides)):
-        ar = np.arange(d, dtype=np.int64).reshape([-1 if j == k else 1 for j in range(len(shape))])
-        idx = idx + ar * s
-        mlo, mhi = mask[k]
-        if mlo > 0 or mhi < d:
-            valid = valid & (ar >= mlo) & (ar < mhi)
-    idx = np.broadcast_to(idx, shape)
-    valid = np.broadcast_to(valid, shape)
-    if valid.any():
-        inside = idx[valid]
-        if inside.min() < 0 or inside.max() >= flat.size:
-            raise IndexError("view reads outside its buffer: invalid view")
-    safe = np.where(valid, idx, 0)
-    if flat.size == 0:
-        return np.zeros(shape, dtype=flat.dtype)
-    return np.where(valid, flat[safe], np.zeros((), dtype=flat.dtype))
+from . import ops
+from .backend import Backend, BackendStatus
+from .dtypes import compute_dtype
+from .host_views import read_view
+from .ir import Graph, Node
+from .runtime import Runtime
+from .symbolic import Expr
 
 
 @dataclass
@@ -77,8 +29,13 @@ class _Step:
     free_after: list[int]
 
 
-class ReferenceRuntime:
+class ReferenceRuntime(Runtime):
+    """NumPy arrays as buffers; `launch` walks the graph in order."""
+
+    host_buffers = True
+
     def __init__(self, graph: Graph):
+        super().__init__(graph)
         order = graph.toposort()
         outputs = graph.outputs()
         users = graph.consumers()
@@ -108,21 +65,29 @@ class ReferenceRuntime:
             if nid not in outputs and not isinstance(graph.nodes[nid].op, ops.Input):
                 free_at.setdefault(i, []).append(nid)
         self.steps = [_Step(n, fused.get(n.id), free_at.get(i, [])) for i, n in enumerate(steps)]
-        self.values: dict[int, np.ndarray] = {}
+        self.outputs = outputs
 
     def execute(self, graph: Graph, dims: dict[str, int]) -> None:
         check_index_ranges(graph, dims)
-        values: dict[int, np.ndarray] = {}
+        super().execute(graph, dims)
+
+    def upload(self, host: np.ndarray) -> np.ndarray:
+        return host
+
+    def download(self, buffer: np.ndarray, dtype) -> np.ndarray:
+        return buffer
+
+    def launch(self, inputs: dict[int, np.ndarray], dims: dict[str, int]) -> dict[int, np.ndarray]:
+        values: dict[int, np.ndarray] = dict(inputs)
         for step in self.steps:
             node = step.node
             if isinstance(node.op, ops.Input):
-                values[node.id] = graph.data[node.id].reshape(-1)
                 continue
             if step.fused_mul is not None:
                 out = self._sum_of_product(step.fused_mul, node, values, dims)
             else:
                 xs = [
-                    read_view(values[e.src].astype(compute_dtype(node_dtype(graph, e.src)),
+                    read_view(values[e.src].astype(compute_dtype(self.node_info[e.src][1]),
                                                    copy=False), e.view, dims)
                     for e in node.inputs
                 ]
@@ -135,10 +100,7 @@ class ReferenceRuntime:
                 values[node.id] = np.ascontiguousarray(out, dtype=node.dtype.numpy).reshape(-1)
             for nid in step.free_after:
                 values.pop(nid, None)
-        self.values = values
-        for target, src in graph.assignments.items():
-            shape = tuple(d.evaluate(dims) for d in graph.nodes[src].shape)
-            graph.set_data(target, values[src].reshape(shape).copy())
+        return {nid: values[nid] for nid in self.outputs if nid in values}
 
     def _sum_of_product(self, mul: Node, red: Node, values, dims) -> np.ndarray:
         a, b = (
@@ -154,9 +116,6 @@ class ReferenceRuntime:
         if not clean:
             out = out + np.where((a != 0) & ~np.isfinite(b), b, 0).sum(axis)
         return out
-
-    def fetch(self, node_id: int) -> np.ndarray:
-        return self.values[node_id]
 
 
 def _einsum_reduce(a: np.ndarray, b: np.ndarray, axis: int, finite_b: bool = False):
@@ -218,10 +177,6 @@ def _selects_or_zero(graph: Graph, node: Node) -> bool:
     other = graph.nodes[node.inputs[2].src].op
     return isinstance(other, ops.Constant) and not isinstance(other.value, Expr) and (
         other.value == 0)
-
-
-def node_dtype(graph: Graph, node_id: int):
-    return graph.nodes[node_id].dtype
 
 
 class ReferenceBackend(Backend):

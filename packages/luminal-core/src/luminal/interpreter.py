@@ -10,20 +10,15 @@ needs only a gather to support every permute, expand, slice and pad.
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any
 
 import numpy as np
 
-from .. import ops
-from ..backend import Backend
-from ..dtypes import DType, bool_
-from ..graph import Graph, Node
-from .reference import concrete_view
-
-Buffer = Any
-
-_UNARY = {ops.Log2: "log2", ops.Exp2: "exp2", ops.Sin: "sin", ops.Sqrt: "sqrt", ops.Recip: "recip"}
-_BINARY = {ops.Add: "add", ops.Mul: "mul", ops.Mod: "mod", ops.LessThan: "less_than"}
+from . import ops
+from .backend import Backend
+from .dtypes import DType, bool_
+from .host_views import concrete_view
+from .ir import Graph, Node
+from .runtime import Buffer, Runtime
 
 
 def view_indices(view, dims: dict[str, int]) -> tuple[np.ndarray, np.ndarray | None]:
@@ -69,7 +64,7 @@ class PrimitiveBackend(Backend):
 
     @abstractmethod
     def binary(self, op: str, a: Buffer, b: Buffer, dtype: DType) -> Buffer:
-        """op in add, mul, mod (truncated: sign of a), less_than (result 1/0 as bool)."""
+        """op in add, mul, mod (truncated: sign of a), lt (result 1/0 as bool)."""
 
     @abstractmethod
     def reduce(self, op: str, x: Buffer, outer: int, size: int, inner: int, dtype) -> Buffer:
@@ -92,56 +87,52 @@ class PrimitiveBackend(Backend):
         graph.set_runtime(_PrimitiveRuntime(self, graph))
 
 
-class _PrimitiveRuntime:
+class _PrimitiveRuntime(Runtime):
     def __init__(self, backend: PrimitiveBackend, graph: Graph):
+        super().__init__(graph)
         self.backend = backend
         self.order = graph.toposort()
-        self.values: dict[int, Buffer] = {}
-        self.dtypes = {n.id: n.dtype for n in self.order}
+        self.outputs = graph.outputs()
 
-    def execute(self, graph: Graph, dims: dict[str, int]) -> None:
-        be = self.backend
-        values: dict[int, Buffer] = {}
+    def upload(self, host: np.ndarray) -> Buffer:
+        return self.backend.from_numpy(host)
+
+    def download(self, buffer: Buffer, dtype: DType) -> np.ndarray:
+        return self.backend.to_numpy(buffer, dtype)
+
+    def launch(self, inputs: dict[int, Buffer], dims: dict[str, int]) -> dict[int, Buffer]:
+        values = dict(inputs)
         for node in self.order:
-            values[node.id] = self._run(node, graph, values, dims)
-        self.values = {n: values[n] for n in graph.outputs() if n in values}
-        for target, src in graph.assignments.items():
-            shape = tuple(d.evaluate(dims) for d in graph.nodes[src].shape)
-            host = be.to_numpy(values[src], graph.nodes[src].dtype).reshape(shape)
-            graph.set_data(target, host.copy())
+            if node.id not in values:
+                values[node.id] = self._run(node, values, dims)
+        return {n: values[n] for n in self.outputs if n in values}
 
-    def _run(self, node: Node, graph: Graph, values, dims) -> Buffer:
+    def _run(self, node: Node, values: dict[int, Buffer], dims: dict[str, int]) -> Buffer:
         be, op = self.backend, node.op
-        if isinstance(op, ops.Input):
-            return be.from_numpy(graph.data[node.id].reshape(-1))
         if isinstance(op, (ops.Constant, ops.Iota)):
             host = op.reference([], node.dtype, dims).astype(node.dtype.numpy)
             return be.from_numpy(np.ascontiguousarray(host).reshape(-1))
         xs = [be.gather(values[e.src], *view_indices(e.view, dims)) for e in node.inputs]
-        in_dtype = self.dtypes[node.inputs[0].src] if node.inputs else node.dtype
+        in_dtype = self.node_info[node.inputs[0].src][1] if node.inputs else node.dtype
         if isinstance(op, ops.Contiguous):
             return xs[0]
         if isinstance(op, ops.Cast):
             return be.cast(xs[0], in_dtype, node.dtype)
         if isinstance(op, ops.Select):
             return be.select(*xs, node.dtype)
-        if type(op) in _UNARY:
-            return be.unary(_UNARY[type(op)], xs[0], node.dtype)
-        if type(op) in _BINARY:
-            return be.binary(_BINARY[type(op)], xs[0], xs[1], in_dtype)
+        if type(op) in ops.MATH:
+            return be.unary(op.code, xs[0], node.dtype)
+        if type(op) in ops.BINARY:
+            return be.binary(op.code, xs[0], xs[1], in_dtype)
         if isinstance(op, (ops.SumReduce, ops.MaxReduce)):
             shape = [d.evaluate(dims) for d in node.inputs[0].view.shape]
             outer = int(np.prod(shape[: op.axis]))
             inner = int(np.prod(shape[op.axis + 1 :]))
-            kind = "sum" if isinstance(op, ops.SumReduce) else "max"
-            return be.reduce(kind, xs[0], outer, shape[op.axis], inner, node.dtype)
+            return be.reduce(op.code, xs[0], outer, shape[op.axis], inner, node.dtype)
         raise NotImplementedError(
             f"backend {be.name!r} cannot run {op.name}: it only runs primitive graphs "
             f"(compile without other backends' compilers)"
         )
-
-    def fetch(self, node_id: int) -> np.ndarray:
-        return self.backend.to_numpy(self.values[node_id], self.dtypes[node_id])
 
 
 __all__ = ["Buffer", "PrimitiveBackend", "view_indices"]

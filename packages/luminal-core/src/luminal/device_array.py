@@ -1,11 +1,12 @@
-"""`DeviceArray`: an input's value that lives on the GPU, downloaded only when read.
+"""`DeviceArray`: a value that lives on a device and is copied to the host only when read.
 
-`Graph.assign(input, value)` makes `input` take `value` after every run (a KV cache). The
-runtime copies the value into the input's device buffer inside the run (so it is part of the
-captured CUDA graph) and puts a `DeviceArray` into `graph.data[input]`: the graph's checks see
-the new shape, and nothing crosses PCIe unless someone reads it. The next run overwrites that
-buffer, so a `DeviceArray` from an earlier run refuses to be read instead of returning the
-newer value.
+`Graph.assign(input, value)` makes `input` take `value` after every run (a KV cache, optimizer
+state). A device runtime keeps those bytes on the device and puts a `DeviceArray` into
+`graph.data[input]`: the graph's checks see the new shape (a cache that grew), while nothing
+crosses to the host unless someone reads it. Reading it (`np.asarray`, `.reshape`, any ndarray
+attribute) downloads it once. `buffer` and `owner` let the runtime that made it bind the
+device buffer directly on the next run. A runtime that later overwrites the buffer passes
+`is_current`, and a stale array then refuses to be read instead of showing newer bytes.
 """
 
 from __future__ import annotations
@@ -21,13 +22,21 @@ class StaleDeviceArrayError(RuntimeError):
 
 
 class DeviceArray:
-    """A read-only array whose bytes are on the GPU until first read."""
+    """A read-only array whose bytes are on a device until first read.
+
+    `download()` returns the bytes as a host array (any shape, `dtype`); `buffer` is the
+    device buffer and `owner` what it belongs to (a context, a runtime), for the runtime's own
+    use; `is_current()` says whether the bytes are still this value's (default: always).
+    """
 
     def __init__(self, download: Callable[[], np.ndarray], shape: tuple[int, ...],
-                 dtype: np.dtype, is_current: Callable[[], bool]):
+                 dtype: np.dtype, *, buffer: Any = None, owner: Any = None,
+                 is_current: Callable[[], bool] | None = None):
         self._download = download
         self._is_current = is_current
-        self.shape = shape
+        self.buffer = buffer
+        self.owner = owner
+        self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
         self._host: np.ndarray | None = None
 
@@ -40,9 +49,9 @@ class DeviceArray:
         return int(np.prod(self.shape, dtype=np.int64))
 
     def numpy(self) -> np.ndarray:
-        """The value on the host (downloaded once, after the run that produced it)."""
+        """The value on the host (downloaded on the first call, after the run that made it)."""
         if self._host is None:
-            if not self._is_current():
+            if self._is_current is not None and not self._is_current():
                 raise StaleDeviceArrayError(
                     "this device value was overwritten by a later execute(); copy it with "
                     "np.array(...) before executing the graph again")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from .graph import Graph
+    from .ir import Graph
 
 
 @runtime_checkable
@@ -36,7 +36,7 @@ class Looped:
 
     def compile(self, graph: Graph) -> None:
         for _ in range(self.max_rounds):
-            before = graph._version
+            before = graph.version
             run_compiler(self.compiler, graph)
-            if graph._version == before:
+            if graph.version == before:
                 return

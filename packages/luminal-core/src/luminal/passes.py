@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import ops
-from ..dtypes import compute_dtype
-from ..graph import Graph, Node
-from ..shape import View
-from ..symbolic import Expr
+from . import ops
+from .dtypes import compute_dtype
+from .ir import Graph, Node
+from .shape import View
+from .symbolic import Expr
 
 
 class DeadCodeElimination:
@@ -145,11 +145,11 @@ class GenericCompiler:
 
     def compile(self, graph: Graph) -> None:
         for _ in range(self.max_rounds):
-            before = (len(graph.nodes), graph._version)
+            before = (len(graph.nodes), graph.version)
             for p in self.passes:
                 p.compile(graph)
             DeadCodeElimination().compile(graph)
-            if len(graph.nodes) == before[0] and graph._version == before[1]:
+            if len(graph.nodes) == before[0] and graph.version == before[1]:
                 break
 
     def __repr__(self) -> str:

@@ -1,0 +1,391 @@
+"""The IR: a static graph of nodes, edges carrying views, inputs and dims, and the hand-off to a
+backend's runtime.
+
+This module knows nothing of tensors, high-level ops or backends: the user-facing
+`luminal.Graph` (graph.py) adds tensor creation and the reference fallback on top of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import ops
+from .dtypes import DType
+from .shape import Shape, View, show_shape
+from .symbolic import MAX_DIM, Expr, UnboundDimError, check_dim_name, evaluator
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+
+@dataclass
+class Edge:
+    """An input of a node: the producer's id and the view through which it is read."""
+
+    src: int
+    view: View
+
+
+@dataclass(frozen=True)
+class Dequantized:
+    """Tags a node as the dequantized `rows` x `cols` weight of the quantized input node `raw`
+    (`luminal.quant.dequantize`): backends may read `raw`'s blocks of `qtype` directly."""
+
+    qtype: str
+    raw: int
+    rows: int | Expr
+    cols: int
+
+
+@dataclass
+class Node:
+    id: int
+    op: ops.Op
+    inputs: list[Edge]
+    shape: Shape
+    dtype: DType
+    meta: dict[str, Any] = field(default_factory=dict)
+    dequantized: Dequantized | None = None
+
+    def __repr__(self) -> str:
+        srcs = ", ".join(str(e.src) for e in self.inputs)
+        return f"%{self.id} = {self.op.label()}({srcs}) : {self.dtype.name}{show_shape(self.shape)}"
+
+
+class GraphModifiedError(RuntimeError):
+    pass
+
+
+class RemovedTensorError(KeyError):
+    """A tensor's node is gone: compilation removed it (dead code, folded, fused away)."""
+
+    def __str__(self) -> str:  # KeyError would show the message quoted
+        return self.args[0]
+
+
+class Graph:
+    """A lazy static graph. Build tensors, `compile()` once, `execute()` many times."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, Node] = {}
+        self._next_id = 0
+        self._forward: dict[int, int] = {}  # node ids replaced by compilers -> their successor
+        self.retrieved: set[int] = set()
+        self.kept: set[int] = set()
+        self.assignments: dict[int, int] = {}  # input id -> node whose value it takes next run
+        self.dims: dict[str, int] = {}
+        self.data: dict[int, np.ndarray] = {}  # host values of inputs
+        self.data_version: dict[int, int] = {}  # bumped on every set(), lets runtimes skip uploads
+        self.runtime: Runtime | None = None
+        self._version = 0  # bumped when nodes change
+        self._free_dims_cache: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._input_shapes_cache: tuple[int, Any] = (-1, None)
+        self._runtime_version = -1  # the graph version the installed runtime was built from
+        self._zero_dims_checked: tuple | None = None  # (version, dims) last checked
+        self._executed = False  # whether execute() ran since the last compile()
+        # input id -> sizes of the axes its values index (gather, embedding, one_hot): the
+        # reference backend checks the ids are in range; other backends give zeros for them
+        self.index_bounds: dict[int, list[Expr]] = {}
+
+    # ----- building -----------------------------------------------------------------------
+    def add_node(self, op: ops.Op, inputs: Sequence[Edge], shape: Shape, dtype: DType) -> Node:
+        node = Node(self._next_id, op, list(inputs), shape, dtype)
+        self.nodes[node.id] = node
+        self._next_id += 1
+        self._version += 1
+        return node
+
+    def set_dim(self, name: str, value: int) -> Graph:
+        """Bind symbolic dim `name` for the next executions (an int in [0, MAX_DIM])."""
+        check_dim_name(name)
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise TypeError(f"symbolic dim {name!r} must be bound to an int, got {value!r}")
+        if not 0 <= value <= MAX_DIM:
+            raise ValueError(f"symbolic dim {name!r} must be in [0, {MAX_DIM}], got {value}")
+        self.dims[name] = int(value)
+        return self
+
+    @property
+    def version(self) -> int:
+        """A counter that grows whenever the graph changes (nodes, outputs, assignments)."""
+        return self._version
+
+    def changed(self) -> None:
+        """Record a change made in place (a compiler rewriting `node.op` or `node.dtype`), so
+        that `Looped` sees it and a runtime built before it is not used."""
+        self._version += 1
+
+    def mark_retrieved(self, node_id: int) -> None:
+        """Keep node `node_id`'s value readable after `execute()`."""
+        self.retrieved.add(self.resolve(node_id))
+        self._version += 1
+
+    def mark_kept(self, node_id: int) -> None:
+        """Keep node `node_id`'s value alive on the device across executions."""
+        self.kept.add(self.resolve(node_id))
+        self._version += 1
+
+    def add_assignment(self, target: int, value: int) -> None:
+        """After each `execute()`, input node `target` takes the value node `value` had."""
+        self.assignments[target] = value
+        self.kept.add(value)
+        self._version += 1
+
+    # ----- structure ----------------------------------------------------------------------
+    def resolve(self, node_id: int) -> int:
+        """The live node holding what `node_id` computed (compilers may have replaced it)."""
+        while node_id in self._forward:
+            node_id = self._forward[node_id]
+        return node_id
+
+    def consumers(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {n: [] for n in self.nodes}
+        for n in self.nodes.values():
+            for e in n.inputs:
+                out[e.src].append(n.id)
+        return out
+
+    def toposort(self) -> list[Node]:
+        indeg = {n: 0 for n in self.nodes}
+        users = self.consumers()
+        for n in self.nodes.values():
+            indeg[n.id] = len({e.src for e in n.inputs})
+        ready = sorted(n for n, d in indeg.items() if d == 0)
+        order: list[Node] = []
+        while ready:
+            nid = ready.pop()
+            order.append(self.nodes[nid])
+            for u in dict.fromkeys(users[nid]):
+                indeg[u] -= 1
+                if indeg[u] == 0:
+                    ready.append(u)
+        if len(order) != len(self.nodes):
+            raise RuntimeError("graph has a cycle")
+        return order
+
+    def outputs(self) -> set[int]:
+        """Nodes whose values must survive execution: retrieved, kept, assigned."""
+        return self.retrieved | self.kept | set(self.assignments.values())
+
+    def replace(self, old: int, new: int) -> None:
+        """Route every consumer of `old` to `new` (same logical output) and drop `old`."""
+        self.replace_many({old: new})
+
+    def replace_many(self, mapping: dict[int, int]) -> None:
+        """`replace(old, new)` for every pair of `mapping` in one pass over the graph.
+
+        A target may itself be replaced (chains are followed). Passes that merge many nodes
+        (CSE) call this once: replacing one node at a time scans the graph per node, which is
+        quadratic on graphs of tens of thousands of nodes.
+        """
+        def final(node_id: int) -> int:
+            while node_id in mapping and mapping[node_id] != node_id:
+                node_id = mapping[node_id]
+            return node_id
+
+        moved = {old: final(old) for old in mapping}
+        moved = {old: new for old, new in moved.items() if old != new}
+        if not moved:
+            return
+        for n in self.nodes.values():
+            for e in n.inputs:
+                if e.src in moved:
+                    e.src = moved[e.src]
+        for s in (self.retrieved, self.kept):
+            for old in s & moved.keys():
+                s.discard(old)
+                s.add(moved[old])
+        for k, v in self.assignments.items():
+            if v in moved:
+                self.assignments[k] = moved[v]
+        for old, new in moved.items():
+            self._forward[old] = new
+            self.remove(old)
+
+    def remove(self, node_id: int) -> None:
+        self.nodes.pop(node_id, None)
+        self.data.pop(node_id, None)
+        self._version += 1
+
+    def input_nodes(self) -> list[Node]:
+        return [n for n in self.nodes.values() if isinstance(n.op, ops.Input)]
+
+    def free_dims(self) -> set[str]:
+        """Names of the symbolic dims the graph uses (cached until the graph changes: it is
+        consulted on every `execute()`, and walking every view costs milliseconds)."""
+        version, names = self._free_dims_cache
+        if version != self._version:
+            names = self._collect_free_dims()
+            self._free_dims_cache = (self._version, names)
+        return set(names)
+
+    def _collect_free_dims(self) -> frozenset[str]:
+        names: set[str] = set()
+        for n in self.nodes.values():
+            for d in n.shape:
+                names |= d.free_vars
+            for e in n.inputs:
+                for d in (*e.view.shape, *e.view.strides, e.view.offset):
+                    names |= d.free_vars
+            if isinstance(n.op, ops.Constant) and isinstance(n.op.value, Expr):
+                names |= n.op.value.free_vars
+        return frozenset(names)
+
+    def _input_shapes(self) -> tuple[list[Node], Callable[[dict[str, int]], tuple[int, ...]]]:
+        """Every input, and one compiled function giving each one's rank and dims, flat, for
+        the bound dim values (`execute()` checks every input on every run); cached until the graph
+        changes."""
+        version, shapes = self._input_shapes_cache
+        if version != self._version:
+            nodes = self.input_nodes()
+            # each input's rank, then its dims: equal flat tuples mean equal shapes
+            shapes = (nodes, evaluator(d for n in nodes for d in (len(n.shape), *n.shape)))
+            self._input_shapes_cache = (self._version, shapes)
+        return shapes
+
+    # ----- compile & execute --------------------------------------------------------------
+    def compile(self, compilers: Any = ()) -> Graph:
+        """Run a compiler, or a tuple/list of compilers left to right, over this graph.
+
+        A backend in the chain lowers the graph onto its device, so it comes last. Tensor
+        handles stay valid: compilers remap them internally.
+        """
+        from .pipeline import run_compiler
+
+        self.runtime = None
+        self._executed = False
+        run_compiler(compilers, self)
+        if self.runtime is not None and self._version != self._runtime_version:
+            self.runtime = None
+            raise ValueError(
+                "compile(): a compiler that ran after the backend changed the graph the backend "
+                "had already lowered; put the backend last, e.g. "
+                "g.compile((lm.GenericCompiler(), lm.backend()))"
+            )
+        return self
+
+    def set_runtime(self, runtime: Runtime) -> None:
+        """Called by a backend's `compile()` to install what `execute()` runs."""
+        self.runtime = runtime
+        self._runtime_version = self._version
+
+    def execute(self) -> Graph:
+        """Run the installed runtime with the current inputs and dims."""
+        if self.runtime is None:
+            raise RuntimeError(
+                "execute(): no backend was compiled into this graph: call "
+                "g.compile((lm.GenericCompiler(), lm.backend())) first"
+            )
+        if self._version != self._runtime_version:
+            raise GraphModifiedError(
+                "the graph changed after compile(): call g.compile(...) again before execute()"
+            )
+        self.runtime.execute(self, self.check_inputs())
+        self._executed = True
+        return self
+
+    def check_inputs(self) -> dict[str, int]:
+        """Verify every input is set and agrees with the bound dims; return the dim values."""
+        missing = sorted(self.free_dims() - self.dims.keys())
+        if missing:
+            raise UnboundDimError(missing)
+        if 0 in self.dims.values():
+            self._check_zero_dims()
+        nodes, evaluate_dims = self._input_shapes()
+        flat, data = evaluate_dims(self.dims), self.data
+        try:  # the common case in one pass: every input set, every shape right
+            shapes = ((len(s := data[n.id].shape), *s) for n in nodes)
+            if tuple(chain.from_iterable(shapes)) == flat:
+                return dict(self.dims)
+        except KeyError:
+            pass
+        start = 0
+        for n in nodes:
+            if n.id not in self.data:
+                raise ValueError(
+                    f"input {n.op.label_name!r} {show_shape(n.shape)} was never set(): "
+                    f"bind data with tensor.set(array) before execute()"
+                )
+            want, start = flat[start + 1:start + 1 + len(n.shape)], start + 1 + len(n.shape)
+            have = self.data[n.id].shape
+            if have != want:
+                bound = ", ".join(f"{k}={self.dims[k]}" for k in sorted(
+                    set().union(*(d.free_vars for d in n.shape))))
+                raise ValueError(
+                    f"input {n.op.label_name!r} holds data of shape {have} but its shape is "
+                    + (f"{show_shape(n.shape)} with {bound}, so {want}" if bound else f"{want}")
+                )
+        return dict(self.dims)
+
+    def _check_zero_dims(self) -> None:
+        """A dim bound to 0 is fine where the graph only uses it as a size (an empty KV cache
+        that `cat` extends, a sum over no elements), but shapes are simplified assuming every
+        named dim is >= 1, so slicing or indexing such a dim can give a negative size.
+        Raise a clear error for that instead of a crash inside a backend."""
+        key = (self._version, tuple(sorted(self.dims.items())))
+        if self._zero_dims_checked == key:
+            return
+        zero = sorted(k for k, v in self.dims.items() if v == 0)
+        for n in self.nodes.values():
+            shapes = [("output", n.shape)] + [(f"input {k}", e.view.shape)
+                                             for k, e in enumerate(n.inputs)]
+            for what, shape in shapes:
+                if not any(d.free_vars & set(zero) for d in shape):
+                    continue
+                values = tuple(d.evaluate(self.dims) for d in shape)
+                if min(values, default=0) < 0:
+                    names = ", ".join(repr(z) for z in zero)
+                    raise ValueError(
+                        f"symbolic dim {names} is bound to 0, but shapes are simplified "
+                        f"assuming named dims are >= 1: the {what} of {n.op.name} (node {n.id}) "
+                        f"has shape {show_shape(shape)} = {values}. Bind it to a value >= 1, "
+                        f"or do not slice or index a dim that can be 0"
+                    )
+        self._zero_dims_checked = key
+
+    def set_data(self, node_id: int, array: np.ndarray) -> None:
+        self.data[node_id] = array
+        self.data_version[node_id] = self.data_version.get(node_id, 0) + 1
+
+    def fetch(self, node_id: int) -> np.ndarray:
+        """The value of a node after `execute()` (host array in the node's shape)."""
+        nid = self.resolve(node_id)
+        node = self.nodes.get(nid)
+        if node is None:
+            raise RemovedTensorError(
+                f"this tensor (node {node_id}) was removed by compilation: call .retrieve() on "
+                f"it before compile() to read it after execute()"
+            )
+        if isinstance(node.op, ops.Input):
+            if nid not in self.data:
+                raise ValueError(f"input {node.op.label_name!r} was never set()")
+            return self.data[nid]
+        if self.runtime is None or not self._executed:
+            raise RuntimeError("the graph has not been executed yet: call g.execute() first")
+        if nid not in self.outputs():
+            raise ValueError(
+                "this tensor was not retrieved: call .retrieve() on it before compile()"
+            )
+        return self.runtime.fetch(nid)
+
+    # ----- printing -----------------------------------------------------------------------
+    def to_dot(self) -> str:
+        """The graph as Graphviz DOT text: one box per node (op, dtype, shape)."""
+        from .printer import to_dot
+
+        return to_dot(self)
+
+    def display(self, path: str | None = None, fmt: str = "svg") -> str:
+        """Render with graphviz to `path` (default: a temp file); returns the file path."""
+        from .printer import display
+
+        return display(self, path, fmt)
+
+    def __repr__(self) -> str:
+        lines = [repr(n) for n in self.toposort()]
+        return "Graph(\n  " + "\n  ".join(lines) + "\n)"

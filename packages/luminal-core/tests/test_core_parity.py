@@ -1,0 +1,123 @@
+"""PyTorch parity edge cases on the reference and cpu backends: 0-d and zero-size tensors,
+int32 extremes, result dtypes, creation ops, the errors PyTorch raises, and the ops whose
+output shape depends on data (not supported: a clear error)."""
+
+from __future__ import annotations
+
+import math
+
+import luminal as lm
+import luminal.functional as F
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+BACKENDS = ["reference", "cpu"]
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+
+
+def run(backend, fn, *arrays):
+    g = lm.Graph()
+    ins = [g.tensor(a.shape, dtype=str(a.dtype)).set(a) for a in arrays]
+    outs = fn(g, *ins)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    for o in outs:
+        o.retrieve()
+    g.compile((lm.GenericCompiler(), lm.backend(backend)))
+    g.execute()
+    return [o.numpy() for o in outs]
+
+
+def same(got, want):
+    want = want.detach().numpy() if isinstance(want, torch.Tensor) else np.asarray(want)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if want.dtype == np.int64:
+        want = want.astype(np.int32)  # luminal indexes with int32
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_d_and_zero_size(backend):
+    s = np.array(1.5, np.float32)
+    e = np.zeros((2, 0), np.float32)
+    got = run(backend, lambda g, a, b: (a.cummax(0).values, a.sum(0), a.squeeze(-1),
+                                        a.logcumsumexp(0), b.cumsum(1), b.cummin(1).values,
+                                        b.sort(1).values, b.tril(), g.eye(0), b.std(1)), s, e)
+    ts, te = torch.tensor(s), torch.tensor(e)
+    want = (ts.cummax(0).values, ts.sum(0), ts.squeeze(-1), ts.logcumsumexp(0), te.cumsum(1),
+            te.cummin(1).values, te.sort(1).values, te.tril(), torch.eye(0), te.std(1))
+    for a, b in zip(got, want):
+        same(a, b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int32_extremes_stay_exact(backend):
+    a = np.array([INT_MIN, INT_MAX, -1, 0, 7, -8], np.int32)
+    b = np.array([3, INT_MIN, 5, -1, INT_MAX, 2], np.int32)
+    got = run(backend, lambda g, x, y: (x.amin(), lm.minimum(x, y), x.min(0).values, x & y,
+                                        x | y, x ^ y, ~x, x >> 4, x << 2,
+                                        (x % 1000) ** 3), a, b)
+    ta, tb = torch.tensor(a), torch.tensor(b)
+    want = (ta.amin(), torch.minimum(ta, tb), ta.min(0).values, ta & tb, ta | tb, ta ^ tb, ~ta,
+            ta >> 4, ta << 2, (ta % 1000) ** 3)
+    for x, w in zip(got, want):
+        same(x, w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_creation_and_signatures(backend):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = run(backend, lambda g, t: (lm.linspace(g, -1.0, 2.0, 7), lm.full_like(t, 3),
+                                     lm.zeros_like(t, "int32"), t.roll(1), t.roll((1, 2), (0, 1)),
+                                     t.repeat_interleave(2), *lm.meshgrid(t[0], t[1, :2]),
+                                     t[[1, 0]], t[(0, 1), (2, 0)]), x)
+    tx = torch.tensor(x)
+    want = (torch.linspace(-1.0, 2.0, 7), torch.full_like(tx, 3),
+            torch.zeros_like(tx, dtype=torch.int32), tx.roll(1), tx.roll((1, 2), (0, 1)),
+            tx.repeat_interleave(2), *torch.meshgrid(tx[0], tx[1, :2], indexing="ij"),
+            tx[[1, 0]], tx[(0, 1), (2, 0)])
+    for a, w in zip(got, want):
+        same(a, w)
+    g = lm.Graph()
+    r = lm.randn(g, 2, 3)
+    assert r.shape == (2, 3) and r.dtype == lm.float32
+
+
+def test_errors_match_torch_types():
+    g = lm.Graph()
+    x = g.tensor((3, 4), name="x")
+    with pytest.raises(RuntimeError, match="permute"):
+        x.permute(0, 0)
+    with pytest.raises(ValueError, match="matmul"):  # OpError is both
+        x @ x
+    with pytest.raises(RuntimeError, match="at least one of min and max"):
+        x.clamp()
+    with pytest.raises(IndexError, match="out of range"):
+        x.sum(2)
+    assert issubclass(lm.OpError, ValueError) and issubclass(lm.OpError, RuntimeError)
+
+
+def test_data_dependent_shapes_raise_a_clear_error():
+    g = lm.Graph()
+    x = g.tensor((3,), name="x")
+    with pytest.raises(NotImplementedError, match="output shape depends on the values"):
+        x.nonzero()
+    with pytest.raises(NotImplementedError, match="output shape depends on the values"):
+        x.masked_select(x > 0)
+    with pytest.raises(IndexError, match="boolean mask indexing"):
+        x[x > 0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_inf_in_the_branch_not_taken(backend):
+    x = np.array([math.inf, -math.inf, math.nan, 2.0, -1.0], np.float32)
+    idx = np.array([2, 0, 1, 4], np.int32)
+    got = run(backend, lambda g, t, i: (t[i], t.index_select(0, i), lm.where(t < 0, 1.0, t),
+                                        F.embedding(i, t.reshape(5, 1)), t.scatter(0, i[:2],
+                                                                                  t[3:5])), x, idx)
+    tx, ti = torch.tensor(x), torch.tensor(idx).long()
+    want = (tx[ti], tx.index_select(0, ti), torch.where(tx < 0, 1.0, tx),
+            torch.nn.functional.embedding(ti, tx.reshape(5, 1)), tx.scatter(0, ti[:2], tx[3:5]))
+    for a, w in zip(got, want):
+        same(a, w)
