@@ -14,7 +14,7 @@ from .errors import OpError
 from .hl_ops.binary import where
 from .hl_ops.creation import IOTA_INDEX, iota
 from .hl_ops.matmul import matmul
-from .hl_ops.movement import _one_hot
+from .hl_ops.movement import _one_hot, check_ids
 from .shape import show_shape
 from .symbolic import Expr, const_or_expr, lt, smax, to_expr
 from .tensor import GraphTensor
@@ -164,6 +164,7 @@ def embedding(index: GraphTensor, weight: GraphTensor) -> GraphTensor:
     """Rows of `weight` (vocab, dim) picked by integer `index` of any shape."""
     if weight.ndim != 2:
         raise OpError(f"embedding: weight must be 2-D, got {show_shape(weight.layout.shape)}")
+    check_ids(index, weight.layout.shape[0])
     rows = weight.index_select(0, index.reshape(-1))
     return rows.reshape((*index.layout.shape, weight.layout.shape[1]))
 

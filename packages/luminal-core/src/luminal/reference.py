@@ -166,7 +166,7 @@ def check_index_ranges(graph: Graph, dims: dict[str, int]) -> None:
             bad = low if low < 0 else high
             name = graph.nodes[nid].op.label_name if nid in graph.nodes else input_id
             raise IndexError(f"input {name!r}: index {bad.item()} is out of range for an axis "
-                             f"of size {size} (gather / embedding / one_hot ids must be in "
+                             f"of size {size} (embedding ids must be in "
                              f"[0, {size}))")
 
 

@@ -638,15 +638,21 @@ def _pad_from_edges(x: GraphTensor, pad: Sequence[int], mode: str) -> GraphTenso
     return out
 
 
+def check_ids(index: GraphTensor, n: Expr) -> None:
+    """Record that input ids `index` pick rows of a table of `n` (embedding): the reference
+    backend raises IndexError for ids outside it. gather, index_select and one_hot are not
+    checked: losses rely on an ignored target (-1) selecting nothing (a zero row)."""
+    source = index.node
+    if isinstance(source.op, ops.Cast) and len(source.inputs) == 1:
+        source = index.graph.nodes[source.inputs[0].src]
+    if isinstance(source.op, ops.Input):
+        index.graph.index_bounds.setdefault(source.id, []).append(n)
+
+
 def _one_hot(index: GraphTensor, n: Expr) -> GraphTensor:
     """(index == arange(n)) with a trailing axis of size n, as bool."""
     from .creation import IOTA_INDEX, iota
 
-    source = index.node
-    if isinstance(source.op, ops.Cast) and len(source.inputs) == 1:
-        source = index.graph.nodes[source.inputs[0].src]
-    if isinstance(source.op, ops.Input):  # ids the user sets: the reference checks their range
-        index.graph.index_bounds.setdefault(source.id, []).append(n)
     idx = index.to(int32).unsqueeze(-1)
     ar = iota(index.graph, IOTA_INDEX, (n,), int32)
     shape = (*index.layout.shape, n)
