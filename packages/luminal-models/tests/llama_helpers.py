@@ -41,3 +41,13 @@ def check_greedy(got: list[int], want: list[int], margins: list[float],
             return step
     assert len(got) == len(want), (got, want)
     return None
+
+
+def cpu_generator(path):
+    """A `Generator` for the GGUF at `path` on luminal-cpu (its quantized weights kept)."""
+    from luminal_models.generate import Generator
+    from luminal_models.llama import Llama
+    from luminal_models.tokenizer import Tokenizer
+
+    return Generator(Llama.from_gguf(path, progress=False), Tokenizer.from_gguf(path),
+                     cpu_backend())

@@ -1,6 +1,7 @@
-"""luminal plugin entry point for luminal-models: adds the `luminal generate` command.
+"""luminal plugin entry point for luminal-models: adds the `generate`, `chat`, `serve` and
+`models` commands.
 
-Hooks stay cheap: the command's module imports only the standard library until it runs.
+Hooks stay cheap: each command's module imports only the standard library until it runs.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from luminal.hookspecs import CommandRegistrar, hookimpl
 
 @hookimpl
 def luminal_register_commands(cli: CommandRegistrar) -> None:
-    from .cli import HELP, configure, run
+    from . import chat_cli, models_cli, serve_cli
+    from . import cli as generate_cli
 
-    cli.register("generate", HELP, configure, run)
+    for name, module in (("generate", generate_cli), ("chat", chat_cli), ("serve", serve_cli),
+                         ("models", models_cli)):
+        cli.register(name, module.HELP, module.configure, module.run)
