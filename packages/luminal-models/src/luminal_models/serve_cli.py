@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import socket
 import sys
 
@@ -53,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from .server import Engine, create_app
+        from .server import Engine, Server, create_app
     except ImportError as exc:
         return _fail(f"{exc.name or exc} is missing: install the serve extra with "
                      "pip install 'luminal-models[serve]'")
@@ -81,10 +83,14 @@ def run(args: argparse.Namespace) -> int:
         host, port = sock.getsockname()[:2]
         config = uvicorn.Config(create_app(engine), log_level="warning",
                                 access_log=not args.quiet, timeout_graceful_shutdown=10)
-        server = uvicorn.Server(config)
+        server = Server(config, engine)
         print(f"luminal serve: {model_id} ({path.name} on {generator.backend.name}) at "
               f"http://{host}:{port}/v1 ; Ctrl-C stops", file=sys.stderr, flush=True)
-        server.run(sockets=[sock])
+        # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
+        # previous handler: here that ends the process normally after the message below
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run(sockets=[sock])
     print("luminal serve: stopped", file=sys.stderr)
     return 0
 

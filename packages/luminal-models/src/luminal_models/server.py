@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import jinja2
+import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -35,10 +36,10 @@ from .generate import GenerationResult, Generator
 from .openai_api import APIError, CompletionRequest, finish_reason, parse_request
 from .sampling import SamplingParams
 
-__all__ = ["Engine", "create_app"]
+__all__ = ["Engine", "Server", "create_app"]
 
 
-@dataclass
+@dataclass(eq=False)
 class _Job:
     request: CompletionRequest
     prompt_ids: list[int]
@@ -67,7 +68,8 @@ class Engine:
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="luminal-engine")
         self._lock = threading.Lock()
         self._pending = 0
-        self._jobs: set[int] = set()
+        self._jobs: set[_Job] = set()
+        self._closing = False
 
     def prepare(self, request: CompletionRequest) -> list[int]:
         """Check the model name, render a chat's messages, and tokenize; APIError if the
@@ -94,17 +96,22 @@ class Engine:
     async def run(self, job: _Job) -> GenerationResult:
         """Queue `job` and wait for its result."""
         with self._lock:
+            if self._closing:
+                raise APIError("the server is shutting down", status=503, type="server_error",
+                               code="shutting_down")
             if self._pending >= self.max_queue:
                 raise APIError(f"the server is busy ({self._pending} requests queued); try "
                                "again later", status=503, type="server_error",
                                code="overloaded")
             self._pending += 1
+            self._jobs.add(job)
         try:
             future = self._worker.submit(self._generate, job)
             return await asyncio.wrap_future(future)
         finally:
             with self._lock:
                 self._pending -= 1
+                self._jobs.discard(job)
 
     def _generate(self, job: _Job) -> GenerationResult:
         r = job.request
@@ -116,8 +123,17 @@ class Engine:
                                        on_text=job.on_text, stop=r.stop,
                                        cancelled=lambda: job.cancelled)
 
+    def cancel_all(self) -> None:
+        """Refuse new requests and end the queued and running ones at their next token (the
+        server is shutting down: their clients get what was generated so far)."""
+        with self._lock:
+            self._closing = True
+            for job in self._jobs:
+                job.cancelled = True
+
     def close(self) -> None:
-        """Stop taking work; the running request ends at its next token."""
+        """Cancel everything and stop the worker thread."""
+        self.cancel_all()
         self._worker.shutdown(wait=True, cancel_futures=True)
 
 
@@ -245,3 +261,16 @@ def create_app(engine: Engine) -> Starlette:
                 Route("/v1/chat/completions", chat_completions, methods=["POST"])],
         exception_handlers={APIError: api_error, HTTPException: http_error},
         lifespan=lifespan)
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server that also cuts the engine's generations short on SIGINT/SIGTERM, so
+    a long streamed answer does not hold up the shutdown."""
+
+    def __init__(self, config: uvicorn.Config, engine: Engine) -> None:
+        super().__init__(config)
+        self.engine = engine
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        self.engine.cancel_all()
+        super().handle_exit(sig, frame)
