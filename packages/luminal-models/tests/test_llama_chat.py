@@ -14,11 +14,21 @@ STATS = re.compile(r"\[prefill (\d+) new tokens, (\d+) cached;")
 Q1, Q2 = "What is the capital of France?", "And of Germany?"
 
 
-def _spawn(env: dict[str, str], *args: str):
-    child = pexpect.spawn(sys.executable, ["-m", "luminal", "chat", *args], env=env,
-                          encoding="utf-8", timeout=180, dimensions=(40, 200))
-    child.expect_exact("> ")
-    return child
+@pytest.fixture
+def spawn(cli_env):
+    """`spawn(*args)` starts `luminal chat` in a pty; every child is gone after the test."""
+    children = []
+
+    def start(*args: str):
+        child = pexpect.spawn(sys.executable, ["-m", "luminal", "chat", *args], env=cli_env,
+                              encoding="utf-8", timeout=180, dimensions=(40, 200))
+        children.append(child)
+        child.expect_exact("> ")
+        return child
+
+    yield start
+    for child in children:
+        child.close(force=True)
 
 
 def _turn(child, text: str) -> tuple[str, int, int]:
@@ -31,14 +41,14 @@ def _turn(child, text: str) -> tuple[str, int, int]:
     return reply, prefill, cached
 
 
-def test_llama_chat_keeps_history_in_the_cache(cli_env, smollm2_file, smollm2_tokenizer):
+def test_llama_chat_keeps_history_in_the_cache(spawn, smollm2_file, smollm2_tokenizer):
     """Turn 2 prefills exactly the ChatML text that follows the cached turn 1 (end of the
     reply, the new user message, the assistant header), and its greedy answer is what a
     fresh full prefill of the whole conversation gives."""
     from llama_helpers import cpu_generator
 
     tok = smollm2_tokenizer
-    child = _spawn(cli_env)
+    child = spawn()
     reply1, prefill1, cached1 = _turn(child, Q1)
     reply2, prefill2, cached2 = _turn(child, Q2)
     child.sendline("/exit")
@@ -59,12 +69,14 @@ def test_llama_chat_keeps_history_in_the_cache(cli_env, smollm2_file, smollm2_to
     assert reply2 == want.text
 
 
-def test_llama_chat_ctrl_c_reset_and_ctrl_d(cli_env, smollm2_file, smollm2_tokenizer):
+def test_llama_chat_ctrl_c_reset_and_ctrl_d(spawn, smollm2_file, smollm2_tokenizer):
     """Ctrl-C stops the reply and keeps the session; /reset starts a fresh conversation that
     still opens with the system message; Ctrl-D exits with status 0."""
     tok, system = smollm2_tokenizer, "You are a helpful assistant."
-    child = _spawn(cli_env, "--system", system, "-n", "300")
-    child.sendline("Tell me a very long story about a dragon.")
+    child = spawn("--system", system, "-n", "300")
+    story = "Tell me a very long story about a dragon."
+    child.sendline(story)
+    child.expect_exact(story)  # the terminal's echo of the input
     child.expect(r"\w+ \w+ \w+")  # the reply has started streaming
     child.sendintr()
     child.expect_exact("[stopped]")

@@ -106,6 +106,11 @@ def test_llama_serve_openai_style_errors(server, client):
         client.chat.completions.create(model="smollm2", messages=QUESTION, temperature=3)
     assert bad.value.body["param"] == "temperature"
     assert "temperature must be in [0, 2]" in bad.value.body["message"]
+    for field, value in (("seed", -1), ("max_tokens", 0), ("top_p", 0), ("n", 2)):
+        with pytest.raises(openai.BadRequestError) as wrong:
+            client.chat.completions.create(model="smollm2", messages=QUESTION,
+                                           **{field: value})
+        assert wrong.value.body["param"] == field, wrong.value.body
     with pytest.raises(openai.BadRequestError) as empty:
         client.chat.completions.create(model="smollm2", messages=[])
     assert empty.value.body["param"] == "messages"

@@ -93,7 +93,10 @@ def run(args: argparse.Namespace) -> int:
         if text.startswith("/") and " " not in text:
             print(f"unknown command {text}; {COMMANDS}", file=sys.stderr)
             continue
-        _answer(session, text, args, sampling)
+        try:
+            _answer(session, text, args, sampling)
+        except KeyboardInterrupt:  # Ctrl-C before the reply began: nothing was generated
+            print("\n[stopped]", file=sys.stderr)
 
 
 def _answer(session, text: str, args: argparse.Namespace, sampling) -> None:

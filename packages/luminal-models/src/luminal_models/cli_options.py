@@ -72,7 +72,7 @@ def add_sampling_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat-penalty", type=checked(float, 0, low_open=True), default=1.0,
                         metavar="R", help="make tokens among the last 64 less likely "
                                           "(llama.cpp's rule); 1 = off (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=None, metavar="S",
+    parser.add_argument("--seed", type=checked(int, 0), default=None, metavar="S",
                         help="random seed for sampling (default: a fresh one each run)")
 
 

@@ -48,7 +48,7 @@ class LuminalSmolLM2(llm.Model):
                                           description="0 = greedy (the default)")
         top_p: float | None = Field(default=None, gt=0, le=1, description="nucleus mass")
         top_k: int | None = Field(default=None, ge=0, description="0 = all tokens")
-        seed: int | None = Field(default=None, description="random seed for sampling")
+        seed: int | None = Field(default=None, ge=0, description="random seed for sampling")
         repeat_penalty: float | None = Field(default=None, gt=0,
                                              description="1 = off (the default)")
 

@@ -160,9 +160,7 @@ def parse_request(body: Any, chat: bool) -> CompletionRequest:
         max_tokens = _integer(body, "max_tokens", 1)
     if max_tokens is None and not chat:
         max_tokens = 16  # OpenAI's default for /v1/completions
-    seed = body.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise APIError(f"seed must be an integer, got {seed!r}", "seed")
+    seed = _integer(body, "seed", 0)
     return CompletionRequest(
         chat=chat, model=model, prompt=prompt, messages=messages, max_tokens=max_tokens,
         temperature=_number(body, "temperature", 1.0, 0, 2),

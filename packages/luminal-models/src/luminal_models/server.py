@@ -168,6 +168,11 @@ def _envelope(request: CompletionRequest, model: str, choices: list[dict[str, An
     return body
 
 
+def _internal(exc: Exception) -> APIError:
+    return APIError(f"internal error: {type(exc).__name__}: {exc}", status=500,
+                    type="server_error")
+
+
 def _sse(data: Any) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
 
@@ -227,8 +232,8 @@ def create_app(engine: Engine) -> Starlette:
                 first = False
             try:
                 result = task.result()
-            except APIError as exc:
-                yield _sse(exc.body())
+            except Exception as exc:  # the status line has gone: the error goes in the stream
+                yield _sse((exc if isinstance(exc, APIError) else _internal(exc)).body())
                 return
             reason = finish_reason(result.stop_reason)
             yield _sse(_envelope(request, request.model,
@@ -250,6 +255,9 @@ def create_app(engine: Engine) -> Starlette:
                          code="not_found" if exc.status_code == 404 else None)
         return JSONResponse(error.body(), status_code=exc.status_code)
 
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        return JSONResponse(_internal(exc).body(), status_code=500)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         yield
@@ -259,7 +267,8 @@ def create_app(engine: Engine) -> Starlette:
         routes=[Route("/v1/models", models), Route("/health", health),
                 Route("/v1/completions", completions, methods=["POST"]),
                 Route("/v1/chat/completions", chat_completions, methods=["POST"])],
-        exception_handlers={APIError: api_error, HTTPException: http_error},
+        exception_handlers={APIError: api_error, HTTPException: http_error,
+                            Exception: internal_error},
         lifespan=lifespan)
 
 
