@@ -115,7 +115,7 @@ def main() -> None:
               file=sys.stderr)
     try:
         results: dict[tuple[str, int], list[tuple[float, int]]] = {}
-        for name, (_, url) in servers.items():  # warm-up: first-request costs
+        for _, url in servers.values():  # warm-up: first-request costs
             _round(url, 1, 2, args.max_tokens)
         for r in range(args.rounds):
             for clients in args.clients:
@@ -127,7 +127,8 @@ def main() -> None:
         for proc, _ in servers.values():
             proc.terminate()
             proc.wait(timeout=30)
-    print(f"| clients | server | requests/s | tokens/s | {'luminal / llama.cpp' if len(servers) > 1 else ''} |")
+    ratio = "luminal / llama.cpp tokens/s" if len(servers) > 1 else ""
+    print(f"| clients | server | requests/s | tokens/s | {ratio} |")
     print("|---|---|---|---|---|")
     for clients in args.clients:
         rates = {}

@@ -266,6 +266,22 @@ def test_a_dim_bound_to_zero():
             g.execute()
 
 
+def test_products_over_an_empty_dim():
+    """A row pick (one-hot product) of an empty cache, as beam search reorders a KV cache
+    before its first entry: the product's operands have a zero-size axis."""
+    g = lm.Graph()
+    cache = g.tensor(("rows", "past", 2), name="cache")
+    order = g.tensor((3,), name="order", dtype=lm.int32)
+    new = g.tensor((3, 1, 2), name="new")
+    out = lm.cat([cache.index_select(0, order), new], 1).retrieve()
+    cache.set(np.zeros((1, 0, 2), np.float32))
+    order.set(np.zeros(3, np.int32))
+    values = np.arange(6, dtype=np.float32).reshape(3, 1, 2)
+    new.set(values)
+    g.execute()
+    np.testing.assert_array_equal(out.numpy(), values)
+
+
 # ----- convolution conveniences ---------------------------------------------------------------
 @needs_torch
 @pytest.mark.parametrize(
@@ -339,3 +355,14 @@ def test_integer_prod_is_exact_beyond_float_precision():
     for g_out, w_out in zip(got, want):
         assert g_out.dtype == (np.bool_ if w_out.dtype == np.bool_ else np.int32)
         np.testing.assert_array_equal(g_out, w_out)
+
+
+def test_sum_of_a_reshaped_product():
+    """The reference backend folds Mul -> SumReduce into one einsum; a reshape between them
+    (found by ONNX's NegativeLogLikelihoodLoss tests) must not be folded over."""
+    a = np.arange(6, dtype=np.float32).reshape(3, 1, 2)
+    g = lm.Graph()
+    x = g.tensor((3, 1, 2)).set(a)
+    y = (x * 2).reshape(3, 2).sum(1).retrieve()
+    g.execute()
+    np.testing.assert_array_equal(y.numpy(), (a * 2).reshape(3, 2).sum(1))

@@ -247,6 +247,32 @@ def test_cuda_half_precision_is_close_to_float32_on_the_reference_backend():
     np.testing.assert_allclose(half, full, rtol=2e-2, atol=2e-3)
 
 
+def test_cuda_half_precision_keeps_norm_statistics_in_float32():
+    # SmolLM2's residual stream reaches a few hundred: the sum of 576 squares overflows float16
+    # (65504), which made every float16 logit zero on the GPU. Norm and softmax sums stay
+    # float32; the matmul's sum (a full activation) is stored in half.
+    rng = np.random.default_rng(1)
+    xs = (rng.standard_normal((3, 576)) * 300).astype(np.float32)
+    ws = (rng.standard_normal((576, 64)) / 24).astype(np.float32)
+
+    def build():
+        g = lm.Graph()
+        x = g.tensor((3, 576), name="x").set(xs)
+        w = g.tensor((576, 64), name="w").set(ws)
+        y = (F.rms_norm(x, (576,)) @ w).softmax(-1).retrieve()
+        return g, y
+
+    g, y = build()
+    g.compile((lm.GenericCompiler(), HalfPrecision("float16")))
+    sums = [n for n in g.nodes.values() if isinstance(n.op, lm.ops.SumReduce)]
+    assert {n.dtype for n in sums} == {float16, float32}  # the matmul's in half, the rest not
+    g.execute()
+    ref_graph, ref = build()
+    ref_graph.compile(lm.GenericCompiler())
+    ref_graph.execute()
+    np.testing.assert_allclose(y.numpy(), ref.numpy(), rtol=3e-2, atol=3e-3)
+
+
 def test_cuda_half_precision_rejects_other_dtypes():
     with pytest.raises(ValueError, match="float16 or bfloat16"):
         HalfPrecision("int32")

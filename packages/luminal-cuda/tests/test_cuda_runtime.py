@@ -142,3 +142,11 @@ def test_cuda_assignment_stays_on_device(fake_cupy):
     with pytest.raises(StaleDeviceArrayError):
         first.numpy()
     assert g.data[cache.id].shape == (1, 2, 2)
+
+
+def test_gemm_function_of_a_stand_in_is_its_own_wrapper(fake_cupy):
+    # the direct ctypes path is only for the real CuPy, whose handle libcublas accepts
+    from luminal_cuda.cublas import gemm_function
+
+    assert gemm_function(fake_cupy) is fake_cupy.cuda.cublas.gemmStridedBatchedEx
+

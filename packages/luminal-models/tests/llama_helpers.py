@@ -5,8 +5,12 @@ from __future__ import annotations
 import warnings
 
 import luminal as lm
+import numpy as np
 import pytest
+from luminal_models.generate import Generator
+from luminal_models.tokenizer import Tokenizer
 
+PROMPTS = {"story": "Once upon a time", "chat": "What is the capital of France?"}
 TIE_MARGIN = 0.05  # a greedy divergence is excused only where the oracle's top-2 are closer
 
 
@@ -41,6 +45,30 @@ def check_greedy(got: list[int], want: list[int], margins: list[float],
             return step
     assert len(got) == len(want), (got, want)
     return None
+
+
+def prompt_ids(tok: Tokenizer, prompt: str) -> list[int]:
+    """The token ids of one of PROMPTS (the chat one through the chat template)."""
+    if prompt == "chat":
+        return tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPTS[prompt]}]))
+    return tok.encode(PROMPTS[prompt])
+
+
+def greedy(gen: Generator, ids: list[int], steps: int, stops: frozenset[int]):
+    """Greedy ids and, per step, the gap between the two best logits and the logits."""
+    gen.reset()
+    logits = gen.forward(ids)
+    out, margins, all_logits = [], [], []
+    for _ in range(steps):
+        all_logits.append(logits.copy())
+        top2 = np.partition(logits, -2)[-2:]
+        token = int(logits.argmax())
+        out.append(token)
+        margins.append(float(top2[1] - top2[0]))
+        if token in stops or len(out) == steps:
+            break
+        logits = gen.forward([token])
+    return out, margins, all_logits
 
 
 def cpu_generator(path):

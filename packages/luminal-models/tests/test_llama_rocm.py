@@ -21,12 +21,11 @@ from luminal_models.tokenizer import Tokenizer
 pytest.importorskip("luminal_rocm", reason="luminal-rocm is not installed")
 pytest.importorskip("luminal_cpu", reason="luminal-cpu is not installed")
 
-from llama_helpers import check_greedy, cpu_backend
+from llama_helpers import check_greedy, cpu_backend, greedy, prompt_ids
 from luminal_rocm.testing import require_opencl
 
 STEPS = 32
 LOGITS_ATOL = 1e-3  # float32 summation order only (measured: about 5e-5)
-PROMPTS = {"story": "Once upon a time", "chat": "What is the capital of France?"}
 
 
 @pytest.fixture(scope="module")
@@ -45,33 +44,10 @@ def generators(rocm_backend, quantized: Llama, smollm2_tokenizer: Tokenizer) -> 
             "cpu": Generator(quantized, smollm2_tokenizer, cpu_backend())}
 
 
-def _prompt_ids(tok: Tokenizer, prompt: str) -> list[int]:
-    if prompt == "chat":
-        return tok.encode(tok.apply_chat_template([{"role": "user", "content": PROMPTS[prompt]}]))
-    return tok.encode(PROMPTS[prompt])
-
-
-def greedy(gen: Generator, ids: list[int], steps: int, stops: frozenset[int]):
-    """Greedy ids and, per step, the gap between the two best logits and the logits."""
-    gen.reset()
-    logits = gen.forward(ids)
-    out, margins, all_logits = [], [], []
-    for _ in range(steps):
-        all_logits.append(logits.copy())
-        top2 = np.partition(logits, -2)[-2:]
-        token = int(logits.argmax())
-        out.append(token)
-        margins.append(float(top2[1] - top2[0]))
-        if token in stops or len(out) == steps:
-            break
-        logits = gen.forward([token])
-    return out, margins, all_logits
-
-
 @pytest.mark.parametrize("prompt", ["story", "chat"])
 def test_llama_rocm_greedy_matches_cpu(generators, smollm2_tokenizer: Tokenizer, prompt):
     tok = smollm2_tokenizer
-    ids = _prompt_ids(tok, prompt)
+    ids = prompt_ids(tok, prompt)
     want, margins, want_logits = greedy(generators["cpu"], ids, STEPS, tok.eos_ids)
     got, _, got_logits = greedy(generators["rocm"], ids, STEPS, tok.eos_ids)
     diverged = check_greedy(got, want, margins, "cpu")

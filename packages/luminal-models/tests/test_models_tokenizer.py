@@ -298,5 +298,6 @@ def test_unsupported_tokenizers_fail_clearly(smollm2_gguf: GGUFFile) -> None:
     no_merges = {k: v for k, v in meta.items() if k != "tokenizer.ggml.merges"}
     with pytest.raises(TokenizerError, match=r"no 'tokenizer\.ggml\.merges'"):
         Tokenizer(no_merges)
-    with pytest.raises(TokenizerError, match="bos_id 99999 is outside"):
+    with pytest.raises(TokenizerError, match=r"bos_token_id must be an integer in \[0, 49151\], "
+                       r"got 99999 \(int\)"):
         Tokenizer({**meta, "tokenizer.ggml.bos_token_id": 99999})

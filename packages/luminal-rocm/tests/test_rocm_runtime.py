@@ -123,6 +123,22 @@ def test_rocm_matmul_symbolic_rows_switch_kernels(opencl_backend, family):
     check(build, opencl_backend, datas, atol=2e-3, rtol=2e-3)
 
 
+def test_rocm_matmul_stored_through_a_permute(opencl_backend, family):
+    """A batched product whose heads are merged right after (attention's `(p @ v)
+    .transpose(1, 2).flatten(2)`) is stored at a permuted offset and row stride: every kernel
+    (GEMV for one row, GEMM for many, both B layouts) writes there."""
+
+    def build(g):
+        p = g.tensor((1, 3, "seq", 20), name="p")
+        v = g.tensor((1, 3, 20, 16), name="v")
+        vt = g.tensor((1, 3, 16, 20), name="vt")
+        return [p, v, vt], [(p @ v).transpose(1, 2).flatten(2),
+                            (p @ vt.transpose(-1, -2)).transpose(1, 2).flatten(2)]
+
+    datas = [[normal(1, 3, s, 20), normal(1, 3, 20, 16), normal(1, 3, 16, 20)] for s in (1, 37)]
+    check(build, opencl_backend, datas, atol=1e-4, rtol=1e-4)
+
+
 def random_quant(qtype: str, rows: int, cols: int) -> np.ndarray:
     """Valid GGUF bytes with random weights and finite scales, shape (rows, row_bytes)."""
     size = quant.BLOCK_BYTES[qtype]

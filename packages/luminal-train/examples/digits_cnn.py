@@ -1,7 +1,7 @@
 """Train a small convolutional network on scikit-learn's 8x8 digits; prints the held-out
 accuracy.
 
-    python packages/luminal-train/examples/digits_cnn.py [--backend cpu] [--epochs 20]
+    python packages/luminal-train/examples/digits_cnn.py [--backend cpu] [--epochs 20] [--search]
 
 conv 3x3 (16) -> relu -> max-pool 2 -> conv 3x3 (32) -> relu -> max-pool 2 -> linear (10).
 The last line of output is `test_accuracy=<value>` (>= 0.97 expected).

@@ -24,6 +24,8 @@ def parse_args(description: str, epochs: int, lr: float, batch_size: int) -> arg
     parser.add_argument("--lr", type=float, default=lr)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.add_argument("--search", action="store_true",
+                        help="compile with the search compiler (needs luminal-search)")
     return parser.parse_args()
 
 
@@ -51,6 +53,8 @@ def train_and_evaluate(args: argparse.Namespace, shapes: dict[str, tuple[int, ..
     rng = np.random.default_rng(args.seed)
     init = {k: torch_like_init(rng, s, fan_in[k]) for k, s in shapes.items()}
     backend = lt.default_backend(args.backend)
+    if args.search:  # found by name: luminal-train does not depend on luminal-search
+        backend = lm.plugins.compiler("search", backend=backend, progress=not args.no_progress)
 
     g = lm.Graph()
     params = {k: g.tensor(v.shape, name=k).set(v) for k, v in init.items()}
@@ -60,7 +64,8 @@ def train_and_evaluate(args: argparse.Namespace, shapes: dict[str, tuple[int, ..
     batches = lt.Batches({x: x_train, y: y_train}, args.batch_size, seed=args.seed,
                          drop_last=False)
     schedule = lt.Cosine(args.lr, args.epochs * len(batches))
-    step = lt.TrainStep(loss, lt.AdamW(params, schedule, weight_decay=1e-4), backend=backend)
+    step = lt.TrainStep(loss, lt.AdamW(params, schedule, weight_decay=1e-4),
+                        compilers=(lm.GenericCompiler(), backend))
     # the matrices here are tiny: BLAS worker threads (used by NumPy backends) only add
     # spin-wait contention, which doubled the reference backend's CPU time on 2 cores
     with threadpool_limits(limits=1, user_api="blas"):

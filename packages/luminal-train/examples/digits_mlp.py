@@ -1,6 +1,6 @@
 """Train a two-layer perceptron on scikit-learn's 8x8 digits; prints the held-out accuracy.
 
-    python packages/luminal-train/examples/digits_mlp.py [--backend cpu] [--epochs 30]
+    python packages/luminal-train/examples/digits_mlp.py [--backend cpu] [--epochs 30] [--search]
 
 The last line of output is `test_accuracy=<value>` (>= 0.95 expected).
 """

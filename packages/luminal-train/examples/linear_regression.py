@@ -1,6 +1,7 @@
 """Fit y = x @ w + b by gradient descent, with autograd and the optimizer used as compilers.
 
     python packages/luminal-train/examples/linear_regression.py [--backend cpu] [--steps 200]
+        [--search]
 
 The last line of output is `max_weight_error=<value>`: the largest distance between a learned
 and a true coefficient (below 0.05 expected: the data has noise of std 0.1).
@@ -19,6 +20,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default=None, help="luminal backend (default: best)")
     parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--search", action="store_true",
+                        help="compile with the search compiler (needs luminal-search)")
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)
@@ -35,7 +38,10 @@ def main() -> None:
 
     grads = lt.Autograd([w, b], loss)  # compiler: adds d(loss)/dw and d(loss)/db
     opt = lt.SGD([w, b], lr=0.1, momentum=0.9, grads=grads)  # compiler: adds the update
-    g.compile((grads, opt, lm.GenericCompiler(), lt.default_backend(args.backend)))
+    backend = lt.default_backend(args.backend)
+    if args.search:  # found by name: luminal-train does not depend on luminal-search
+        backend = lm.plugins.compiler("search", backend=backend, progress=False)
+    g.compile((grads, opt, lm.GenericCompiler(), backend))
     for i in range(args.steps):
         g.execute()  # one step: forward, backward, update; w and b stay on the device
         if i % 50 == 0:

@@ -17,8 +17,10 @@ from .dtypes import DType, bfloat16, dtype_of, float16, float32, int32, uint8
 from .dtypes import bool_ as bool
 from .graph import Graph, GraphModifiedError, RemovedTensorError
 from .hl_ops.binary import maximum, minimum, where
+from .hl_ops.creation import full_like, linspace, ones_like, rand, randint, randn, zeros_like
+from .hl_ops.einsum import einsum
 from .hl_ops.matmul import matmul
-from .hl_ops.movement import cat, stack
+from .hl_ops.movement import cat, meshgrid, stack
 from .hookspecs import hookimpl, hookspec
 from .plugins import backend, backends
 from .shape import View
@@ -48,17 +50,26 @@ __all__ = [
     "bool",
     "cat",
     "dtype_of",
+    "einsum",
     "float16",
     "float32",
+    "full_like",
     "functional",
     "hookimpl",
     "hookspec",
     "int32",
+    "linspace",
     "matmul",
     "maximum",
+    "meshgrid",
     "minimum",
+    "ones_like",
+    "rand",
+    "randint",
+    "randn",
     "run_compiler",
     "stack",
     "uint8",
     "where",
+    "zeros_like",
 ]

@@ -7,12 +7,14 @@ happens in `probe()` and `compile()`, so `luminal plugins` stays fast everywhere
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
+    from .codegen.schedule import Schedule
     from .graph import Graph
 
 
@@ -53,6 +55,19 @@ class Backend:
     name: str = ""
     priority: int = 0
     aliases: tuple[str, ...] = ()
+    # Backends that lower through `luminal.codegen.lower` set this and pass `self.schedule` to
+    # it: a search compiler can then choose their fusion and matmul lowering (`with_schedule`).
+    schedulable: bool = False
+    schedule: Schedule | None = None
+
+    def with_schedule(self, schedule: Schedule) -> Backend:
+        """A copy of this backend that lowers with `schedule` (a `luminal.codegen.Schedule`)."""
+        if not self.schedulable:
+            raise TypeError(f"backend {self.name!r} does not accept a schedule: it does not "
+                            f"lower through luminal.codegen.lower")
+        twin = copy.copy(self)
+        twin.schedule = schedule
+        return twin
 
     def probe(self) -> BackendStatus:
         return BackendStatus(True, device="host")

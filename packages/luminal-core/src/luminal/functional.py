@@ -19,10 +19,13 @@ from .symbolic import Expr, const_or_expr, lt, smax, to_expr
 from .tensor import GraphTensor
 
 __all__ = [
-    "avg_pool1d", "avg_pool2d", "conv1d", "conv2d", "dropout", "elu", "embedding", "gelu",
-    "hardswish", "interpolate", "layer_norm", "leaky_relu", "linear", "log_softmax",
-    "max_pool1d", "max_pool2d", "mish", "normalize", "one_hot", "pad", "relu", "rms_norm",
-    "scaled_dot_product_attention", "sigmoid", "silu", "softmax", "softplus", "tanh",
+    "avg_pool1d", "avg_pool2d", "avg_pool3d", "binary_cross_entropy", "celu", "conv1d",
+    "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "dropout",
+    "elu", "embedding", "gelu", "hardsigmoid", "hardswish", "hardtanh", "interpolate",
+    "layer_norm", "leaky_relu", "linear", "log_softmax", "logsigmoid", "max_pool1d",
+    "max_pool2d", "max_pool3d", "mish", "normalize", "one_hot", "pad", "relu", "relu6",
+    "rms_norm", "scaled_dot_product_attention", "selu", "sigmoid", "silu", "softmax",
+    "softmin", "softplus", "softsign", "tanh",
 ]
 
 
@@ -75,6 +78,57 @@ def mish(x: GraphTensor) -> GraphTensor:
     return x.mish()
 
 
+def relu6(x: GraphTensor) -> GraphTensor:
+    return x.relu6()
+
+
+def hardtanh(x: GraphTensor, min_val: float = -1.0, max_val: float = 1.0) -> GraphTensor:
+    return x.hardtanh(min_val, max_val)
+
+
+def hardsigmoid(x: GraphTensor) -> GraphTensor:
+    return x.hardsigmoid()
+
+
+def celu(x: GraphTensor, alpha: float = 1.0) -> GraphTensor:
+    return x.celu(alpha)
+
+
+def selu(x: GraphTensor) -> GraphTensor:
+    return x.selu()
+
+
+def logsigmoid(x: GraphTensor) -> GraphTensor:
+    return x.logsigmoid()
+
+
+def softsign(x: GraphTensor) -> GraphTensor:
+    return x.softsign()
+
+
+def softmin(x: GraphTensor, dim: int) -> GraphTensor:
+    return (-x).softmax(dim)
+
+
+def binary_cross_entropy(x: GraphTensor, target: GraphTensor, weight=None,
+                         reduction: str = "mean") -> GraphTensor:
+    """-(t log p + (1 - t) log(1 - p)), each log clamped at -100 as in PyTorch."""
+    loss = -(target * x.log().clamp(min=-100.0) + (1 - target) * (1 - x).log().clamp(min=-100.0))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce_loss(loss, reduction, "binary_cross_entropy")
+
+
+def _reduce_loss(loss: GraphTensor, reduction: str, name: str) -> GraphTensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
 def softmax(x: GraphTensor, dim: int) -> GraphTensor:
     return x.softmax(dim)
 
@@ -102,15 +156,14 @@ def linear(x: GraphTensor, weight: GraphTensor, bias: GraphTensor | None = None)
 
 
 def one_hot(index: GraphTensor, num_classes: int) -> GraphTensor:
-    return _one_hot(index, to_expr(num_classes), int32)
+    return _one_hot(index, to_expr(num_classes)).to(int32)
 
 
 def embedding(index: GraphTensor, weight: GraphTensor) -> GraphTensor:
     """Rows of `weight` (vocab, dim) picked by integer `index` of any shape."""
     if weight.ndim != 2:
         raise ValueError(f"embedding: weight must be 2-D, got {show_shape(weight.layout.shape)}")
-    flat = index.reshape(-1)
-    rows = matmul(_one_hot(flat, weight.layout.shape[0], weight.dtype), weight)
+    rows = weight.index_select(0, index.reshape(-1))
     return rows.reshape((*index.layout.shape, weight.layout.shape[1]))
 
 
@@ -246,6 +299,64 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 
     return _conv(x, weight, bias, stride, padding, dilation, groups, 2, "conv2d")
 
 
+def conv3d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups: int = 1):
+    return _conv(x, weight, bias, stride, padding, dilation, groups, 3, "conv3d")
+
+
+def _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation,
+                    spatial: int, name: str):
+    """The gradient of a convolution: zeros inserted between inputs (stride), padded by
+    dilation * (k - 1) - padding (+ output_padding on the right), then a convolution with
+    the kernel flipped and its in/out channels swapped per group."""
+    if weight.ndim != spatial + 2:
+        raise ValueError(f"{name}: weight must have rank {spatial + 2}, got "
+                         f"{show_shape(weight.layout.shape)}")
+    x, unbatched = _batched(x, spatial, name)
+    stride = _tuple(stride, spatial, "stride")
+    padding = _tuple(padding, spatial, "padding")
+    output_padding = _tuple(output_padding, spatial, "output_padding")
+    dilation = _tuple(dilation, spatial, "dilation")
+    kernel = [_static(d, name, "the kernel size") for d in weight.layout.shape[2:]]
+    for k in range(spatial):
+        axis = 2 + k
+        s = stride[k]
+        if s > 1:  # interleave s - 1 zeros after each element, drop the trailing ones
+            n = x.layout.shape[axis]
+            x = x.unsqueeze(axis + 1)._pad_axis(axis + 1, 0, s - 1)
+            x = x.flatten(axis, axis + 1)._slice_axis(axis, 0, n * s - (s - 1))
+    cin = _static(weight.layout.shape[0], name, "the number of input channels")
+    cout_g = _static(weight.layout.shape[1], name, "the output channels per group")
+    if cin % groups:
+        raise ValueError(f"{name}: {cin} input channels do not split into groups={groups}")
+    w = weight.reshape((groups, cin // groups, cout_g, *kernel)).transpose(1, 2)
+    w = w.reshape((groups * cout_g, cin // groups, *kernel)).flip(*range(2, 2 + spatial))
+    pads = []
+    for k in range(spatial):
+        edge = dilation[k] * (kernel[k] - 1) - padding[k]
+        pads.append((edge, edge + output_padding[k]))
+    flat = [p for pair in reversed(pads) for p in pair]
+    out = _conv(x.pad(flat) if any(flat) else x, w, bias, 1, 0, dilation, groups, spatial, name)
+    return out.squeeze(0) if unbatched else out
+
+
+def conv_transpose1d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation,
+                           1, "conv_transpose1d")
+
+
+def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation,
+                           2, "conv_transpose2d")
+
+
+def conv_transpose3d(x, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    return _conv_transpose(x, weight, bias, stride, padding, output_padding, groups, dilation,
+                           3, "conv_transpose3d")
+
+
 class _PoolGeometry:
     """Window parameters of a pool over the last `spatial` axes of an (N, C, *S) tensor.
 
@@ -294,19 +405,46 @@ def _batched(x: GraphTensor, spatial: int, name: str) -> tuple[GraphTensor, bool
     return (x.unsqueeze(0) if unbatched else x), unbatched
 
 
-def _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, spatial, name):
+def _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, spatial, name,
+              return_indices=False):
+    """Max over windows; with `return_indices` also the flat index (over the spatial dims
+    of the input) of each window's first maximum, as PyTorch."""
     x, unbatched = _batched(x, spatial, name)
     geo = _PoolGeometry(x, kernel_size, stride, padding, dilation, ceil_mode, spatial)
-    out = geo.windows(x, geo.pads, -math.inf).amax(tuple(range(-spatial, 0)))
-    return out.squeeze(0) if unbatched else out
+    axes = tuple(range(-spatial, 0))
+    win = geo.windows(x, geo.pads, -math.inf)
+    out = win.amax(axes)
+    if not return_indices:
+        return out.squeeze(0) if unbatched else out
+    sizes = [_static(d, name, "the spatial size (for return_indices)") for d in x.layout.shape[2:]]
+    flat_pos = iota(x.graph, IOTA_INDEX, (math.prod(sizes),), int32).reshape(sizes)
+    pos = geo.windows(flat_pos.reshape((1, 1, *sizes)), geo.pads, -1)
+    first = math.prod(sizes) + 1
+    at_max = win == out.reshape((*out.layout.shape, *(1,) * spatial)).expand(win.layout.shape)
+    picked = where(at_max & (pos.expand(win.layout.shape) >= 0), pos.expand(win.layout.shape),
+                   first)
+    idx = picked.amin(axes)
+    if unbatched:
+        out, idx = out.squeeze(0), idx.squeeze(0)
+    return out, idx
 
 
-def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 1, "max_pool1d")
+def max_pool1d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 1, "max_pool1d",
+                     return_indices)
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False):
-    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 2, "max_pool2d")
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 2, "max_pool2d",
+                     return_indices)
+
+
+def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 3, "max_pool3d",
+                     return_indices)
 
 
 def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
@@ -348,19 +486,39 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_in
                      divisor_override, 2, "avg_pool2d")
 
 
-def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "nearest"):
-    """Resize the spatial dims of (N, C, *S) (PyTorch semantics of mode='nearest').
+def avg_pool3d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    return _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override, 3, "avg_pool3d")
 
-    A symbolic spatial dim works with a whole-number `scale_factor` (each element repeated);
-    a fractional scale or a fixed `size` needs a static input size there.
+
+_LINEAR_MODES = {"linear": 1, "bilinear": 2, "trilinear": 3}
+
+
+def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "nearest",
+                align_corners: bool | None = None):
+    """Resize the spatial dims of (N, C, *S) with PyTorch's semantics for modes nearest,
+    nearest-exact, linear, bilinear and trilinear (each axis separately: the linear modes
+    blend the two nearest source elements, picked exactly with `index_select`).
+
+    In nearest mode a symbolic spatial dim works with a whole-number `scale_factor` (each
+    element repeated); other cases need a static input size there.
     """
-    if mode != "nearest":
-        raise NotImplementedError(f"interpolate: mode {mode!r} (only 'nearest' is supported)")
     spatial = x.ndim - 2
     if spatial < 1:
         raise ValueError(
             f"interpolate: expected (N, C, ...) input, got {show_shape(x.layout.shape)}"
         )
+    linear = mode in _LINEAR_MODES
+    if not linear and mode not in ("nearest", "nearest-exact"):
+        raise NotImplementedError(
+            f"interpolate: mode {mode!r} is not supported (nearest, nearest-exact, linear, "
+            f"bilinear, trilinear)")
+    if linear and _LINEAR_MODES[mode] != spatial:
+        raise ValueError(f"interpolate: mode {mode!r} expects {_LINEAR_MODES[mode]} spatial "
+                         f"dims, got input {show_shape(x.layout.shape)}")
+    if align_corners is not None and not linear:
+        raise ValueError("interpolate: align_corners only applies to the linear modes")
     if (size is None) == (scale_factor is None):
         raise ValueError("interpolate: give exactly one of size and scale_factor")
     if size is not None:
@@ -370,10 +528,10 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
         factors = _tuple(scale_factor, spatial, "scale_factor") if not isinstance(
             scale_factor, (int, float)) else (scale_factor,) * spatial
         outs = [None] * spatial
-    out = x
+    out = x if not linear else x._float()
     for k, (i, o, f) in enumerate(zip(x.layout.shape[2:], outs, factors)):
         axis = 2 + k
-        if f is not None and float(f) == int(f) and f >= 1:
+        if mode == "nearest" and f is not None and float(f) == int(f) and f >= 1:
             out = out.repeat_interleave(int(f), axis)  # exact, for any (symbolic) size
             continue
         what = f"the input size of spatial dim {k} with size={size}" if size is not None else (
@@ -383,13 +541,31 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
             o, s = math.floor(i * f), 1.0 / f
         else:
             s = i / o
-        if o % i == 0 and s == i / o:
+        dst = iota(x.graph, IOTA_INDEX, (o,), float32)
+        if linear:
+            out = _linear_axis(out, axis, i, o, s, dst, bool(align_corners))
+        elif mode == "nearest" and o % i == 0 and s == i / o:
             out = out.repeat_interleave(o // i, axis)
         else:
-            src = iota(x.graph, IOTA_INDEX, (o,), float32) * s
-            idx = src.floor().to(int32).clamp(max=i - 1)
-            out = out.index_select(axis, idx)
+            src = dst * s if mode == "nearest" else (dst + 0.5) * s
+            out = out.index_select(axis, src.floor().to(int32).clamp(max=i - 1))
     return out
+
+
+def _linear_axis(x: GraphTensor, axis: int, i: int, o: int, s: float, dst: GraphTensor,
+                 align_corners: bool) -> GraphTensor:
+    """Linear resampling of one axis from size i to o (PyTorch's source coordinates)."""
+    if align_corners:
+        src = dst * ((i - 1) / (o - 1) if o > 1 else 0.0)
+    else:
+        src = ((dst + 0.5) * s - 0.5).clamp(min=0.0)
+    lo = src.floor().to(int32).clamp(max=i - 1)
+    hi = (lo + 1).clamp(max=i - 1)
+    frac = src - lo.to(float32)
+    shape = [1] * x.ndim
+    shape[axis] = o
+    frac = frac.reshape(shape)
+    return x.index_select(axis, lo) * (1 - frac) + x.index_select(axis, hi) * frac
 
 
 def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0,

@@ -12,7 +12,15 @@ import numpy as np
 from . import ops
 from .dtypes import DType, dtype_of, float32
 from .shape import Shape, View, as_shape, show_shape
-from .symbolic import Expr, ExprLike, UnboundDimError, evaluator, to_expr
+from .symbolic import (
+    MAX_DIM,
+    Expr,
+    ExprLike,
+    UnboundDimError,
+    check_dim_name,
+    evaluator,
+    to_expr,
+)
 
 if TYPE_CHECKING:
     from .backend import Runtime
@@ -72,6 +80,10 @@ class Graph:
         self._input_shapes_cache: tuple[int, Any] = (-1, None)
         self._compiled_version = -1
         self._zero_dims_checked: tuple | None = None  # (version, dims) last checked
+        self._executed = False  # whether execute() ran since the last compile()
+        # input id -> sizes of the axes its values index (gather, embedding, one_hot): the
+        # reference backend checks the ids are in range; other backends give zeros for them
+        self.index_bounds: dict[int, list[Expr]] = {}
 
     # ----- building -----------------------------------------------------------------------
     def add_node(self, op: ops.Op, inputs: Sequence[Edge], shape: Shape, dtype: DType) -> Node:
@@ -103,7 +115,7 @@ class Graph:
         from .tensor import GraphTensor
 
         if isinstance(value, str):
-            value = Expr.var(value)
+            value = to_expr(value)
         if isinstance(value, Expr) and value.is_const:
             value = value.value
         dtype = dtype_of(dtype)
@@ -137,9 +149,12 @@ class Graph:
         return creation.eye(self, n, m, dtype)
 
     def set_dim(self, name: str, value: int) -> Graph:
-        """Bind symbolic dim `name` for the next executions."""
-        if int(value) < 0:
-            raise ValueError(f"symbolic dim {name!r} must be >= 0, got {value}")
+        """Bind symbolic dim `name` for the next executions (an int in [0, MAX_DIM])."""
+        check_dim_name(name)
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise TypeError(f"symbolic dim {name!r} must be bound to an int, got {value!r}")
+        if not 0 <= value <= MAX_DIM:
+            raise ValueError(f"symbolic dim {name!r} must be in [0, {MAX_DIM}], got {value}")
         self.dims[name] = int(value)
         return self
 
@@ -285,6 +300,7 @@ class Graph:
         from .compiler import run_compiler
 
         self.runtime = None
+        self._executed = False
         run_compiler(compilers, self)
         self._compilers = compilers
         self._compiled_version = self._version
@@ -308,6 +324,7 @@ class Graph:
             )
         dims = self.check_inputs()
         self.runtime.execute(self, dims)
+        self._executed = True
         return self
 
     def check_inputs(self) -> dict[str, int]:
@@ -386,7 +403,7 @@ class Graph:
             if nid not in self.data:
                 raise ValueError(f"input {node.op.label_name!r} was never set()")
             return self.data[nid]
-        if self.runtime is None:
+        if self.runtime is None or not self._executed:
             raise RuntimeError("the graph has not been executed yet: call g.execute() first")
         if nid not in self.outputs():
             raise ValueError(

@@ -91,6 +91,17 @@ def luminal_register_commands(cli: CommandRegistrar) -> None:
     """
 
 
+@hookspec
+def luminal_register_rulesets(register: Callable[..., None]) -> None:
+    """Register egglog rule sets for the search compiler: `register(name, program,
+    description="")`.
+
+    `program` is egglog text (rules tagged `:ruleset NAME`, with `NAME` the registered name)
+    over the term language that luminal-search declares; luminal-search runs every registered
+    set when it saturates a region. Names are unique across plugins.
+    """
+
+
 # Keeps the hook names in one place for the registry code and the docs.
 REGISTRATION_HOOKS: Sequence[str] = (
     "luminal_register_backends",
@@ -98,6 +109,7 @@ REGISTRATION_HOOKS: Sequence[str] = (
     "luminal_register_weight_formats",
     "luminal_register_models",
     "luminal_register_commands",
+    "luminal_register_rulesets",
 )
 
 __all__ = [
@@ -110,5 +122,6 @@ __all__ = [
     "luminal_register_commands",
     "luminal_register_compilers",
     "luminal_register_models",
+    "luminal_register_rulesets",
     "luminal_register_weight_formats",
 ]

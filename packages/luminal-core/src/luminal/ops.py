@@ -23,9 +23,13 @@ reference backend runs it, every other backend is tested against it.
 Half-precision inputs are computed (and reductions accumulated) in float32, then rounded to the
 node's dtype. Integer tensors support Add, Mul, Mod, LessThan, the reductions and Contiguous.
 
-Besides the primitives a graph holds leaves (`Input`, `Constant`) and `Cast`, a dtype
-conversion owned by the dtype system. Backends add ops of their own (fused kernels, matmul);
-each such op supplies `reference()` equal to its primitive decomposition.
+Besides the primitives a graph holds leaves (`Input`, `Constant`), `Cast`, a dtype
+conversion owned by the dtype system, and `Select` (`cond ? a : b`), the one op selection
+needs to be exact: its primitive decomposition `a*c + b*(1-c)` turns an inf or NaN in the
+branch not taken into NaN, so every backend implements it (the codegen backends as a C
+ternary, `PrimitiveBackend` through its gather) and autograd routes gradients through it.
+Backends add ops of their own (fused kernels, matmul); each such op supplies `reference()`
+equal to its primitive decomposition.
 """
 
 from __future__ import annotations
@@ -140,6 +144,21 @@ class Cast(Op):
         return f"Cast {self.dtype.name}"
 
 
+@dataclass(frozen=True)
+class Select(Op):
+    """`a` where the bool `cond` is true, else `b` (inputs: cond, a, b; equal logical shapes,
+    a and b of one dtype). Exact: the branch not taken never reaches the result."""
+
+    def output_dtype(self, dtypes):
+        return dtypes[1]
+
+    def output_shape(self, shapes):
+        return shapes[1]
+
+    def reference(self, xs, dtype, dims):
+        return np.where(xs[0], xs[1], xs[2])
+
+
 # ----- primitives ---------------------------------------------------------------------------
 class Primitive(Op):
     primitive = True
@@ -245,7 +264,8 @@ class MaxReduce(Primitive):
     def reference(self, xs, dtype, dims):
         x = xs[0]
         if x.shape[self.axis] == 0:
-            fill = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
+            fill = -np.inf if np.issubdtype(x.dtype, np.floating) else (
+                False if x.dtype == np.bool_ else np.iinfo(x.dtype).min)
             shape = x.shape[: self.axis] + x.shape[self.axis + 1 :]
             return np.full(shape, fill, dtype=x.dtype)
         return np.max(x, axis=self.axis)

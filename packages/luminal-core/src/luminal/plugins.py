@@ -103,6 +103,17 @@ class ModelInfo:
 
 
 @dataclass(frozen=True)
+class RulesetInfo:
+    """An egglog rule set for the search compiler: `program` is egglog text over the term
+    language luminal-search declares (see its README)."""
+
+    name: str
+    plugin: str
+    program: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
 class CommandInfo:
     """A `luminal NAME` subcommand (see `hookspecs.CommandRegistrar`)."""
 
@@ -282,6 +293,16 @@ def _models_arg(plugin: str, add: Add) -> Callable[..., None]:
     return register
 
 
+def _rulesets_arg(plugin: str, add: Add) -> Callable[..., None]:
+    def register(name: str, program: str, description: str = "") -> None:
+        if not isinstance(program, str) or not program.strip():
+            raise PluginError(f"plugin {plugin!r} registered rule set {name!r} with program "
+                              f"{program!r}; it must be non-empty egglog text")
+        add((name,), RulesetInfo(name, plugin, program, str(description)))
+
+    return register
+
+
 class _Commands:
     """The `cli` object `luminal_register_commands` receives (`hookspecs.CommandRegistrar`)."""
 
@@ -303,6 +324,7 @@ _HOOKS: dict[str, tuple[str, Callable[[str, Add], object]]] = {
     "luminal_register_weight_formats": ("weight format", _weight_formats_arg),
     "luminal_register_models": ("model", _models_arg),
     "luminal_register_commands": ("command", _Commands),
+    "luminal_register_rulesets": ("rule set", _rulesets_arg),
 }
 
 
@@ -511,6 +533,11 @@ def models() -> list[ModelInfo]:
     return sorted(_registry("luminal_register_models").check().unique(), key=lambda m: m.name)
 
 
+def rulesets() -> list[RulesetInfo]:
+    """Every registered egglog rule set for the search compiler, sorted by name."""
+    return sorted(_registry("luminal_register_rulesets").check().unique(), key=lambda r: r.name)
+
+
 def commands() -> list[CommandInfo]:
     """Every registered CLI subcommand, sorted by name (core's included)."""
     return sorted(_registry("luminal_register_commands").check().unique(), key=lambda c: c.name)
@@ -528,6 +555,7 @@ __all__ = [
     "ModelInfo",
     "PluginError",
     "PluginInfo",
+    "RulesetInfo",
     "WeightFormatInfo",
     "backend",
     "backends",
@@ -538,5 +566,6 @@ __all__ = [
     "models",
     "plugin_infos",
     "reset_plugins",
+    "rulesets",
     "weight_formats",
 ]

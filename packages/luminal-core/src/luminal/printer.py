@@ -15,7 +15,11 @@ if TYPE_CHECKING:
 
 
 def _esc(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"')
+    """`s` inside a DOT string: quotes and backslashes escaped, control characters (a NUL
+    ends the text for Graphviz) and invalid code points shown as visible escapes."""
+    s = s.encode("utf-8", "backslashreplace").decode("utf-8")
+    s = s.replace("\\", "\\\\").replace('"', '\\"')
+    return "".join(f"\\\\x{ord(c):02x}" if ord(c) < 32 or ord(c) == 127 else c for c in s)
 
 
 def to_dot(graph: Graph) -> str:
@@ -24,9 +28,9 @@ def to_dot(graph: Graph) -> str:
     outputs = graph.outputs()
     lines = ["digraph luminal {", "  node [shape=box, fontname=monospace];"]
     for node in graph.toposort():
-        label = f"{node.op.label()}\\n{node.dtype.name}{show_shape(node.shape)}"
+        label = f"{_esc(node.op.label())}\\n{_esc(node.dtype.name + show_shape(node.shape))}"
         style = ', style=filled, fillcolor="#d8ecff"' if node.id in outputs else ""
-        lines.append(f'  n{node.id} [label="{_esc(label)}"{style}];')
+        lines.append(f'  n{node.id} [label="{label}"{style}];')
         for k, e in enumerate(node.inputs):
             attrs = [f'taillabel="{k}"'] if len(node.inputs) > 1 else []
             if not e.view.is_contiguous or tuple(e.view.shape) != tuple(graph.nodes[e.src].shape):

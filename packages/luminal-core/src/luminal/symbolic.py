@@ -12,6 +12,7 @@ Named dims (`Expr.var("seq")`) are integers >= 1; index variables carry an expli
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from functools import cached_property
 from typing import Any, Union
@@ -54,7 +55,11 @@ class Expr:
     @staticmethod
     def var(name: str, lo: int = 1, hi: int = INF) -> Expr:
         """A named integer in [lo, hi] (both inclusive). Shape dims default to [1, INF); index
-        variables pass their range, which the simplifier relies on."""
+        variables pass their range, which the simplifier relies on. Names starting with "_"
+        are luminal's internal index variables, which kernels render as themselves, so they
+        must be plain identifiers; any other name is rendered as a generated `d0, d1, ...`."""
+        if name.startswith("_") and not _INTERNAL_NAME.fullmatch(name):
+            raise ValueError(f"internal variable name {name!r} is not an identifier")
         return Expr("var", (name, lo, hi))
 
     # ----- inspection ---------------------------------------------------------------------
@@ -206,11 +211,28 @@ class UnboundDimError(KeyError):
         return self.args[0]
 
 
+_INTERNAL_NAME = re.compile(r"_[A-Za-z0-9_]*")
+# The largest value a symbolic dim may be bound to: kernels compute indices in 64 bits, so a
+# product of two dims never overflows, and a hostile value cannot wrap around.
+MAX_DIM = 2**31 - 1
+
+
+def check_dim_name(name: object) -> str:
+    """A user's symbolic dim name, validated: a non-empty str not starting with "_" (names
+    starting with "_" are reserved for the compiler's own index variables)."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"a symbolic dim name must be a non-empty str, got {name!r}")
+    if name.startswith("_"):
+        raise ValueError(f"symbolic dim name {name!r}: names starting with '_' are reserved "
+                         "for luminal's own index variables")
+    return name
+
+
 def to_expr(x: ExprLike) -> Expr:
     if isinstance(x, Expr):
         return x
     if isinstance(x, str):
-        return Expr.var(x)
+        return Expr.var(check_dim_name(x))
     if isinstance(x, bool):
         return Expr.const(int(x))
     try:

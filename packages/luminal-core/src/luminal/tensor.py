@@ -18,6 +18,7 @@ from .hl_ops.binary import BinaryOps
 from .hl_ops.matmul import MatmulOps
 from .hl_ops.movement import MovementOps
 from .hl_ops.reduction import ReductionOps
+from .hl_ops.selection import SelectionOps
 from .hl_ops.unary import UnaryOps
 from .shape import View, show_shape
 from .symbolic import Expr, UnboundDimError, const_or_expr
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 _HOST_FLOATS = (bfloat16.numpy,)  # float types NumPy does not know as kind "f"
 
 
-class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, MatmulOps):
+class GraphTensor(UnaryOps, BinaryOps, MovementOps, ReductionOps, SelectionOps, MatmulOps):
     """A lazy tensor in a `Graph`. Nothing runs until the graph is compiled and executed.
 
     `layout` is the `View` through which this tensor reads its node's output buffer (its
@@ -210,7 +211,47 @@ def _host_array(data: ArrayLike, dtype: DType, name: str) -> np.ndarray:
             f"{dtype.name}: pass numbers (a NumPy array, a list, a scalar)"
         )
     # ascontiguousarray alone would turn a 0-d array into shape (1,)
-    return arr.astype(dtype.numpy, order="C", copy=False).reshape(arr.shape)
+    with np.errstate(invalid="ignore", over="ignore"):  # values that do not fit: see below
+        out = arr.astype(dtype.numpy, order="C", copy=False).reshape(arr.shape)
+    if out.dtype != arr.dtype and out.size and not _safe_cast(arr.dtype, out.dtype):
+        _check_fits(arr, out, dtype, name)
+    return out
+
+
+def _safe_cast(src: np.dtype, dst: np.dtype) -> bool:
+    try:
+        return bool(np.can_cast(src, dst, "safe"))
+    except TypeError:  # ml_dtypes' bfloat16 has no casting table entry for some pairs
+        return False
+
+
+def _check_fits(arr: np.ndarray, out: np.ndarray, dtype: DType, name: str) -> None:
+    """Refuse values that `dtype` cannot hold instead of wrapping them or making them inf.
+
+    The rule: floats become a float dtype rounded to nearest (NaN and inf stay), but a finite
+    value too large for it is an error; integers and integral floats become int32 / uint8
+    only when in range (a fraction, NaN or inf is an error); anything becomes bool as
+    NumPy does (non-zero is True).
+    """
+    if dtype.name == "bool":
+        return
+    if dtype.is_float:
+        bad = np.isinf(out) & np.isfinite(arr) if arr.dtype.kind == "f" else np.isinf(out)
+        if bad.any():
+            value = arr[bad].flat[0].item()
+            raise ValueError(f"input {name!r}: value {value!r} does not fit in {dtype.name} "
+                             f"(largest finite value {float(np.finfo(out.dtype).max):g})")
+        return
+    info = np.iinfo(out.dtype)
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr) | (arr != np.trunc(arr)) | (arr < info.min) | (arr > info.max)
+    elif arr.dtype.kind in "iu":
+        bad = (arr < info.min) | (arr > info.max)
+    else:
+        return
+    if bad.any():
+        raise ValueError(f"input {name!r}: value {arr[bad].flat[0].item()!r} does not fit in "
+                         f"{dtype.name} (integers in [{info.min}, {info.max}])")
 
 
 def _bind_dims(name: str, shape: tuple[Expr, ...], have: tuple[int, ...],

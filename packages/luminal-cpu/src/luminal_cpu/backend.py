@@ -25,6 +25,7 @@ class CpuBackend(Backend):
 
     name = "cpu"
     priority = 100
+    schedulable = True
     dtypes = ("float32", "float16", "bfloat16", "int32", "bool")
 
     def probe(self) -> BackendStatus:
@@ -45,7 +46,7 @@ class CpuBackend(Backend):
             raise RuntimeError(f"backend 'cpu' cannot compile: {status.reason}")
         cc = toolchain.compiler()
         t0 = time.perf_counter()
-        program = lower(graph)
+        program = lower(graph, self.schedule)
         plan = plan_memory(program)
         t1 = time.perf_counter()
         source = program_source(program, toolchain.VECTOR_MATH if cc.vector_math else "")

@@ -5,7 +5,11 @@ backend, `HalfPrecision("float16")` turns every float32 node of the graph into t
 except the ones the user reads back (retrieved), float constants (a log2(e) rounded to half
 would skew every softmax) and the *index cone*: values computed from iotas and dims, possibly
 with 1-D float tables (RoPE angles `position * inv_freq`, masks), where half precision would
-round position 3001 to 3000. Half nodes keep the semantics the reference backend gives them:
+round position 3001 to 3000. Also kept are the *statistics*: sums that are not matrix products
+(a norm's sum of squares, a softmax denominator, a mean) and what is computed from them alone,
+because a sum of 576 squared activations near 100 already overflows float16's 65504 (PyTorch
+models upcast their norms for the same reason); they are one value per row, so float32 costs
+nothing there. Half nodes keep the semantics the reference backend gives them:
 computed in float32, accumulated in float32, rounded to half when stored. So intermediates and
 weights take half the memory and bandwidth, matmuls run on half-precision tensor cores with
 float32 accumulation, and results come back in the dtypes the graph declared.
@@ -34,7 +38,8 @@ class HalfPrecision:
         self.dtype = dt
 
     def compile(self, graph: Graph) -> None:
-        keep = {graph.resolve(n) for n in graph.retrieved} | index_cone(graph)
+        cone = index_cone(graph)
+        keep = {graph.resolve(n) for n in graph.retrieved} | cone | statistics(graph, cone)
         for target, src in graph.assignments.items():
             if src in keep:
                 keep.add(target)  # an assignment copies bytes: both sides share one dtype
@@ -77,3 +82,30 @@ def index_cone(graph: Graph) -> set[int]:
         if _table(node) and users[node.id] and set(users[node.id]) <= cone:
             cone.add(node.id)
     return cone
+
+
+def _is_product(graph: Graph, node) -> bool:
+    """A SumReduce over a product of broadcast operands: a matmul (its output is a full
+    activation and is stored in half, with float32 accumulation)."""
+    src = graph.nodes[node.inputs[0].src]
+    return isinstance(src.op, ops.Mul) and any(
+        any(s == 0 and d != 1 for s, d in zip(e.view.strides, e.view.shape))
+        for e in src.inputs)
+
+
+def statistics(graph: Graph, cone: set[int]) -> set[int]:
+    """Float sums that are not matmuls, and the nodes computed from them, constants and the
+    index cone alone (mean, +eps, rsqrt): the per-row statistics kept in float32."""
+    stats: set[int] = set()
+    for node in graph.toposort():
+        if not node.dtype.is_float:
+            continue
+        if isinstance(node.op, ops.SumReduce):
+            if not _is_product(graph, node):
+                stats.add(node.id)
+            continue
+        srcs = [e.src for e in node.inputs]
+        if srcs and any(s in stats for s in srcs) and all(s in stats or s in cone for s in srcs):
+            stats.add(node.id)
+    return stats
+

@@ -21,6 +21,7 @@ Per execution:
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +32,7 @@ from luminal.codegen.plan import plan_memory
 from luminal.graph import Graph
 
 from .codegen import NVRTC_OPTIONS, Gemm, Generated, Module, QuantGemm
+from .cublas import gemm_function
 from .device_array import DeviceArray
 from .dims import DimPolicy
 from .memory import DeviceMemory
@@ -43,9 +45,10 @@ class Binding:
     """The prepared launches for one set of dim values, and their CUDA graph once captured."""
 
     steps: list[Step]
+    labels: list[str]  # what each step launches ("gemm lm_k3", "qmatvec lm_k5_qmv", ...)
     graph: Any = None
     runs: int = 0
-    capturable: bool = True
+    capture_error: str | None = None  # why this binding could not be captured
 
 
 @dataclass
@@ -69,6 +72,7 @@ class CudaRuntime:
         self.options = options
         # runs launched kernel by kernel, captures into CUDA graphs, replays of captured graphs
         self.stats = {"eager": 0, "captured": 0, "replayed": 0}
+        self.capture_warned = False
         self.plan = plan_memory(program)
         self.slot_of = self.plan.slot_of
         self.stream = cupy.cuda.Stream(non_blocking=True)
@@ -89,7 +93,7 @@ class CudaRuntime:
         self.policy = self._dim_policy(graph)
         self.cublas = cupy.cuda.cublas
         raw = cupy.RawModule(code=module.source, options=NVRTC_OPTIONS)
-        self.launcher = Launcher(cupy, raw, self.cublas, cupy.cuda.get_cublas_handle(),
+        self.launcher = Launcher(cupy, raw, gemm_function(cupy), cupy.cuda.get_cublas_handle(),
                                  self.stream, self.memory.ptr("dims"), options.tf32)
 
     def _dim_policy(self, graph: Graph) -> DimPolicy:
@@ -166,13 +170,18 @@ class CudaRuntime:
         ptrs = self._pointers(dims)
         scratch = self.memory.ptr("scratch")
         steps: list[Step] = []
+        labels: list[str] = []
         for call in self.program.calls:
             code = self.module.codes[call.kernel]
-            steps += self.launcher.steps(code, [ptrs[a] for a in call.args], scratch, dims)
+            launched = self.launcher.steps(code, [ptrs[a] for a in call.args], scratch, dims)
+            steps += launched
+            labels += self.launcher.labels(code, len(launched), dims)
         for target, src in self.assignments.items():
-            steps += self.launcher.copy(self.memory.ptr(target), self.memory.ptr(src),
+            copies = self.launcher.copy(self.memory.ptr(target), self.memory.ptr(src),
                                         self._nbytes(src, dims))
-        binding = self.bindings[key] = Binding(steps)
+            steps += copies
+            labels += ["copy assignment"] * len(copies)
+        binding = self.bindings[key] = Binding(steps, labels)
         while len(self.bindings) > max(self.options.graph_cache, 1):
             self.bindings.popitem(last=False)
         return binding
@@ -223,7 +232,7 @@ class CudaRuntime:
         if binding.graph is not None:
             binding.graph.launch(self.stream)
             stats["replayed"] += 1
-        elif binding.runs and binding.capturable and self.options.graph_cache:
+        elif binding.runs and binding.capture_error is None and self.options.graph_cache:
             self._capture(binding)
         else:
             for step in binding.steps:
@@ -237,17 +246,38 @@ class CudaRuntime:
         try:
             for step in binding.steps:
                 step()
-        except Exception:
+        except Exception as e:
             # not capturable here (an old driver, a library call that refuses capture): this
-            # binding keeps running eagerly
+            # binding keeps running eagerly, and the user learns why once
             with contextlib.suppress(Exception):  # the capture may already be invalidated
                 stream.end_capture()
-            binding.capturable = False
+            binding.capture_error = f"{type(e).__name__}: {e}"
+            if not self.capture_warned:
+                self.capture_warned = True
+                warnings.warn(f"luminal-cuda: CUDA graph capture failed ({binding.capture_error});"
+                              " these dims run launch by launch", RuntimeWarning, stacklevel=4)
             self._run(binding)
             return
         binding.graph = stream.end_capture()
         binding.graph.launch(stream)
         self.stats["captured"] += 1
+
+    def profile(self) -> list[tuple[str, float]]:
+        """Launch the last run's steps one by one between CUDA events: (label, milliseconds)
+        per launch, to see where a run's time goes. Launches do not overlap here, and the
+        assignments copy again (the cache then holds what the last run stored: harmless)."""
+        binding = next(reversed(self.bindings.values()))
+        cuda = self.cupy.cuda
+        with self.device, self.stream:
+            self.cublas.setStream(self.launcher.handle, self.stream.ptr)
+            events = [cuda.Event() for _ in range(len(binding.steps) + 1)]
+            events[0].record(self.stream)
+            for step, event in zip(binding.steps, events[1:]):
+                step()
+                event.record(self.stream)
+            events[-1].synchronize()
+        return [(label, cuda.get_elapsed_time(a, b))
+                for label, a, b in zip(binding.labels, events, events[1:])]
 
     def _publish_assignments(self, graph: Graph, dims: dict[str, int]) -> None:
         generation = self.generation

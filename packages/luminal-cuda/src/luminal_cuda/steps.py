@@ -23,13 +23,14 @@ Step = Callable[[], None]
 
 @dataclass
 class Launcher:
-    """What steps need from the runtime: CuPy, the compiled module, the cuBLAS handle, the
+    """What steps need from the runtime: CuPy, the compiled module, the GEMM function
+    (`cublas.gemm_function`) and the cuBLAS handle, the
     stream (for memcpy/memset), the device array of dim values kernels read, and whether
     float32 GEMMs may use TF32 tensor cores."""
 
     cupy: Any
     module: Any
-    cublas: Any
+    gemm_fn: Any
     handle: int
     stream: Any
     dims_ptr: int
@@ -80,25 +81,33 @@ class Launcher:
                 ptrs[0] + c.offset_c * sizes[0], tc, c.ldc, c.stride_c, c.batch,
                 compute, GEMM_DEFAULT,
             )
-            steps.append(lambda args=args: self.cublas.gemmStridedBatchedEx(*args))
+            steps.append(lambda args=args: self.gemm_fn(*args))
         return steps
 
-    def quant_gemm(self, code: QuantGemm, ptrs: list[int], scratch: int,
-                   dims: dict[str, int]) -> list[Step]:
+    @staticmethod
+    def _quant_rows(code: QuantGemm, dims: dict[str, int]) -> tuple[int, int, int]:
+        """(rows, batch, output columns) of a quantized matmul at `dims`."""
         mm = code.matmul
-        rows = mm.m.evaluate(dims)
         batch = 1
         for e in mm.batch:
             batch *= e.evaluate(dims)
-        n = mm.n.evaluate(dims)
+        return mm.m.evaluate(dims), batch, mm.n.evaluate(dims)
+
+    @staticmethod
+    def _uses_qmatvec(code: QuantGemm, rows: int) -> bool:
+        return code.kernels.qmatvec is not None and rows <= QMATVEC_MAX_ROWS
+
+    def quant_gemm(self, code: QuantGemm, ptrs: list[int], scratch: int,
+                   dims: dict[str, int]) -> list[Step]:
+        rows, batch, n = self._quant_rows(code, dims)
         if rows * batch == 0 or n == 0:
             return []
-        if code.kernels.qmatvec is not None and rows * batch <= QMATVEC_MAX_ROWS:
+        if self._uses_qmatvec(code, rows * batch):
             fn = self.function(code.qmatvec_name)
             args = self._args(ptrs, code.kernels.qmatvec_uses_dims)
             grid = (-(-n // WARPS), rows, batch)
             return [lambda: fn(grid, (32, WARPS), args)]
-        q = mm.b
+        q = code.matmul.b
         total = q.rows.evaluate(dims) * q.cols.evaluate(dims)
         deq = self.function(code.dequant_name)
         deq_args = self._args([scratch, ptrs[2]], code.kernels.dequant_uses_dims)
@@ -113,6 +122,22 @@ class Launcher:
         if isinstance(code, Gemm):
             return self.gemm(code, ptrs, dims)
         return self.quant_gemm(code, ptrs, scratch, dims)
+
+    def labels(self, code: Generated | Gemm | QuantGemm, count: int,
+               dims: dict[str, int]) -> list[str]:
+        """What each of the `count` launches of `code` is, for profiles."""
+        if isinstance(code, Generated):
+            rk = code.kernel
+            kind = "attention" if "lm_dot" in rk.source else (
+                "block-reduce" if rk.block_mode else "kernel")
+            return [f"{kind} {rk.name}"] * count
+        if isinstance(code, QuantGemm):
+            rows, batch, _ = self._quant_rows(code, dims)
+            if self._uses_qmatvec(code, rows * batch):
+                return [f"qmatvec {code.qmatvec_name}"] * count
+            return ([f"dequantize {code.dequant_name}"] + ["gemm dequantized"] * count)[:count]
+        cublas = code.types is not None and plan_gemm(code.matmul, dims) is not None
+        return [f"{'gemm' if cublas else 'gemm-fallback'} {code.fallback.name}"] * count
 
     def copy(self, dst: int, src: int, nbytes: int) -> list[Step]:
         """Device-to-device copy (an assignment), recorded like a kernel."""

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         sampling = sampling_params(args)
         generator, path = load_generator(args.model, args.backend, args.ctx,
-                                         progress=not args.quiet)
+                                         progress=not args.quiet, search=args.search)
         session = ChatSession(generator, args.system)
     except KeyboardInterrupt:
         print("\nluminal chat: interrupted", file=sys.stderr)
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError, FileNotFoundError, HubError, ModelFileError) as exc:
         print(f"luminal chat: error: {exc}", file=sys.stderr)
         return 1
-    print(f"[{path.name} on {generator.backend.name}; {COMMANDS}]", file=sys.stderr)
+    print(f"[{path.name} on {generator.backend_name}; {COMMANDS}]", file=sys.stderr)
     while True:
         try:
             line = input("> ")

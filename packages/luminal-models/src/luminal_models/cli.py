@@ -92,7 +92,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         sampling = sampling_params(args)
         start = time.perf_counter()
-        generator, path = load_generator(args.model, args.backend, args.ctx, progress=not quiet)
+        generator, path = load_generator(args.model, args.backend, args.ctx,
+                                         progress=not quiet, search=args.search)
         loaded = time.perf_counter() - start
         if args.chat or args.system is not None:
             system = [] if args.system is None else [{"role": "system", "content": args.system}]
@@ -108,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     sys.stdout.write("\n")
     if not args.quiet:
-        print(f"[{path.name} on {generator.backend.name}: loaded and compiled in "
+        print(f"[{path.name} on {generator.backend_name}: loaded and compiled in "
               f"{loaded:.1f} s; prefill {result.prompt_tokens} tokens at "
               f"{result.prefill_tok_s:.1f} tok/s; generated {len(result.token_ids)} tokens, "
               f"decoding at {result.decode_tok_s:.1f} tok/s; stop: {result.stop_reason}]",

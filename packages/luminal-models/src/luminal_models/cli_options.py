@@ -42,12 +42,15 @@ def checked(kind: type, low: float | None = None, high: float | None = None,
 
 
 def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """--model, --backend, --ctx, --threads."""
+    """--model, --backend, --search, --ctx, --threads."""
     parser.add_argument("--model", "-m", default="smollm2", metavar="NAME|PATH",
                         help=f"{MODEL_HELP} (default: %(default)s; see `luminal models`)")
     parser.add_argument("--backend", "-b", default=None, metavar="NAME",
                         help="luminal backend (default: the best available; see "
                              "`luminal backends`)")
+    parser.add_argument("--search", action="store_true",
+                        help="compile with the search compiler (luminal-search): slower the "
+                             "first time, its plan is cached for the next runs")
     parser.add_argument("--ctx", "-c", type=checked(int, 1), default=None, metavar="N",
                         help="context size in tokens, prompt and output together (default "
                              "and maximum: the model's)")
@@ -91,9 +94,10 @@ def threads_from_args(args: argparse.Namespace) -> None:
 
 
 def load_generator(model: str, backend_name: str | None = None, ctx: int | None = None,
-                   progress: bool = True) -> tuple[Any, Path]:
+                   progress: bool = True, search: bool = False) -> tuple[Any, Path]:
     """Load `model` (a name, .gguf file or checkpoint directory) and compile it for the
-    backend; returns the `Generator` and the model's path. Progress bars go to stderr."""
+    backend (through the search compiler with `search`); returns the `Generator` and the
+    model's path. Progress bars go to stderr."""
     import luminal as lm
 
     from .generate import Generator
@@ -122,7 +126,10 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
         with GGUFFile(path) as gguf:
             tokenizer = Tokenizer.from_gguf(gguf)
             llama = Llama.from_gguf(gguf, quantized=quantized, progress=progress)
-    return Generator(llama, tokenizer, backend, max_context=ctx, progress=progress), path
+    # the search compiler wraps the backend: it picks the plan, the backend compiles it
+    compiler = lm.plugins.compiler("search", backend=backend,
+                                   progress=progress) if search else backend
+    return Generator(llama, tokenizer, compiler, max_context=ctx, progress=progress), path
 
 
 def _checkpoint_dir(model: str) -> Path | None:

@@ -7,6 +7,7 @@ which file was wrong and, where it applies, which tensor and byte offset.
 from __future__ import annotations
 
 __all__ = [
+    "CT2Error",
     "DownloadError",
     "GGUFError",
     "HubError",
@@ -22,6 +23,10 @@ class ModelFileError(ValueError):
 
 class GGUFError(ModelFileError):
     """A GGUF file is missing, malformed, truncated or uses an unsupported tensor type."""
+
+
+class CT2Error(ModelFileError):
+    """A CTranslate2 model.bin is missing, malformed, truncated or of an unsupported version."""
 
 
 class SafetensorsError(ModelFileError):

@@ -81,7 +81,8 @@ class Generator:
     Args:
         model: the model (weights loaded).
         tokenizer: for text prompts and streaming output; optional for id-level use.
-        backend: a luminal backend (`lm.backend("cpu")`); None means the reference backend.
+        backend: a luminal backend (`lm.backend("cpu")`), or a compiler ending in one (the
+            search compiler); None means the reference backend.
         max_context: the most tokens the cache may hold (default and upper bound: the
             model's context length).
         progress: show a bar while the graph compiles (on stderr).
@@ -102,10 +103,18 @@ class Generator:
         self.tokens = g.tensor((1, "seq"), name="tokens", dtype=lm.int32)
         self.logits = model(self.tokens, self.cache, last_only=True).retrieve()
         steps = (("optimizing the graph", lm.GenericCompiler()),
-                 (f"building for {self.backend.name}", self.backend))
+                 (f"building for {self.backend_name}", self.backend))
         with tqdm(total=len(steps), desc="compiling", unit="step", disable=not progress,
                   leave=False) as bar:
             g.compile(tuple(_CompileStep(name, compiler, bar) for name, compiler in steps))
+
+    @property
+    def backend_name(self) -> str:
+        """The backend's name (through a compiler that wraps one, as the search compiler)."""
+        backend = self.backend
+        while not hasattr(backend, "name") and hasattr(backend, "backend"):
+            backend = backend.backend
+        return getattr(backend, "name", type(backend).__name__)
 
     @property
     def position(self) -> int:

@@ -11,10 +11,9 @@ transformers'.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import numpy as np
 from luminal import GraphTensor
 from tqdm.auto import tqdm
 
+from .config_schema import get_bool, get_float, get_int, get_str, get_str_list, read_json_object
 from .errors import ModelFileError
 from .gguf_file import GGUFFile, TensorInfo
 
@@ -61,6 +61,11 @@ class LlamaConfig:
     sliding_window: int | None = None
     layer_types: tuple[str, ...] | None = None
 
+    def __post_init__(self) -> None:
+        problems = _config_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+
     def layer_window(self, layer: int) -> int | None:
         """The sliding attention window of `layer` (None: full causal attention). Without
         `layer_types` the window applies to every layer, as in Mistral; with them, only to
@@ -73,7 +78,13 @@ class LlamaConfig:
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile) -> LlamaConfig:
-        """Read the config from GGUF metadata (`{arch}.block_count`, ...)."""
+        """Read the config from GGUF metadata (`{arch}.block_count`, ...), each value checked
+        for its type and range (see `LIMITS`).
+
+        Raises:
+            ModelFileError: a key is missing, mistyped or out of range, or the config does not
+                match the file's tensors; the message names the file and the key.
+        """
         meta = gguf.metadata
         arch = gguf.architecture
         if arch not in ("llama", "mistral"):
@@ -81,43 +92,48 @@ class LlamaConfig:
                 f"{gguf.path}: architecture {arch!r} is not a Llama-family model "
                 "(expected 'llama' or 'mistral')"
             )
+        src = gguf.path
 
-        def get(key: str, default: Any = None) -> Any:
-            value = meta.get(f"{arch}.{key}", default)
-            if value is None:
-                raise ModelFileError(f"{gguf.path}: metadata has no {arch}.{key}")
-            return value
+        def count(key: str, default: Any = _REQUIRED) -> int:
+            limit = LIMITS.get(key.rsplit(".", 1)[-1], _MAX_DIM)
+            return get_int(src, meta, f"{arch}.{key}", 1, limit, **_default(default))
 
-        hidden, heads = int(get("embedding_length")), int(get("attention.head_count"))
-        head_dim = int(meta.get(f"{arch}.attention.key_length")
-                       or meta.get(f"{arch}.rope.dimension_count") or hidden // heads)
-        vocab = meta.get(f"{arch}.vocab_size") or gguf.info("token_embd.weight").shape[0]
+        hidden, heads = count("embedding_length"), count("attention.head_count")
+        head_dim = count("attention.key_length", None) or count("rope.dimension_count", None)
+        if head_dim is None:
+            head_dim = _derived_head_dim(src, hidden, heads)
+        vocab = count("vocab_size", None) or gguf.info("token_embd.weight").shape[0]
         scaling = None
-        kind = meta.get(f"{arch}.rope.scaling.type")
+        kind = get_str(src, meta, f"{arch}.rope.scaling.type", None)
         if kind == "linear":
-            scaling = {"rope_type": "linear", "factor": float(get("rope.scaling.factor"))}
+            factor = get_float(src, meta, f"{arch}.rope.scaling.factor", 0.0, 1e6, open_low=True)
+            scaling = {"rope_type": "linear", "factor": factor}
         elif kind not in (None, "none"):
             raise ModelFileError(f"{gguf.path}: unsupported RoPE scaling type {kind!r}")
+        layers = count("block_count")
+        _check_layer_count(src, gguf.tensors, _GGUF_LAYER, layers)
         freqs = None
         if "rope_freqs.weight" in gguf.tensors:
-            freqs = tuple(float(f) for f in gguf.tensor("rope_freqs.weight"))
-            if len(freqs) != head_dim // 2:
+            if gguf.info("rope_freqs.weight").shape != (head_dim // 2,):
                 raise ModelFileError(
                     f"{gguf.path}: tensor 'rope_freqs.weight' has shape "
                     f"{gguf.info('rope_freqs.weight').shape}, the config expects "
                     f"({head_dim // 2},)")
-        return cls(
+            freqs = tuple(float(f) for f in gguf.tensor("rope_freqs.weight"))
+        return _checked(src, cls,
             vocab_size=int(vocab),
             hidden_size=hidden,
-            intermediate_size=int(get("feed_forward_length")),
-            num_layers=int(get("block_count")),
+            intermediate_size=count("feed_forward_length"),
+            num_layers=layers,
             num_heads=heads,
-            num_kv_heads=int(meta.get(f"{arch}.attention.head_count_kv") or heads),
+            num_kv_heads=count("attention.head_count_kv", None) or heads,
             head_dim=head_dim,
-            rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
-            rope_theta=float(get("rope.freq_base", 10000.0)),
+            rms_norm_eps=get_float(src, meta, f"{arch}.attention.layer_norm_rms_epsilon", 0.0,
+                                   1.0, 1e-5, open_low=True),
+            rope_theta=get_float(src, meta, f"{arch}.rope.freq_base", 0.0, 1e12, 10000.0,
+                                 open_low=True),
             rope_scaling=scaling,
-            max_position_embeddings=int(get("context_length", 4096)),
+            max_position_embeddings=count("context_length", 4096),
             tie_word_embeddings="output.weight" not in gguf.tensors,
             attention_bias="blk.0.attn_q.bias" in gguf.tensors,
             mlp_bias="blk.0.ffn_up.bias" in gguf.tensors,
@@ -125,38 +141,125 @@ class LlamaConfig:
         )
 
     @classmethod
-    def from_hf(cls, config: Mapping[str, Any]) -> LlamaConfig:
-        """From a Hugging Face `config.json` dict (transformers 4 or 5 spelling of RoPE)."""
-        params = dict(config.get("rope_parameters") or {})
+    def from_hf(cls, config: Mapping[str, Any], source: object = "config.json") -> LlamaConfig:
+        """From a Hugging Face `config.json` dict (transformers 4 or 5 spelling of RoPE), each
+        value checked for its type and range (see `LIMITS`).
+
+        Raises:
+            ModelFileError: a key is missing, mistyped or out of range; the message names
+                `source` and the key.
+        """
+        src = source
+        if not isinstance(config, Mapping):
+            raise ModelFileError(f"{src}: must hold a JSON object, got {type(config).__name__}")
+
+        def count(key: str, default: Any = _REQUIRED) -> int:
+            return get_int(src, config, key, 1, LIMITS.get(key, _MAX_DIM), **_default(default))
+
+        params = config.get("rope_parameters") or {}
+        if not isinstance(params, Mapping):
+            raise ModelFileError(f"{src}: rope_parameters must be an object")
         scaling = config.get("rope_scaling") or (
             params if params.get("rope_type", "default") != "default" else None)
-        theta = config.get("rope_theta", params.get("rope_theta", 10000.0))
-        heads = int(config["num_attention_heads"])
-        window = config.get("sliding_window")
-        if not config.get("use_sliding_window", True):  # Qwen2-style switch
+        if scaling is not None and not isinstance(scaling, Mapping):
+            raise ModelFileError(f"{src}: rope_scaling must be an object or null")
+        theta = get_float(src, config, "rope_theta", 0.0, 1e12,
+                          get_float(src, params, "rope_theta", 0.0, 1e12, 10000.0, open_low=True),
+                          open_low=True)
+        hidden, heads = count("hidden_size"), count("num_attention_heads")
+        layers = count("num_hidden_layers")
+        window = count("sliding_window", None)
+        if not get_bool(src, config, "use_sliding_window", True):  # Qwen2-style switch
             window = None
-        layer_types = config.get("layer_types")
-        if layer_types is not None and len(layer_types) != int(config["num_hidden_layers"]):
-            raise ModelFileError(f"config.json: layer_types has {len(layer_types)} entries for "
-                                 f"{config['num_hidden_layers']} layers")
-        return cls(
-            vocab_size=int(config["vocab_size"]),
-            hidden_size=int(config["hidden_size"]),
-            intermediate_size=int(config["intermediate_size"]),
-            num_layers=int(config["num_hidden_layers"]),
+        layer_types = get_str_list(src, config, "layer_types", None)
+        head_dim = count("head_dim", None) or _derived_head_dim(src, hidden, heads)
+        return _checked(src, cls,
+            vocab_size=count("vocab_size"),
+            hidden_size=hidden,
+            intermediate_size=count("intermediate_size"),
+            num_layers=layers,
             num_heads=heads,
-            num_kv_heads=int(config.get("num_key_value_heads") or heads),
-            head_dim=int(config.get("head_dim") or config["hidden_size"] // heads),
-            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(theta),
+            num_kv_heads=count("num_key_value_heads", None) or heads,
+            head_dim=head_dim,
+            rms_norm_eps=get_float(src, config, "rms_norm_eps", 0.0, 1.0, 1e-6, open_low=True),
+            rope_theta=theta,
             rope_scaling=scaling,
-            max_position_embeddings=int(config.get("max_position_embeddings", 4096)),
-            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-            attention_bias=bool(config.get("attention_bias", False)),
-            mlp_bias=bool(config.get("mlp_bias", False)),
-            sliding_window=None if window is None else int(window),
+            max_position_embeddings=count("max_position_embeddings", 4096),
+            tie_word_embeddings=get_bool(src, config, "tie_word_embeddings", False),
+            attention_bias=get_bool(src, config, "attention_bias", False),
+            mlp_bias=get_bool(src, config, "mlp_bias", False),
+            sliding_window=window,
             layer_types=None if layer_types is None else tuple(layer_types),
         )
+
+
+# Upper bounds of the config's sizes: far above any released Llama-family model, low enough
+# that a hostile file cannot make the model definition itself take unbounded memory or time.
+LIMITS: dict[str, int] = {
+    "vocab_size": 1 << 22, "hidden_size": 1 << 16, "embedding_length": 1 << 16,
+    "intermediate_size": 1 << 18, "feed_forward_length": 1 << 18,
+    "num_hidden_layers": 1024, "block_count": 1024,
+    "num_attention_heads": 1024, "head_count": 1024,
+    "num_key_value_heads": 1024, "head_count_kv": 1024,
+    "head_dim": 4096, "key_length": 4096, "dimension_count": 4096,
+    "max_position_embeddings": 1 << 24, "context_length": 1 << 24, "sliding_window": 1 << 24,
+}  # fmt: skip
+_MAX_DIM = 1 << 24
+_REQUIRED: Any = object()
+_LAYER_KINDS = ("full_attention", "sliding_attention")
+_GGUF_LAYER = re.compile(r"^blk\.(\d+)\.")
+_HF_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
+
+
+def _default(default: Any) -> dict[str, Any]:
+    return {} if default is _REQUIRED else {"default": default}
+
+
+def _derived_head_dim(source: object, hidden: int, heads: int) -> int:
+    if hidden % heads:
+        raise ModelFileError(f"{source}: the head count {heads} does not divide the hidden size "
+                             f"{hidden} (and no head dim is given)")
+    return hidden // heads
+
+
+def _config_problems(c: LlamaConfig) -> list[str]:
+    """What is inconsistent in a config (each field's own range is checked where it is read)."""
+    problems = []
+    if c.num_heads % c.num_kv_heads:
+        problems.append(f"the KV head count {c.num_kv_heads} must divide the head count "
+                        f"{c.num_heads}")
+    if c.head_dim % 2:
+        problems.append(f"the head dim {c.head_dim} must be even (RoPE rotates pairs)")
+    if c.layer_types is not None:
+        if len(c.layer_types) != c.num_layers:
+            problems.append(f"layer_types has {len(c.layer_types)} entries for "
+                            f"{c.num_layers} layers")
+        bad = sorted({k for k in c.layer_types if k not in _LAYER_KINDS})
+        if bad:
+            problems.append(f"layer_types holds {bad}; known kinds: {list(_LAYER_KINDS)}")
+    try:
+        nn.rope_inv_freq(c.head_dim - c.head_dim % 2, c.rope_theta, c.rope_scaling)
+    except (ValueError, KeyError, TypeError) as e:
+        problems.append(f"rope_scaling {dict(c.rope_scaling or {})!r} is invalid: {e}")
+    return problems
+
+
+def _checked(source: object, cls: type[LlamaConfig], **fields: Any) -> LlamaConfig:
+    try:
+        return cls(**fields)
+    except ValueError as e:
+        raise ModelFileError(f"{source}: {e}") from None
+
+
+def _check_layer_count(source: object, names: Iterable[str], pattern: re.Pattern[str],
+                       layers: int) -> None:
+    """The config's layer count must match the layers the file has tensors for (checked
+    before the model is built, so a bogus count costs nothing)."""
+    found = {int(m.group(1)) for n in names if (m := pattern.match(n))}
+    if found != set(range(layers)):
+        have = f"layers 0..{max(found)}" if found else "no layer tensors"
+        raise ModelFileError(f"{source}: the config says {layers} layers but the file has "
+                             f"{have} ({len(found)} distinct)")
 
 
 class LlamaModel(nn.Module):
@@ -281,15 +384,18 @@ class Llama(nn.Module):
         config_path = folder / "config.json"
         if not config_path.is_file():
             raise ModelFileError(f"{folder}: no config.json next to the safetensors weights")
-        model = cls(LlamaConfig.from_hf(json.loads(config_path.read_text())))
+        config = LlamaConfig.from_hf(read_json_object(config_path), source=config_path)
         files = sorted(folder.glob("*.safetensors"))
         if not files:
             raise ModelFileError(f"{folder}: no *.safetensors files")
+        opened = [SafetensorsFile(file) for file in files]  # headers only: validated, cheap
+        _check_layer_count(folder, (n for st in opened for n in st.tensors), _HF_LAYER,
+                           config.num_layers)
+        model = cls(config)
         params = dict(model.named_parameters())
         loaded = set()
-        for file in files:
-            # float32 tensors stay views of the file's memory map (the map outlives `st`)
-            with SafetensorsFile(file) as st:
+        for file, st in zip(files, opened):
+            with st:
                 for name in tqdm(st.tensors, desc=f"loading {file.name}", unit="tensor",
                                  disable=not progress, leave=False):
                     if name in params:

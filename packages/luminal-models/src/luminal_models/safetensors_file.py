@@ -1,19 +1,22 @@
-"""Reading safetensors files into NumPy, memory-mapped.
+"""Reading safetensors files into NumPy.
 
-The file is mapped read-only once (``mmap``) and each tensor is a NumPy view of the map at the
-byte offsets its header entry gives (``np.frombuffer``): reading a tensor copies nothing and
-touches only the pages it uses. BF16, which NumPy lacks, is widened to a new float32 array
-(exact). Before anything is allocated the header is checked by hand: its length field is
-compared with the file size (and safetensors' own 100 MB cap), and every tensor's byte range is
-checked against the file, at open and again at read, so a corrupt or truncated file fails with a
-:class:`~luminal_models.errors.SafetensorsError` naming the file, tensor and offset. The format
-holds only JSON and raw numbers; nothing is ever unpickled.
+Before anything is allocated the header is checked as the reference reader (the ``safetensors``
+crate) checks it: the length field against the file size and safetensors' 100 MB cap; the
+header is a JSON object without NaN/Infinity constants or deep nesting; ``__metadata__`` maps
+strings to strings; every entry has a known dtype, a shape of non-negative integers and
+integer offsets whose span matches the shape; and the entries, sorted by offset, tile the data
+section exactly (no gap, no overlap, nothing past the end). A corrupt or truncated file fails
+with a :class:`~luminal_models.errors.SafetensorsError` naming the file, tensor and offset.
+
+Tensors are read with ``pread`` into new arrays (:mod:`luminal_models.file_reads`), so a file
+truncated after it was opened gives an error, never a crash; BF16, which NumPy lacks, is
+widened to float32 (exact). The format holds only JSON and raw numbers; nothing is ever
+unpickled.
 """
 
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import struct
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .errors import SafetensorsError
+from .file_reads import read_exact
 
 __all__ = ["SafetensorInfo", "SafetensorsError", "SafetensorsFile"]
 
@@ -47,6 +51,28 @@ _NUMPY = {
 }  # fmt: skip
 
 
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"duplicate key {dup!r}")
+    return out
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _shorten(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 @dataclass(frozen=True)
 class SafetensorInfo:
     """One tensor of a safetensors file.
@@ -67,7 +93,7 @@ class SafetensorInfo:
 
 
 class SafetensorsFile:
-    """A memory-mapped safetensors file.
+    """A safetensors file, open for reading.
 
     Attributes:
         path: the file.
@@ -80,27 +106,18 @@ class SafetensorsFile:
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
-        self._map: mmap.mmap | None = None
         self._file: Any = None
         header, data_start, size = self._read_header()
-        self.metadata: dict[str, str] = dict(header.pop("__metadata__", None) or {})
+        self.metadata: dict[str, str] = self._check_metadata(header.pop("__metadata__", {}))
         self.tensors: dict[str, SafetensorInfo] = {}
         for name, entry in header.items():
-            self.tensors[name] = self._check_entry(name, entry, data_start, size)
+            self.tensors[name] = self._check_entry(name, entry, data_start)
+        self._check_layout(data_start, size)
 
     def _read_header(self) -> tuple[dict[str, Any], int, int]:
         try:
-            # kept open to see the file's current size at each read: touching mapped pages
-            # past the end of a file truncated since would kill the process (SIGBUS)
-            self._file = open(self.path, "rb")  # noqa: SIM115
+            self._file = open(self.path, "rb")  # noqa: SIM115 (kept open for tensor reads)
             size = os.fstat(self._file.fileno()).st_size
-            if size < 8:
-                self.close()
-                raise SafetensorsError(
-                    f"{self.path}: truncated file ({size} bytes; a safetensors file starts "
-                    "with an 8-byte header length)"
-                )
-            self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         except FileNotFoundError:
             raise SafetensorsError(f"{self.path}: no such file") from None
         except IsADirectoryError:
@@ -108,47 +125,90 @@ class SafetensorsFile:
         except OSError as e:
             self.close()
             raise SafetensorsError(f"{self.path}: cannot read: {e.strerror or e}") from e
-        size = len(self._map)
-        (n,) = struct.unpack_from("<Q", self._map, 0)
+        try:
+            return self._parse_header(size)
+        except BaseException:
+            self.close()
+            raise
+
+    def _parse_header(self, size: int) -> tuple[dict[str, Any], int, int]:
+        if size < 8:
+            raise SafetensorsError(
+                f"{self.path}: truncated file ({size} bytes; a safetensors file starts "
+                "with an 8-byte header length)"
+            )
+        (n,) = struct.unpack("<Q", self._file.read(8))
         if n > min(size - 8, MAX_HEADER_BYTES):
             raise SafetensorsError(
                 f"{self.path}: header length field says {n} bytes but the file has "
                 f"{size - 8} bytes after it (limit {MAX_HEADER_BYTES}); not a safetensors "
                 "file, or a corrupt one"
             )
+        text = self._file.read(n)
+        if len(text) != n:
+            raise SafetensorsError(f"{self.path}: the file shrank while its header was read")
         try:
-            header = json.loads(self._map[8 : 8 + n].decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            header = json.loads(text.decode("utf-8"), parse_constant=_reject_constant,
+                                object_pairs_hook=_unique_keys)
+        except (UnicodeDecodeError, ValueError) as e:
             raise SafetensorsError(
                 f"{self.path}: header (bytes 8..{8 + n}) is not valid JSON: {e}"
             ) from e
+        except RecursionError:
+            raise SafetensorsError(
+                f"{self.path}: header (bytes 8..{8 + n}) nests JSON too deeply"
+            ) from None
         if not isinstance(header, dict):
             raise SafetensorsError(f"{self.path}: header is not a JSON object")
         return header, 8 + n, size
 
-    def _check_entry(self, name: str, entry: Any, data_start: int, size: int) -> SafetensorInfo:
+    def _check_metadata(self, metadata: Any) -> dict[str, str]:
+        if not isinstance(metadata, dict) or not all(
+                isinstance(v, str) for v in metadata.values()):
+            raise SafetensorsError(f"{self.path}: __metadata__ must map strings to strings, got "
+                                   f"{_shorten(metadata)}")
+        return metadata
+
+    def _check_entry(self, name: str, entry: Any, data_start: int) -> SafetensorInfo:
         where = f"{self.path}: tensor {name!r}"
         try:
-            dtype = str(entry["dtype"])
-            shape = tuple(int(s) for s in entry["shape"])
-            begin, end = (int(x) for x in entry["data_offsets"])
+            dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+            begin, end = offsets
         except (KeyError, TypeError, ValueError):
-            raise SafetensorsError(f"{where}: malformed header entry {entry!r}") from None
-        if dtype not in _ITEMSIZE:
-            raise SafetensorsError(f"{where}: unknown dtype {dtype!r}")
-        if any(s < 0 for s in shape) or not 0 <= begin <= end:
-            raise SafetensorsError(f"{where}: invalid shape {shape} or offsets {begin}..{end}")
+            raise SafetensorsError(f"{where}: malformed header entry {_shorten(entry)}") from None
+        if not isinstance(dtype, str) or dtype not in _ITEMSIZE:
+            raise SafetensorsError(f"{where}: unknown dtype {_shorten(dtype)}")
+        if not isinstance(shape, list) or not all(_is_count(s) for s in shape):
+            raise SafetensorsError(f"{where}: shape must be a list of non-negative integers, "
+                                   f"got {_shorten(shape)}")
+        if not (_is_count(begin) and _is_count(end) and begin <= end):
+            raise SafetensorsError(f"{where}: invalid data_offsets {_shorten(offsets)}")
+        shape = tuple(shape)
         if end - begin != prod(shape) * _ITEMSIZE[dtype]:
             raise SafetensorsError(
                 f"{where}: {dtype} shape {shape} needs {prod(shape) * _ITEMSIZE[dtype]} bytes but "
                 f"its offsets {begin}..{end} span {end - begin}"
             )
-        if data_start + end > size:
-            raise SafetensorsError(
-                f"{where}: truncated file: its data spans bytes {data_start + begin}.."
-                f"{data_start + end} but the file has only {size} bytes"
-            )
         return SafetensorInfo(name, shape, dtype, data_start + begin, end - begin)
+
+    def _check_layout(self, data_start: int, size: int) -> None:
+        """The tensors, in offset order, must cover the data section exactly once."""
+        expected = data_start
+        for info in sorted(self.tensors.values(), key=lambda i: (i.offset, i.nbytes)):
+            if info.offset != expected:
+                what = "overlaps the previous tensor" if info.offset < expected else (
+                    f"leaves a gap after byte {expected}")
+                raise SafetensorsError(
+                    f"{self.path}: tensor {info.name!r}: its data at bytes {info.offset}.."
+                    f"{info.offset + info.nbytes} {what}")
+            expected += info.nbytes
+            if expected > size:
+                raise SafetensorsError(
+                    f"{self.path}: tensor {info.name!r}: truncated file: its data spans bytes "
+                    f"{info.offset}..{expected} but the file has only {size} bytes")
+        if expected != size:
+            raise SafetensorsError(f"{self.path}: the tensors end at byte {expected} but the "
+                                   f"file has {size - expected} more bytes after them")
 
     def info(self, name: str) -> SafetensorInfo:
         """The :class:`SafetensorInfo` for ``name``; SafetensorsError if absent."""
@@ -160,42 +220,29 @@ class SafetensorsFile:
     def tensor(self, name: str) -> np.ndarray:
         """A tensor as a NumPy array of its stored dtype.
 
-        The array is a read-only view of the file's memory map (no copy); BF16, which NumPy
-        lacks, is widened (exactly) to a new float32 array.
+        The array is a new read-only copy of the stored bytes; BF16, which NumPy lacks, is
+        widened (exactly) to float32.
 
         Raises:
-            SafetensorsError: no such tensor, the file was closed, its data lies past the end
-                of the mapped file, or a dtype NumPy cannot represent (F8).
+            SafetensorsError: no such tensor, the file was closed or truncated since it was
+                opened, or a dtype NumPy cannot represent (F8).
         """
         info = self.info(name)
         if info.dtype.startswith("F8"):
             raise SafetensorsError(
                 f"{self.path}: tensor {name!r} has dtype {info.dtype}, which NumPy cannot hold"
             )
-        if self._map is None:
+        if self._file is None:
             raise SafetensorsError(f"{self.path}: tensor {name!r}: the file has been closed")
-        try:
-            size = min(len(self._map), os.fstat(self._file.fileno()).st_size)
-        except (OSError, ValueError) as e:
-            raise SafetensorsError(f"{self.path}: tensor {name!r}: cannot read: {e}") from e
-        if info.offset + info.nbytes > size:
-            raise SafetensorsError(
-                f"{self.path}: tensor {name!r}: truncated file: its data spans bytes "
-                f"{info.offset}..{info.offset + info.nbytes} but the file has only {size} bytes"
-            )
         dtype = _NUMPY[info.dtype]
-        if info.nbytes == 0:
-            return np.zeros(info.shape, np.float32 if info.dtype == "BF16" else dtype)
-        flat = np.frombuffer(self._map, dtype=dtype, count=info.nbytes // dtype.itemsize,
-                             offset=info.offset)
+        raw = read_exact(self._file.fileno(), info.offset, info.nbytes,
+                         f"{self.path}: tensor {name!r}", SafetensorsError)
         if info.dtype == "BF16":
-            return (flat.astype(np.uint32) << 16).view(np.float32).reshape(info.shape)
-        return flat.reshape(info.shape)
+            return (raw.view("<u2").astype(np.uint32) << 16).view(np.float32).reshape(info.shape)
+        return raw.view(dtype).reshape(info.shape)
 
     def close(self) -> None:
-        """Drop this object's reference to the memory map (arrays already returned keep it
-        alive until they are gone too)."""
-        self._map = None
+        """Close the file (arrays already returned are copies and stay valid)."""
         if self._file is not None:
             self._file.close()
             self._file = None

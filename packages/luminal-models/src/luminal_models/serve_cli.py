@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     with sock:
         try:
             generator, path = load_generator(args.model, args.backend, args.ctx,
-                                             progress=not args.quiet)
+                                             progress=not args.quiet, search=args.search)
         except KeyboardInterrupt:
             print("\nluminal serve: interrupted", file=sys.stderr)
             return 130
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         config = uvicorn.Config(create_app(engine), log_level="warning",
                                 access_log=not args.quiet, timeout_graceful_shutdown=10)
         server = Server(config, engine)
-        print(f"luminal serve: {model_id} ({path.name} on {generator.backend.name}) at "
+        print(f"luminal serve: {model_id} ({path.name} on {generator.backend_name}) at "
               f"http://{host}:{port}/v1 ; Ctrl-C stops", file=sys.stderr, flush=True)
         # uvicorn shuts down gracefully on SIGINT/SIGTERM, then re-raises the signal to the
         # previous handler: here that ends the process normally after the message below

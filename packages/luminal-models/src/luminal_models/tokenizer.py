@@ -28,7 +28,6 @@ kind of random strings).
 from __future__ import annotations
 
 import codecs
-import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import cached_property
@@ -38,7 +37,8 @@ from typing import Any
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
 from tokenizers import Tokenizer as HFTokenizer
 
-from .chat_template import render_chat_template
+from .chat_template import MAX_TEMPLATE_BYTES, render_chat_template
+from .config_schema import get_bool, get_int, get_int_list, get_str, get_str_list, read_json_object
 from .errors import TokenizerError
 
 __all__ = ["IncrementalDecoder", "Tokenizer", "TokenizerError"]
@@ -103,11 +103,18 @@ def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
     return pre_tokenizers.Sequence([numerals, byte_level])
 
 
-def _require(metadata: Mapping[str, Any], key: str) -> Any:
+def _read_template(path: Path) -> str:
     try:
-        return metadata[key]
-    except KeyError:
-        raise TokenizerError(f"tokenizer metadata has no {key!r}") from None
+        with open(path, "rb") as f:
+            data = f.read(MAX_TEMPLATE_BYTES + 1)
+    except OSError as e:
+        raise TokenizerError(f"{path}: cannot read: {e.strerror or e}") from e
+    if len(data) > MAX_TEMPLATE_BYTES:
+        raise TokenizerError(f"{path}: larger than {MAX_TEMPLATE_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TokenizerError(f"{path}: not UTF-8 text: {e}") from None
 
 
 class Tokenizer:
@@ -124,7 +131,10 @@ class Tokenizer:
 
     def __init__(self, metadata: Mapping[str, Any], name: str = "tokenizer"):
         self.name = name
-        model = metadata.get("tokenizer.ggml.model")
+        def text(key: str, default: Any) -> Any:
+            return get_str(name, metadata, key, default, error=TokenizerError)
+
+        model = text("tokenizer.ggml.model", None)
         if model != "gpt2":
             raise TokenizerError(
                 f"{name}: tokenizer.ggml.model is {model!r}; only 'gpt2' (byte-level BPE) is "
@@ -132,16 +142,19 @@ class Tokenizer:
             )
         # Files from before the key existed get plain GPT-2 splitting, as transformers gives
         # them (llama.cpp's "default" also splits punctuation runs and digit triples).
-        pre = metadata.get("tokenizer.ggml.pre", "gpt-2")
+        pre = text("tokenizer.ggml.pre", "gpt-2")
         if pre not in _PRE_TOKENIZERS:
             raise TokenizerError(
                 f"{name}: unsupported pre-tokenizer tokenizer.ggml.pre={pre!r} "
                 f"(supported: {', '.join(sorted(_PRE_TOKENIZERS))})"
             )
         self.pre: str = pre
-        tokens: list[str] = list(_require(metadata, "tokenizer.ggml.tokens"))
-        merges: list[str] = list(_require(metadata, "tokenizer.ggml.merges"))
-        types = list(metadata.get("tokenizer.ggml.token_type") or [_NORMAL] * len(tokens))
+        tokens: list[str] = get_str_list(name, metadata, "tokenizer.ggml.tokens",
+                                         error=TokenizerError)
+        merges: list[str] = get_str_list(name, metadata, "tokenizer.ggml.merges",
+                                         error=TokenizerError)
+        types = get_int_list(name, metadata, "tokenizer.ggml.token_type",
+                             [_NORMAL] * len(tokens), error=TokenizerError)
         if len(types) != len(tokens):
             raise TokenizerError(
                 f"{name}: {len(tokens)} tokens but {len(types)} token types in the metadata"
@@ -149,17 +162,20 @@ class Tokenizer:
         self._tokens = tokens
         self._types = types
 
-        self.bos_id: int | None = metadata.get("tokenizer.ggml.bos_token_id")
-        self.eos_id: int | None = metadata.get("tokenizer.ggml.eos_token_id")
-        self.unk_id: int | None = metadata.get("tokenizer.ggml.unknown_token_id")
-        self.pad_id: int | None = metadata.get("tokenizer.ggml.padding_token_id")
-        self.add_bos: bool = bool(metadata.get("tokenizer.ggml.add_bos_token", False))
-        self.add_eos: bool = bool(metadata.get("tokenizer.ggml.add_eos_token", False))
-        self.chat_template: str | None = metadata.get("tokenizer.chat_template")
-        for key in ("bos_id", "eos_id", "unk_id", "pad_id"):
-            token_id = getattr(self, key)
-            if token_id is not None and not 0 <= token_id < len(tokens):
-                raise TokenizerError(f"{name}: {key} {token_id} is outside the vocabulary")
+        def token_id(key: str) -> int | None:
+            return get_int(name, metadata, key, 0, len(tokens) - 1, None, error=TokenizerError)
+
+        self.bos_id: int | None = token_id("tokenizer.ggml.bos_token_id")
+        self.eos_id: int | None = token_id("tokenizer.ggml.eos_token_id")
+        self.unk_id: int | None = token_id("tokenizer.ggml.unknown_token_id")
+        self.pad_id: int | None = token_id("tokenizer.ggml.padding_token_id")
+        for key in ("eot", "eom"):
+            token_id(f"tokenizer.ggml.{key}_token_id")
+        self.add_bos: bool = get_bool(name, metadata, "tokenizer.ggml.add_bos_token", False,
+                                      error=TokenizerError)
+        self.add_eos: bool = get_bool(name, metadata, "tokenizer.ggml.add_eos_token", False,
+                                      error=TokenizerError)
+        self.chat_template: str | None = text("tokenizer.chat_template", None)
 
         self.special_ids: frozenset[int] = frozenset(
             i for i, t in enumerate(types) if t in (_CONTROL, _UNKNOWN)
@@ -205,13 +221,7 @@ class Tokenizer:
 
         def side_file(name: str) -> dict[str, Any]:
             file = path / name
-            if not file.is_file():
-                return {}
-            try:
-                value = json.loads(file.read_text(encoding="utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise TokenizerError(f"{file}: not valid JSON: {e}") from e
-            return value if isinstance(value, dict) else {}
+            return read_json_object(file, TokenizerError) if file.is_file() else {}
 
         config = side_file("tokenizer_config.json")
         self = cls.__new__(cls)
@@ -243,7 +253,7 @@ class Tokenizer:
             named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
             template = named.get("default")
         if (path / "chat_template.jinja").is_file():
-            template = (path / "chat_template.jinja").read_text(encoding="utf-8")
+            template = _read_template(path / "chat_template.jinja")
         self.chat_template = template if isinstance(template, str) else None
         self.special_ids = frozenset(i for i, t in enumerate(self._types) if t == _CONTROL)
         eos: set[int] = {self.eos_id} if self.eos_id is not None else set()

@@ -25,12 +25,19 @@ __all__ = ["KVCache", "LayerCache", "MultiHeadAttention", "causal_mask"]
 
 
 class LayerCache:
-    """Keys and values of one attention layer: two inputs (batch, kv_heads, length, head_dim)."""
+    """Keys and values of one attention layer: two inputs (batch, kv_heads, length, head_dim).
 
-    def __init__(self, graph: Graph, shape: tuple, name: str, dtype: DType):
+    `order`, an optional int tensor (new_batch,), says which cached sequence each row of the
+    new keys continues (beam search reorders and duplicates hypotheses between steps); the
+    cache's batch dim is then the previous step's, and becomes new_batch after the update.
+    """
+
+    def __init__(self, graph: Graph, shape: tuple, name: str, dtype: DType,
+                 order: GraphTensor | None = None):
         self.graph = graph
         self.k = graph.tensor(shape, name=f"{name}.k", dtype=dtype)
         self.v = graph.tensor(shape, name=f"{name}.v", dtype=dtype)
+        self.order = order
 
     @property
     def length(self) -> Expr:
@@ -42,8 +49,11 @@ class LayerCache:
 
         The result is assigned back to the cache inputs, so the next execution sees it.
         """
-        k = lm.cat([self.k, k_new.to(self.k.dtype)], dim=2)
-        v = lm.cat([self.v, v_new.to(self.v.dtype)], dim=2)
+        past_k, past_v = self.k, self.v
+        if self.order is not None:
+            past_k, past_v = past_k.index_select(0, self.order), past_v.index_select(0, self.order)
+        k = lm.cat([past_k, k_new.to(self.k.dtype)], dim=2)
+        v = lm.cat([past_v, v_new.to(self.v.dtype)], dim=2)
         self.graph.assign(self.k, k)
         self.graph.assign(self.v, v)
         return k, v

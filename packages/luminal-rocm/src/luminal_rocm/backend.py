@@ -23,6 +23,7 @@ class OpenCLBackend(Backend):
     aliases = ("opencl",)
     # Above luminal-cpu on a GPU; the probe ranks an OpenCL CPU device (PoCL) below it.
     priority = 150
+    schedulable = True
     cpu_device_priority = 50
     dtypes = ("float32", "float16", "bfloat16", "int32", "bool", "uint8")
 
@@ -42,4 +43,5 @@ class OpenCLBackend(Backend):
     def compile(self, graph: Graph) -> None:
         from .runtime import OpenCLRuntime
 
-        graph.set_runtime(OpenCLRuntime(graph, open_device(self.device_spec)))
+        graph.set_runtime(OpenCLRuntime(graph, open_device(self.device_spec),
+                                        self.schedule))

@@ -113,6 +113,12 @@ class MatmulCtx:
                     f"(int)(({col}) % 32))")
         return self.dialect.load(self.dtype(b.buf), f"p{b.buf}[{self.b_index(n, k)}]")
 
+    def out_index(self, row: str, col: str) -> str:
+        """Where out(b, row, col) goes: a fused permute of the product stores it at a batch
+        offset and row stride other than a contiguous (batch, M, N) array's."""
+        mm = self.mm
+        return f"{self.expr(mm.out_offset)} + ({row}) * ({self.expr(mm.out_stride)}) + ({col})"
+
     def store(self, index: str, value: str) -> str:
         out = self.mm.out
         return self.dialect.store_statement(self.dtype(out), f"p{out}", index, value)

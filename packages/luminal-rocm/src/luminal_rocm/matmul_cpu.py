@@ -78,7 +78,7 @@ def _edges(ctx: MatmulCtx, rows: str, cols: str) -> list[str]:
         f"  for (long j = n0; j < lm_min(n0 + {cols}, N); j++) {{",
         "    float s = 0.0f;",
         f"    for (long k = 0; k < K; k++) s += {ctx.load_a('i', 'k')} * {ctx.load_b('j', 'k')};",
-        f"    {ctx.store('base + i * N + j', 's')}",
+        f"    {ctx.store(ctx.out_index('i', 'j'), 's')}",
         "  }",
     ]
 
@@ -96,7 +96,7 @@ def _nvec(ctx: MatmulCtx, rm: int) -> list[str]:
         f"    for (int i = 0; i < {rm}; i++) s[i] += {ctx.load_a('m0 + i', 'k')} * w;",
         "  }",
         f"  for (int i = 0; i < {rm}; i++) {{",
-        *("    " + s for s in _vstore(ctx, "s[i]", "base + (m0 + i) * N + n0")),
+        *("    " + s for s in _vstore(ctx, "s[i]", ctx.out_index("m0 + i", "n0"))),
         "  }",
         "} else {",
         *("  " + s for s in _edges(ctx, str(rm), str(VW))),
@@ -110,7 +110,7 @@ def _reduce_block(ctx: MatmulCtx, rm: int, rn: int, tail: list[str]) -> list[str
         f"  for (int i = 0; i < {rm}; i++) for (int j = 0; j < {rn}; j++) {{",
         "    float r = lm_hsum16(s[i][j]);",
         *("    " + t for t in tail),
-        f"    {ctx.store('base + (m0 + i) * N + n0 + j', 'r')}",
+        f"    {ctx.store(ctx.out_index('m0 + i', 'n0 + j'), 'r')}",
         "  }",
     ]
 
@@ -205,7 +205,6 @@ def _kernel(ctx: MatmulCtx, name: str, which: str) -> tuple[str, LaunchSpec]:
         cols = ceil_to(mm.n, rn) // rn
     body = [
         *ctx.header("(long)get_global_id(2)"),
-        "const long base = (long)get_global_id(2) * M * N;",
         *block,
     ]
     size = (cols, ceil_to(mm.m, rm) // rm, batch_size(mm))

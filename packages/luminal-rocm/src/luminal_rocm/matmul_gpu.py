@@ -62,10 +62,9 @@ def gemm(ctx: MatmulCtx, name: str) -> tuple[str, LaunchSpec]:
         "  }",
         "  barrier(CLK_LOCAL_MEM_FENCE);",
         "}",
-        "const long base = (long)get_global_id(2) * M * N;",
         f"for (int i = 0; i < {WPT}; i++) for (int j = 0; j < {WPT}; j++) {{",
         f"  const long r = m0 + ty + {GROUP} * i, c = n0 + tx + {GROUP} * j;",
-        f"  if (r < M && c < N) {{ {ctx.store('base + r * N + c', 'acc[i][j]')} }}",
+        f"  if (r < M && c < N) {{ {ctx.store(ctx.out_index('r', 'c'), 'acc[i][j]')} }}",
         "}",
     ]
     attr = f"__attribute__((reqd_work_group_size({GROUP}, {GROUP}, 1)))"
@@ -116,7 +115,7 @@ def gemv(ctx: MatmulCtx, name: str) -> tuple[str, LaunchSpec]:
             "if (n >= N) return;",
             "float s = 0.0f;",
             f"for (long k = 0; k < K; k++) s += {ctx.load_a('m', 'k')} * {ctx.load_b('n', 'k')};",
-            f"{ctx.store('(long)get_global_id(1) * N + n', 's')}",
+            f"{ctx.store(ctx.out_index('m', 'n'), 's')}",
         ]
         spec = LaunchSpec(name, kernel_dims(mm), (ceil_to(mm.n, GEMV_GROUP), rows),
                           (GEMV_GROUP, 1))
@@ -140,7 +139,7 @@ def gemv(ctx: MatmulCtx, name: str) -> tuple[str, LaunchSpec]:
         "  if (t < w) part[t] += part[t + w];",
         "  barrier(CLK_LOCAL_MEM_FENCE);",
         "}",
-        f"if (t == 0) {{ {ctx.store('(long)get_group_id(1) * N + n', 'part[0]')} }}",
+        f"if (t == 0) {{ {ctx.store(ctx.out_index('m', 'n'), 'part[0]')} }}",
     ]
     attr = f"__attribute__((reqd_work_group_size({GEMV_GROUP}, 1, 1)))"
     spec = LaunchSpec(name, kernel_dims(mm), (mm.n * GEMV_GROUP, rows), (GEMV_GROUP, 1))

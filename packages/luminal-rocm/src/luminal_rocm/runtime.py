@@ -22,7 +22,7 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from luminal.codegen import lower, plan_memory
+from luminal.codegen import Schedule, lower, plan_memory
 from luminal.symbolic import Expr
 
 from .device_array import DeviceArray
@@ -55,11 +55,11 @@ def kernel_sources(program: Program, device: Device) -> list[KernelSource]:
 class OpenCLRuntime:
     """The compiled form of one graph on one device (see the module docstring)."""
 
-    def __init__(self, graph: Graph, device: Device):
+    def __init__(self, graph: Graph, device: Device, schedule: Schedule | None = None):
         self.device = device
         self.cl = device.cl
         self.queue = device.queue
-        program = lower(graph)
+        program = lower(graph, schedule)
         plan = plan_memory(program)
         self.dims = program.dims
         sources = kernel_sources(program, device)

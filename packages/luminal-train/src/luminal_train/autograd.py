@@ -113,6 +113,8 @@ def build_gradients(loss: GraphTensor, params: Sequence[GraphTensor]) -> list[Gr
         if isinstance(node.op, ops.Input):
             found[node.id] = g
             continue
+        if node.meta.get("detach"):  # GraphTensor.detach(): a constant for autograd
+            continue
         inputs = [
             GraphTensor(graph, e.src, e.view, graph.nodes[e.src].dtype) for e in node.inputs
         ]

@@ -10,8 +10,7 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
-from luminal import Graph, GraphTensor, ops
-from luminal.functional import one_hot
+from luminal import Graph, GraphTensor, int32, ops, where
 from luminal.symbolic import Expr
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -87,49 +86,85 @@ def _class_last(x: GraphTensor) -> GraphTensor:
     return x.movedim(1, -1) if x.ndim > 2 else x
 
 
+def _picked_class(logp: GraphTensor, target: GraphTensor, weight, ignore_index: int):
+    """-weight[t] * logp[t] per target and the weight each counts with in a mean (0 for
+    `ignore_index`): an exact pick (an ignored target picks nothing, so even a -inf
+    log-probability elsewhere in its row cannot reach the loss)."""
+    kept = (target != ignore_index).to(logp.dtype)
+    loss = -logp.gather(-1, target.to(int32).unsqueeze(-1)).squeeze(-1)
+    if weight is None:
+        return loss, kept
+    safe = where(target == ignore_index, 0, target).to(int32)
+    w = weight.index_select(0, safe.reshape(-1)).reshape(safe.layout.shape) * kept
+    return loss * w, w
+
+
+def _weighted_mean(loss: GraphTensor, counts: GraphTensor, reduction: str) -> GraphTensor:
+    if reduction == "mean":
+        return loss.sum() / counts.sum()
+    return _reduce(loss, reduction)
+
+
 def nll_loss(
     input: GraphTensor,
     target: GraphTensor,
+    weight: GraphTensor | None = None,
     reduction: str = "mean",
     ignore_index: int = -100,
 ) -> GraphTensor:
     """Negative log-likelihood of class indices `target` under log-probabilities `input`
-    ((C,), (N, C) or (N, C, d1, ...)). Targets equal to `ignore_index` contribute nothing and
-    are left out of the mean."""
+    ((C,), (N, C) or (N, C, d1, ...)), optionally weighted per class (`weight`, shape (C,)).
+    Targets equal to `ignore_index` contribute nothing and are left out of the mean, which
+    divides by the summed weights of the targets kept (PyTorch)."""
+    if isinstance(weight, str):  # the old positional order was (input, target, reduction)
+        weight, reduction = None, weight
     logp = _class_last(input)
     n_classes = logp.layout.shape[-1]
     _register_targets("nll_loss", target, n_classes, ignore_index)
-    picked = (logp * one_hot(target, n_classes).to(logp.dtype)).sum(-1)
-    loss = -picked
-    if reduction != "mean":
-        return _reduce(loss, reduction)
-    # the one-hot of an ignored (out-of-range) target is all zeros, so only the count changes
-    kept = (target != ignore_index).to(logp.dtype)
-    return loss.sum() / kept.sum()
+    loss, counts = _picked_class(logp, target, weight, ignore_index)
+    return _weighted_mean(loss, counts, reduction)
 
 
 def cross_entropy(
     input: GraphTensor,
     target: GraphTensor,
+    weight: GraphTensor | None = None,
     reduction: str = "mean",
     ignore_index: int = -100,
     label_smoothing: float = 0.0,
 ) -> GraphTensor:
-    """Cross entropy between logits `input` ((C,), (N, C) or (N, C, d1, ...)) and class
-    indices `target`, with PyTorch's `label_smoothing` (the target distribution is
-    (1 - eps) * one_hot + eps / C) and `ignore_index`."""
+    """Cross entropy between logits `input` ((C,), (N, C) or (N, C, d1, ...)) and either class
+    indices `target` or class probabilities (a float `target` shaped like `input`), with
+    PyTorch's `weight`, `label_smoothing` (the target distribution is
+    (1 - eps) * target + eps / C) and `ignore_index` (class indices only)."""
+    if isinstance(weight, str):  # the old positional order was (input, target, reduction)
+        weight, reduction = None, weight
     if not 0.0 <= float(label_smoothing) <= 1.0:
         raise ValueError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
     logp = _class_last(input).log_softmax(-1)
     n_classes = logp.layout.shape[-1]
+    if target.dtype.is_float:
+        return _cross_entropy_probs(input, logp, _class_last(target), weight, reduction,
+                                    label_smoothing)
     _register_targets("cross_entropy", target, n_classes, ignore_index)
-    kept = (target != ignore_index).to(logp.dtype)
-    loss = -(logp * one_hot(target, n_classes).to(logp.dtype)).sum(-1)
+    loss, counts = _picked_class(logp, target, weight, ignore_index)
     if label_smoothing:
-        smooth = -logp.mean(-1) * kept
+        kept = (target != ignore_index).to(logp.dtype)
+        per_class = -logp if weight is None else -logp * weight
+        smooth = per_class.mean(-1) * kept
         loss = loss * (1.0 - label_smoothing) + smooth * label_smoothing
-    if reduction == "mean":
-        return loss.sum() / kept.sum()
+    return _weighted_mean(loss, counts, reduction)
+
+
+def _cross_entropy_probs(input, logp, target, weight, reduction, label_smoothing):
+    if tuple(target.layout.shape) != tuple(logp.layout.shape):
+        raise ValueError(
+            f"cross_entropy: probability targets {target.shape} must have the shape of the "
+            f"input {input.shape}")
+    if label_smoothing:
+        target = target * (1.0 - label_smoothing) + label_smoothing / logp.shape[-1]
+    per_class = target * logp if weight is None else target * logp * weight
+    loss = -per_class.sum(-1)
     return _reduce(loss, reduction)
 
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from luminal import GraphTensor, ops
+from luminal import GraphTensor, ops, where
 
 LN_2 = math.log(2.0)
 
@@ -87,6 +87,13 @@ def _max_reduce(c: VjpContext) -> list[GraphTensor | None]:
     return [hits * share.unsqueeze(axis).expand(x.layout.shape)]
 
 
+def _select(c: VjpContext) -> list[GraphTensor | None]:
+    # the gradient goes to the branch taken, exactly (an inf gradient stays in its branch)
+    cond = c.inputs[0]
+    zero = c.g.graph.constant(0.0, c.g.dtype)
+    return [None, where(cond, c.g, zero), where(cond, zero, c.g)]
+
+
 def _identity(c: VjpContext) -> list[GraphTensor | None]:
     return [c.g]
 
@@ -110,6 +117,7 @@ RULES: dict[type[ops.Op], Rule] = {
     ops.MaxReduce: _max_reduce,
     ops.Contiguous: _identity,
     ops.Cast: _cast,
+    ops.Select: _select,
 }
 
 

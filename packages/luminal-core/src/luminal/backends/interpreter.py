@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import ops
 from ..backend import Backend
-from ..dtypes import DType
+from ..dtypes import DType, bool_
 from ..graph import Graph, Node
 from .reference import concrete_view
 
@@ -79,6 +79,15 @@ class PrimitiveBackend(Backend):
     def cast(self, x: Buffer, src: DType, dst: DType) -> Buffer:
         """Convert element type (float -> int truncates; nonzero -> True)."""
 
+    def select(self, cond: Buffer, a: Buffer, b: Buffer, dtype: DType) -> Buffer:
+        """`a` where the bool buffer `cond` is true, else `b`. The default is exact on any
+        device: it reads `cond` on the host and picks each side with `gather`'s validity (the
+        side not taken reads 0, never multiplies), then adds the two; override it with a
+        native select where you have one."""
+        mask = self.to_numpy(cond, bool_).astype(bool)
+        every = np.arange(mask.size, dtype=np.int64)
+        return self.binary("add", self.gather(a, every, mask), self.gather(b, every, ~mask), dtype)
+
     def compile(self, graph: Graph) -> None:
         graph.set_runtime(_PrimitiveRuntime(self, graph))
 
@@ -114,6 +123,8 @@ class _PrimitiveRuntime:
             return xs[0]
         if isinstance(op, ops.Cast):
             return be.cast(xs[0], in_dtype, node.dtype)
+        if isinstance(op, ops.Select):
+            return be.select(*xs, node.dtype)
         if type(op) in _UNARY:
             return be.unary(_UNARY[type(op)], xs[0], node.dtype)
         if type(op) in _BINARY:

@@ -24,6 +24,7 @@ from .ir import (
 from .lower import lower
 from .plan import MemoryPlan, plan_memory
 from .render import Dialect, dim_names, render_kernel
+from .schedule import Schedule
 
 __all__ = [
     "CUDA",
@@ -45,6 +46,7 @@ __all__ = [
     "Param",
     "Program",
     "QuantOperand",
+    "Schedule",
     "dim_names",
     "kernel_dims",
     "lower",

@@ -5,9 +5,9 @@ A `Program` is a list of calls to kernels over planned buffers. A kernel is eith
 - a `Kernel`: a parallel iteration space (`domain`, one loop variable per axis, every point
   independent) whose body is one `Store` of a `Value` tree. Values read buffers through
   symbolic index/validity expressions (`Load`), compute with the primitive arithmetic
-  (`Unary`, `Binary`, `Cast`, `Where`), reduce over inner loops (`Reduce`, an accumulator per
-  point, so no atomics are needed) and gather (`Bind` turns a loaded integer into an index
-  variable); or
+  (`Unary`, `Binary`, `Cast`, `Where`, `Select`), reduce over inner loops (`Reduce`, an
+  accumulator per point, so no atomics are needed) and gather (`Bind` turns a loaded integer
+  into an index variable); or
 - a `Matmul`: a (batched) matrix product over strided or quantized operands, which backends
   map to their tuned GEMM/GEMV (or BLAS) routine.
 
@@ -133,6 +133,16 @@ class Where(Value):
 
     cond: Expr
     x: Value
+    dtype: DType
+
+
+@_node
+class Select(Value):
+    """`x` where the bool value `cond` is true, else `y` (the graph's `Select` op)."""
+
+    cond: Value
+    x: Value
+    y: Value
     dtype: DType
 
 

@@ -14,6 +14,9 @@ Fusion policy (decided once per node, in topological order):
 - constants and iotas are always inlined; matmuls, quantized matmuls and one-hot gathers are
   recognised (`patterns`) and become `Matmul` kernels or `Bind` gathers.
 
+A `Schedule` (`schedule.py`) overrides these decisions node by node: that is how a search
+compiler tries the other answers.
+
 Kernels compare structurally, so the program keeps one copy of each distinct kernel: the 30
 identical layers of a transformer share their kernels and differ only in their calls. Building
 a kernel is memoized on the structure of the region it fuses (`_signature`), so the repeated
@@ -46,6 +49,7 @@ from .ir import (
     Program,
     QuantOperand,
     Reduce,
+    Select,
     Store,
     Unary,
     Value,
@@ -54,6 +58,7 @@ from .ir import (
     loop_var,
     reduce_var,
 )
+from .schedule import DEFAULT, Schedule
 from .simplify import merge_axes
 
 UNARY_NAMES = {ops.Log2: "log2", ops.Exp2: "exp2", ops.Sin: "sin", ops.Sqrt: "sqrt",
@@ -78,6 +83,16 @@ SHARED_INLINE_REDUCE = 16
 
 def _zero(dtype) -> Const:
     return Const(False if dtype.name == "bool" else 0.0 if dtype.is_float else 0, dtype)
+
+
+def _one_hot_operands(pick: Node) -> list[Edge]:
+    """The inputs of a gather's Mul or Select that may be its one-hot: either factor of a
+    one-hot product; the condition of `where(one_hot, row, 0)`."""
+    if isinstance(pick.op, ops.Mul):
+        return list(pick.inputs)
+    if isinstance(pick.op, ops.Select):
+        return pick.inputs[:1]
+    return []
 
 
 class ValueBuilder:
@@ -142,11 +157,14 @@ class ValueBuilder:
         if type(op) in BINARY_NAMES:
             a, b = (self.read(e, axes, ctx) for e in node.inputs)
             return Binary(BINARY_NAMES[type(op)], a, b, dt)
+        if isinstance(op, ops.Select):
+            return Select(*(self.read(e, axes, ctx) for e in node.inputs), dt)
         if isinstance(op, (ops.SumReduce, ops.MaxReduce)):
             return self._reduce(node, axes, ctx)
         raise NotImplementedError(
             f"cannot generate code for op {op.name}: only the primitive ops (and Cast, "
-            f"Constant, Iota) are supported; run device compilers of other backends elsewhere"
+            f"Select, Constant, Iota) are supported; run device compilers of other backends "
+            f"elsewhere"
         )
 
     def _reduce(self, node: Node, axes: tuple[Expr, ...], ctx: Expr) -> Value:
@@ -168,8 +186,9 @@ class ValueBuilder:
 class Lowering:
     """Decides fusion for one graph and builds its `Program` (see the module docstring)."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, schedule: Schedule | None = None):
         self.graph = graph
+        self.schedule = schedule or DEFAULT
         self.order = graph.toposort()
         self.pos = {n.id: k for k, n in enumerate(self.order)}
         self.users = graph.consumers()
@@ -184,10 +203,9 @@ class Lowering:
 
     # ----- decisions ----------------------------------------------------------------------
     def _is_gather(self, node: Node) -> bool:
-        mul = self.graph.nodes[node.inputs[0].src]
-        if not isinstance(mul.op, ops.Mul) or not any(
-            patterns.might_be_one_hot(self.graph, self.graph.nodes[e.src]) for e in mul.inputs
-        ):
+        pick = self.graph.nodes[node.inputs[0].src]
+        if not any(patterns.might_be_one_hot(self.graph, self.graph.nodes[e.src])
+                   for e in _one_hot_operands(pick)):
             return False
         # probe with every non-reduction inlined: a one-hot is made of elementwise ops only
         probe = ValueBuilder(
@@ -198,10 +216,10 @@ class Lowering:
         axes = tuple(loop_var(k, d) for k, d in enumerate(node.shape))
         return not isinstance(probe.compute(node, axes, Expr.const(1)), Reduce)
 
-    def _one_hot_region(self, mul: Node) -> set[int]:
-        """The comparison nodes building the one-hot operand of a gather's Mul."""
+    def _one_hot_region(self, pick: Node) -> set[int]:
+        """The comparison nodes building the one-hot operand of a gather's Mul or Select."""
         region: set[int] = set()
-        stack = [e.src for e in mul.inputs]
+        stack = [e.src for e in _one_hot_operands(pick)]
         while stack:
             node = self.graph.nodes[stack.pop()]
             if node.id not in region and isinstance(node.op, (ops.Cast, ops.LessThan, ops.Add)):
@@ -217,6 +235,8 @@ class Lowering:
                 mul = self.graph.nodes[node.inputs[0].src]
                 self.gather_muls.add(mul.id)
                 self.one_hot |= self._one_hot_region(mul)
+                continue
+            if node.id in self.schedule.loop_matmuls:
                 continue
             match = patterns.match_matmul(self.graph, node, self.users)
             if match is not None:
@@ -262,6 +282,10 @@ class Lowering:
                 )
                 if broadcast and cost[node.id] > BROADCAST_INLINE_LIMIT:
                     mat.add(node.id)
+            if node.id in self.schedule.store and node.id not in self.one_hot:
+                mat.add(node.id)
+            elif node.id in self.schedule.inline:
+                mat.discard(node.id)
             if node.id in mat:
                 cost[node.id] = 0
             elif len(readers) > 1 or holds_shared:
@@ -390,6 +414,7 @@ class Lowering:
         return Program(list(kernels), calls, specs, tuple(sorted(names)))
 
 
-def lower(graph: Graph) -> Program:
-    """Lower a graph of primitive ops to a `Program` (see the module docstring)."""
-    return Lowering(graph).program()
+def lower(graph: Graph, schedule: Schedule | None = None) -> Program:
+    """Lower a graph of primitive ops to a `Program` (see the module docstring); `schedule`
+    overrides the fusion and matmul heuristics node by node."""
+    return Lowering(graph, schedule).program()

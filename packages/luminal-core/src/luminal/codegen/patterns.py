@@ -24,6 +24,7 @@ from .ir import (
     Const,
     Index,
     Reduce,
+    Select,
     Value,
     Where,
     affine,
@@ -259,10 +260,10 @@ def _permuted_position(copy: Node, src: Node, src_idx: tuple[Expr, ...]) -> Expr
 
 
 def might_be_one_hot(graph: Graph, node: Node) -> bool:
-    """Cheap structural filter before `match_gather`: a float Cast of a comparison."""
-    if not isinstance(node.op, ops.Cast):
-        return False
-    return isinstance(graph.nodes[node.inputs[0].src].op, ops.LessThan)
+    """Cheap structural filter before `match_gather`: a comparison, or a Cast of one."""
+    if isinstance(node.op, ops.Cast):
+        node = graph.nodes[node.inputs[0].src]
+    return isinstance(node.op, ops.LessThan)
 
 
 def _one_hot_index(v: Value, var: Expr) -> Value | None:
@@ -291,11 +292,19 @@ def _one_hot_index(v: Value, var: Expr) -> Value | None:
 
 
 def as_gather(r: Reduce) -> Value | None:
-    """`r` rewritten as a row gather when it sums a one-hot product over its variable:
-    sum_k onehot(P)[k] * W[k] == W[P] (0 when P is out of range)."""
-    if r.op != "sum" or not isinstance(r.body, Binary) or r.body.op != "mul":
+    """`r` rewritten as a row gather when it sums a one-hot selection over its variable:
+    sum_k onehot(P)[k] * W[k] or sum_k where(onehot(P)[k], W[k], 0) == W[P] (0 when P is
+    out of range)."""
+    if r.op != "sum":
         return None
-    for hot, other in ((r.body.a, r.body.b), (r.body.b, r.body.a)):
+    body = r.body
+    if isinstance(body, Binary) and body.op == "mul":
+        candidates = ((body.a, body.b), (body.b, body.a))
+    elif isinstance(body, Select) and isinstance(body.y, Const) and body.y.value == 0:
+        candidates = ((body.cond, body.x),)
+    else:
+        return None
+    for hot, other in candidates:
         p = _one_hot_index(hot, r.var)
         if p is None:
             continue

@@ -27,6 +27,7 @@ from .ir import (
     Kernel,
     Load,
     Reduce,
+    Select,
     Unary,
     Value,
     Where,
@@ -265,6 +266,9 @@ class _BodyWriter:
             return self.binary(v)
         if isinstance(v, Cast):
             return self.cast(v)
+        if isinstance(v, Select):
+            c, x, y = self.emit(v.cond), self.emit(v.x), self.emit(v.y)
+            return f"({c} ? {x} : {y})"
         raise TypeError(f"cannot render {type(v).__name__}")
 
     def binary(self, v: Binary) -> str:

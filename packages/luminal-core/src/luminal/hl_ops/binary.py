@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from .. import ops
 from ..dtypes import bool_, float32, int32, promote
 from ..shape import show_shape
@@ -84,63 +86,40 @@ def binary(name: str, op: ops.Op, a: Operand, b: Operand, dtype=None) -> GraphTe
 
 
 def where(cond: Operand, x: Operand, y: Operand) -> GraphTensor:
-    """`x` where `cond` is true, else `y` (PyTorch `torch.where`).
-
-    Limitation: the 12 primitives have no select, so this is `x*c + y*(1-c)`: exact when both
-    branches are finite, but an inf or NaN in the branch that is *not* chosen still reaches
-    the result as NaN (0 * inf, 0 * nan). `where(x > 0, x.log(), 0.0)` is NaN where x <= 0,
-    because log(x) is -inf or NaN there. Sanitize the argument instead, so that the unchosen
-    branch is finite:
-
-        where(x > 0, x.clamp(min=1e-30).log(), 0.0)      # not where(x > 0, x.log(), 0.0)
-        where(d != 0, n / where(d != 0, d, 1.0), 0.0)    # a safe division
-
-    A non-finite *scalar* branch (`-inf` for masking, `nan`) is fine: it is built from the
-    mask itself (log2(0) = -inf), so it never meets a `0 *`. The high-level ops of luminal
-    that use `where` internally keep their branches finite for finite inputs.
-    """
+    """`x` where `cond` is true, else `y` (PyTorch `torch.where`): broadcasting, type
+    promotion, and exact selection (a `Select` node: an inf or NaN in the branch not taken
+    never reaches the result, so `masked_fill(mask, -inf)` and `where(x > 0, x.log(), 0)` are
+    what PyTorch gives)."""
     from ..tensor import GraphTensor
 
     anchor = next((t for t in (cond, x, y) if isinstance(t, GraphTensor)), None)
     if anchor is None:
         raise TypeError("where: at least one argument must be a GraphTensor")
     c = lift(anchor, cond).to(bool_)
-    x, y = _where_operand(anchor, x, y), _where_operand(anchor, y, x)
-    shape = c.layout.shape
-    for t in (x, y):
-        if isinstance(t, GraphTensor):
-            shape = broadcast_shape("where", shape, t.layout.shape)  # names where, not mul
-    dtypes = [t.dtype for t in (x, y) if isinstance(t, GraphTensor)]
-    common = promote(*dtypes) if len(dtypes) == 2 else dtypes[0] if dtypes else float32
-    if any(isinstance(v, float) for v in (x, y)) and not common.is_float:
-        common = float32
-    if common == bool_:
-        return (c & x) | (c.logical_not() & y)
-    return _select(c, x, common) + _select(c.logical_not(), y, common)
+    common = _where_dtype(x, y)
+    x, y = (t.to(common) if isinstance(t, GraphTensor) else anchor.graph.constant(t, common)
+            for t in (x, y))
+    shape = broadcast_shape("where", c.layout.shape, x.layout.shape)
+    shape = broadcast_shape("where", shape, y.layout.shape)
+    return c._new(ops.Select(), *(broadcast_to(t, shape) for t in (c, x, y)))
 
 
-def _where_operand(anchor: GraphTensor, value: Operand, other: Operand):
-    """A where() branch: tensors stay, non-finite floats stay Python floats (see `_select`),
-    other scalars become constants (floats when the other branch is a float)."""
+def _where_dtype(x: Operand, y: Operand):
+    """PyTorch's result dtype of where(c, x, y): tensors promote; a Python float makes an
+    integer or bool result float32; a Python int makes a bool result int32."""
     from ..tensor import GraphTensor
 
-    if isinstance(value, GraphTensor) or (isinstance(value, float) and not math.isfinite(value)):
-        return value
-    if isinstance(value, int) and isinstance(other, float):
-        value = float(value)
-    return lift(other if isinstance(other, GraphTensor) else anchor, value)
-
-
-def _select(mask: GraphTensor, value, dtype) -> GraphTensor:
-    """`value` where `mask`, else 0. A non-finite scalar comes from the mask itself:
-    log2(1 - m) is -inf where m and 0 elsewhere, sqrt(-m) is NaN where m and 0 elsewhere."""
-    m = mask.to(dtype)
-    if not isinstance(value, float):
-        return value.to(dtype) * m
-    if math.isnan(value):
-        return (-m).sqrt()
-    minus_inf = (1 - m).log2()
-    return minus_inf if value < 0 else -minus_inf
+    dtypes = [t.dtype for t in (x, y) if isinstance(t, GraphTensor)]
+    common = (promote(*dtypes) if len(dtypes) == 2 else dtypes[0]) if dtypes else None
+    scalars = [v for v in (x, y) if not isinstance(v, GraphTensor)]
+    if common is None:
+        return float32 if any(isinstance(v, float) for v in scalars) else (
+            bool_ if all(isinstance(v, bool) for v in scalars) else int32)
+    if any(isinstance(v, float) for v in scalars) and not common.is_float:
+        return float32
+    if any(isinstance(v, int) and not isinstance(v, bool) for v in scalars) and common == bool_:
+        return int32
+    return common
 
 
 def maximum(a: Operand, b: Operand) -> GraphTensor:
@@ -167,6 +146,8 @@ def minimum(a: Operand, b: Operand) -> GraphTensor:
         a = lift(b, a)
     if not isinstance(b, GraphTensor):
         b = lift(a, b)
+    if not promote(a.dtype, b.dtype).is_float:  # ~ maps INT_MIN to INT_MAX: no overflow
+        return ~maximum(~a, ~b)
     return -maximum(-a, -b)
 
 
@@ -296,28 +277,60 @@ class BinaryOps:
             return q.trunc() if self.dtype.is_float else q.trunc().to(self.dtype)
         raise ValueError(f"div: unknown rounding_mode {rounding_mode!r}")
 
-    # bool logic: Add on bools is "or", Mul is "and", x < True is "not"
+    # bool logic: Add on bools is "or", Mul is "and", x < True is "not"; integers bit by bit
     def __and__(self, other: Operand) -> GraphTensor:
-        if self.dtype == bool_ and (not _is_tensor(other) or other.dtype == bool_):
-            return binary("and", ops.Mul(), self, other, dtype=bool_)
-        raise TypeError("& is defined for bool tensors only")
+        return _bitwise("and", self, other)
 
     __rand__ = __and__
 
     def __or__(self, other: Operand) -> GraphTensor:
-        if self.dtype == bool_ and (not _is_tensor(other) or other.dtype == bool_):
-            return binary("or", ops.Add(), self, other, dtype=bool_)
-        raise TypeError("| is defined for bool tensors only")
+        return _bitwise("or", self, other)
 
     __ror__ = __or__
 
     def __xor__(self, other: Operand) -> GraphTensor:
-        return self != other
+        return _bitwise("xor", self, other)
+
+    __rxor__ = __xor__
 
     def __invert__(self) -> GraphTensor:
-        if self.dtype != bool_:
-            raise TypeError("~ is defined for bool tensors only")
-        return self.logical_not()
+        if self.dtype == bool_:
+            return self.logical_not()
+        if self.dtype.is_float:
+            raise TypeError(f"~ (bitwise_not) is not defined for {self.dtype.name} tensors")
+        return -1 - self  # two's complement: ~x == -x - 1, exact for every int32
+
+    def bitwise_not(self) -> GraphTensor:
+        return ~self
+
+    def bitwise_and(self, other):
+        return self & other
+
+    def bitwise_or(self, other):
+        return self | other
+
+    def bitwise_xor(self, other):
+        return self ^ other
+
+    def __lshift__(self, shift: int) -> GraphTensor:
+        """x << n: x * 2**n, wrapping like int32 (PyTorch's `bitwise_left_shift`)."""
+        _check_shift(self, shift)
+        return self * (1 << shift) if shift < 31 else self * int(np.int32(-(2**31)))
+
+    def __rshift__(self, shift: int) -> GraphTensor:
+        """x >> n: arithmetic (sign-extending) shift, from the bits of x."""
+        _check_shift(self, shift)
+        bits = _bits(self)
+        out = lift(self, 0)
+        for k in range(shift, 31):
+            out = out + bits[k].to(self.dtype) * (1 << (k - shift))
+        return out + bits[31].to(self.dtype) * -(1 << (31 - shift))
+
+    def bitwise_left_shift(self, shift):
+        return self << shift
+
+    def bitwise_right_shift(self, shift):
+        return self >> shift
 
     def logical_not(self) -> GraphTensor:
         return binary("logical_not", ops.LessThan(), self.to(bool_), True, dtype=bool_)
@@ -335,11 +348,15 @@ class BinaryOps:
         return minimum(self, other)
 
     def clamp(self, min=None, max=None):
+        """PyTorch `clamp`: NaN stays NaN, and the gradient is 1 inside [min, max], bounds
+        included (a bound that is a tensor gets the gradient where it is taken)."""
+        if min is None and max is None:
+            raise ValueError("clamp: at least one of min and max must be given")
         out = self
         if min is not None:
-            out = maximum(out, min)
+            out = where(out < min, min, out)
         if max is not None:
-            out = minimum(out, max)
+            out = where(out > max, max, out)
         return out
 
     clip = clamp
@@ -353,6 +370,37 @@ class BinaryOps:
         still gives NaN there (no select primitive); a non-finite `value` is fine."""
         return where(mask, value, self)
 
+    def copysign(self, other: Operand) -> GraphTensor:
+        """|self| with the sign of `other` (a -0.0 in `other` counts as positive here)."""
+        mag = self.to(_float_of(self)).abs()
+        return where(lift(self, other) < 0, -mag, mag)
+
+    def lerp(self, end: Operand, weight: Operand) -> GraphTensor:
+        """self + weight * (end - self), from the nearer end as PyTorch (exact at 0 and 1)."""
+        end = lift(self, end)
+        w = lift(self, weight)
+        diff = end - self
+        return where(w.abs() < 0.5, self + w * diff, end - diff * (1 - w))
+
+    def isclose(self, other: Operand, rtol: float = 1e-5, atol: float = 1e-8,
+                equal_nan: bool = False) -> GraphTensor:
+        """|self - other| <= atol + rtol * |other|, equal infinities close, NaN as asked."""
+        other = lift(self, other)
+        same = self == other
+        if not promote(self.dtype, other.dtype).is_float:
+            return same if rtol == 0 and atol == 0 else same | (
+                (self - other).abs() <= atol + rtol * other.abs())
+        finite = (self.abs() < math.inf) & (other.abs() < math.inf)
+        close = same | (finite & ((self - other).abs() <= atol + rtol * other.abs()))
+        return close | ((self != self) & (other != other)) if equal_nan else close
+
+    def logaddexp(self, other: Operand) -> GraphTensor:
+        from .movement import stack
+
+        a, b = self._float(), lift(self, other)._float()
+        shape = broadcast_shape("logaddexp", a.layout.shape, b.layout.shape)
+        return stack([broadcast_to(a, shape), broadcast_to(b, shape)], -1).logsumexp(-1)
+
     def pow(self, exponent: Operand) -> GraphTensor:
         """`self ** exponent` with PyTorch semantics: negative bases with integral exponents,
         NaN for negative bases with fractional ones, 0 ** 0 == 1, 0 ** -1 == inf."""
@@ -362,15 +410,61 @@ class BinaryOps:
         if not _is_tensor(exponent):
             return _pow_scalar(x, float(exponent))
         y = exponent.to(promote(x.dtype, exponent.dtype) if exponent.dtype.is_float else x.dtype)
-        zero_exp = y == 0
-        # |x| ** y as exp2(y * log2|x|); a zero exponent reads base 1 so that 0 ** 0 == 1
-        base = x.abs() + zero_exp.to(x.dtype) * (1 - x.abs())
-        mag = (base.log2() * y).exp2()
+        # |x| ** y as exp2(y * log2|x|); a zero exponent reads base 1 so that 0 ** 0 == 1; a
+        # negative base with a fractional exponent reads x itself, whose log2 is NaN, so the
+        # value and its gradient are NaN as in PyTorch
         neg = x < 0
-        odd = y.abs().fmod(2.0) == 1
         fractional = y != y.trunc()
-        sign = 1 - 2 * (neg & odd).to(x.dtype)
-        return where(neg & fractional, math.nan, mag * sign)
+        base = where(y == 0, 1.0, where(neg & fractional, x, x.abs()))
+        mag = (base.log2() * y).exp2()
+        odd = y.abs().fmod(2.0) == 1
+        return where(neg & odd, -mag, mag)
+
+
+def _check_shift(x: GraphTensor, shift) -> None:
+    if x.dtype.is_float or x.dtype == bool_:
+        raise TypeError(f"shift of a {x.dtype.name} tensor: shifts are defined for integers")
+    if not isinstance(shift, int) or not 0 <= shift < 32:
+        raise TypeError(
+            f"shift by {shift!r}: only a Python int in [0, 32) is supported (a tensor of shift "
+            f"amounts is not)")
+
+
+def _bits(x: GraphTensor) -> list[GraphTensor]:
+    """The 32 bits of int32 `x` as bool tensors, least significant first. The low 31 bits
+    are read from x with its sign bit cleared (adding INT_MIN wraps a negative x to
+    x + 2**31 >= 0), so that the truncated Mod is a floor mod."""
+    low = where(x < 0, x + int(np.int32(-(2**31))), x)
+    bits = [low.fmod(1 << (k + 1)) >= (1 << k) for k in range(30)]
+    return [*bits, low >= (1 << 30), x < 0]
+
+
+def _from_bits(bits: list[GraphTensor], dtype) -> GraphTensor:
+    """The int32 whose bits are `bits` (bit 31 weighs INT_MIN: two's complement)."""
+    out = bits[0].to(dtype)
+    for k, b in enumerate(bits[1:], start=1):
+        out = out + b.to(dtype) * (int(np.int32(-(2**31))) if k == 31 else 1 << k)
+    return out
+
+
+def _bitwise(name: str, a: Operand, b: Operand) -> GraphTensor:
+    """&, | and ^ on bool or integer tensors (integers bit by bit from `_bits`)."""
+    if not _is_tensor(a):
+        a = lift(b, a)
+    if not _is_tensor(b):
+        b = lift(a, b)
+    dtype = promote(a.dtype, b.dtype)
+    if dtype.is_float:
+        raise TypeError(f"bitwise {name} is not defined for {dtype.name} tensors")
+    if dtype == bool_:
+        if name == "and":
+            return binary(name, ops.Mul(), a, b, dtype=bool_)
+        if name == "or":
+            return binary(name, ops.Add(), a, b, dtype=bool_)
+        return a != b
+    combine = {"and": lambda p, q: p & q, "or": lambda p, q: p | q, "xor": lambda p, q: p != q}
+    pairs = zip(_bits(a.to(dtype)), _bits(b.to(dtype)))
+    return _from_bits([combine[name](p, q) for p, q in pairs], dtype)
 
 
 def _integral_exponent(exponent: Operand) -> bool:
@@ -381,8 +475,9 @@ def _integral_exponent(exponent: Operand) -> bool:
 
 
 def _pow_int(x: GraphTensor, exponent: Operand) -> GraphTensor:
-    """Integer power: exact by multiplication for small constant exponents, else computed in
-    float32 and rounded (exact while the result fits float32's 24-bit mantissa)."""
+    """Integer power, exact (wrapping like int32) by binary exponentiation: for a constant
+    exponent a chain of squarings, for a tensor one factor per exponent bit. A negative
+    tensor exponent gives 1 for base 1, +-1 for base -1 and 0 otherwise, as PyTorch."""
     if not _is_tensor(exponent):
         exponent = int(exponent)
         if exponent < 0:
@@ -390,13 +485,25 @@ def _pow_int(x: GraphTensor, exponent: Operand) -> GraphTensor:
     dtype = promote(x.dtype, exponent.dtype) if _is_tensor(exponent) else x.dtype
     dtype = int32 if dtype == bool_ else dtype
     x = x.to(dtype)
-    if not _is_tensor(exponent) and exponent <= 4:
-        out = lift(x, 1).expand_as(x) if exponent == 0 else x
-        for _ in range(exponent - 1):
-            out = out * x
+    one = lift(x, 1)
+    if not _is_tensor(exponent):
+        out, square, e = one.expand_as(x), x, exponent
+        while e:
+            if e & 1:
+                out = out * square
+            e >>= 1
+            if e:
+                square = square * square
         return out
-    return x.to(float32).pow(exponent.to(float32) if _is_tensor(exponent) else float(exponent)
-                             ).round().to(dtype)
+    e = exponent.to(dtype)
+    bits = _bits(e)
+    out, square = one, x
+    for k in range(31):
+        out = out * where(bits[k], square, one)
+        square = square * square
+    odd = bits[0]
+    negative = where(x == 1, one, where(x == -1, where(odd, lift(x, -1), one), lift(x, 0)))
+    return where(e < 0, negative, out)
 
 
 def _pow_scalar(x: GraphTensor, e: float) -> GraphTensor:
@@ -410,10 +517,10 @@ def _pow_scalar(x: GraphTensor, e: float) -> GraphTensor:
         return out.reciprocal() if e < 0 else out
     if e == 0.5:
         return x.sqrt()
+    if e != int(e):  # log2 of a negative base is NaN: so are the value and its gradient
+        return (x.log2() * e).exp2()
     mag = (x.abs().log2() * e).exp2()
-    if e != int(e):
-        return where(x < 0, math.nan, mag)
-    return mag * (1 - 2 * (x < 0).to(x.dtype)) if int(e) % 2 else mag
+    return where(x < 0, -mag, mag) if int(e) % 2 else mag
 
 
 def _equal(a: Operand, b: Operand) -> GraphTensor:

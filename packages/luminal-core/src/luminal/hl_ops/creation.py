@@ -1,4 +1,5 @@
-"""Tensors made from nothing but their shape: arange, ones, zeros, full, eye, iota."""
+"""Tensors made from nothing but their shape: arange, linspace, ones, zeros, full, eye, iota,
+the `*_like` forms, and random tensors (drawn on the host when the graph is built)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,71 @@ def eye(graph: Graph, n: int, m: int | None = None, dtype: DType | str = float32
     from ..symbolic import lt
 
     m = n if m is None else m
+    if n < 0 or m < 0:
+        raise ValueError(f"eye: sizes must be non-negative, got ({n}, {m})")
+    if n == 0 or m == 0:  # nothing to index (and i % 0 is undefined)
+        return full(graph, (n, m), 0, dtype_of(dtype))
     i = IOTA_INDEX
     diag = lt(i % m - (i // m), 1).__mul__(lt(i // m - i % m, 1))
     return iota(graph, diag, (n, m), dtype_of(dtype))
+
+
+def linspace(graph: Graph, start: float, end: float, steps: int,
+             dtype: DType | str | None = None) -> GraphTensor:
+    """`torch.linspace`: the first half counts up from start, the second half down from end
+    (PyTorch's rule, so both ends are exact)."""
+    if steps < 0:
+        raise RuntimeError(f"linspace: number of steps must be non-negative, got {steps}")
+    dtype = dtype_of(dtype) if dtype is not None else float32
+    step = (end - start) / (steps - 1) if steps > 1 else 0.0
+    i = iota(graph, IOTA_INDEX, (steps,), float32)
+    from .binary import where
+
+    half = steps // 2
+    out = where(i < half, i * step + float(start), float(end) - (steps - 1 - i) * step)
+    return out if dtype.is_float else out.to(dtype)
+
+
+def full_like(x: GraphTensor, value, dtype: DType | str | None = None) -> GraphTensor:
+    return full(x.graph, x.layout.shape, value, x.dtype if dtype is None else dtype)
+
+
+def zeros_like(x: GraphTensor, dtype: DType | str | None = None) -> GraphTensor:
+    return full_like(x, 0, dtype)
+
+
+def ones_like(x: GraphTensor, dtype: DType | str | None = None) -> GraphTensor:
+    return full_like(x, 1, dtype)
+
+
+def _random_input(graph: Graph, shape, dtype, draw, name: str) -> GraphTensor:
+    """An input bound to values drawn now with NumPy (a graph has no random op: re-`set()` it
+    to draw again, or seed with `np.random.seed`)."""
+    shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(
+        shape)
+    if any(not isinstance(d, int) or d < 0 for d in shape):
+        raise ValueError(f"{name}: dims must be ints >= 0, got {shape}")
+    dtype = dtype_of(dtype)
+    return graph.tensor(shape, name=name, dtype=dtype).set(draw(shape).astype(dtype.numpy))
+
+
+def rand(graph: Graph, *shape, dtype: DType | str = float32) -> GraphTensor:
+    """Uniform [0, 1) values, drawn on the host (see `_random_input`)."""
+    import numpy as np
+
+    return _random_input(graph, shape, dtype, np.random.random_sample, "rand")
+
+
+def randn(graph: Graph, *shape, dtype: DType | str = float32) -> GraphTensor:
+    """Standard normal values, drawn on the host (see `_random_input`)."""
+    import numpy as np
+
+    return _random_input(graph, shape, dtype, np.random.standard_normal, "randn")
+
+
+def randint(graph: Graph, low: int, high: int, size, dtype: DType | str = int32) -> GraphTensor:
+    """Integers in [low, high), drawn on the host (see `_random_input`)."""
+    import numpy as np
+
+    return _random_input(graph, (tuple(size),), dtype,
+                         lambda shape: np.random.randint(low, high, shape), "randint")

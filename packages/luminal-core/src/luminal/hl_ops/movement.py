@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from .. import ops
 from ..dtypes import bool_, int32, promote
 from ..shape import show_shape
 from ..symbolic import Expr, ExprLike, lt, smax, smin, to_expr
@@ -58,6 +59,31 @@ def cat(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
         out = padded if out is None else out + padded
         before = before + t.layout.shape[axis]
     return out
+
+
+def meshgrid(*tensors: GraphTensor, indexing: str = "ij") -> tuple[GraphTensor, ...]:
+    """`torch.meshgrid`: 0-d or 1-D tensors broadcast to a grid (expanded views, no copy);
+    indexing "xy" swaps the first two axes as NumPy does."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if not tensors:
+        raise RuntimeError("meshgrid: expects a non-empty list of tensors")
+    if indexing not in ("ij", "xy"):
+        raise RuntimeError(f"meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    if any(t.ndim > 1 for t in tensors):
+        raise RuntimeError("meshgrid: expects 0-D or 1-D tensors")
+    flat = [t.reshape(-1) for t in tensors]
+    order = list(range(len(flat)))
+    if indexing == "xy" and len(flat) > 1:
+        order[0], order[1] = 1, 0
+    shape = tuple(flat[k].layout.shape[0] for k in order)
+    out = []
+    for k, t in enumerate(flat):
+        axis = order.index(k)
+        view = [1] * len(flat)
+        view[axis] = t.layout.shape[0]
+        out.append(t.reshape(view).expand(shape))
+    return tuple(out)
 
 
 def stack(tensors: Sequence[GraphTensor], dim: int = 0) -> GraphTensor:
@@ -244,10 +270,15 @@ class MovementOps:
         return self._slice_axis(a, start, to_expr(start) + to_expr(length))
 
     def __getitem__(self, index) -> GraphTensor:
+        """PyTorch indexing: ints, slices, None, Ellipsis, and advanced indices (integer
+        tensors, lists, tuples) that broadcast together; their dims go where the advanced
+        indices stand when they are adjacent, else first. Advanced indices pick exactly
+        (`index_select`), negative values count from the end."""
         from ..tensor import GraphTensor
 
         if not isinstance(index, tuple):
             index = (index,)
+        index = tuple(_as_index_tensor(self, i) for i in index)
         n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
         if sum(1 for i in index if i is Ellipsis) > 1:
             raise IndexError("an index can only have a single ellipsis")
@@ -264,6 +295,7 @@ class MovementOps:
         out = self
         axis = 0
         drop: list[int] = []
+        advanced: list[tuple[int, GraphTensor]] = []
         for i in expanded:
             if i is None:
                 out = out.unsqueeze(axis)
@@ -274,10 +306,13 @@ class MovementOps:
                 axis += 1
             elif isinstance(i, GraphTensor):
                 if i.dtype == bool_:
-                    raise IndexError("boolean mask indexing has a data-dependent shape")
-                out = out.index_select(axis, i.flatten()).unflatten(axis, i.layout.shape) if (
-                    i.ndim != 1) else out.index_select(axis, i)
-                axis += i.ndim
+                    raise IndexError(
+                        "boolean mask indexing has a data-dependent shape, which a luminal "
+                        "graph cannot have: use where(mask, x, 0) instead")
+                if i.dtype.is_float:
+                    raise IndexError(f"tensors used as indices must be integer, got {i.dtype.name}")
+                advanced.append((axis, i))
+                axis += 1
             else:
                 size = out.layout.shape[axis]
                 k = to_expr(i)
@@ -295,7 +330,8 @@ class MovementOps:
         if drop:
             shape = [d for a, d in enumerate(out.layout.shape) if a not in drop]
             out = out.reshape(shape)
-        return out
+            advanced = [(a - sum(1 for d in drop if d < a), t) for a, t in advanced]
+        return _advanced_index(out, advanced) if advanced else out
 
     def _pad_axis(self, axis: int, before: ExprLike, after: ExprLike) -> GraphTensor:
         before, after = to_expr(before), to_expr(after)
@@ -305,11 +341,11 @@ class MovementOps:
 
     def pad(self, pad: Sequence[int], mode: str = "constant", value: float = 0.0):
         """PyTorch `F.pad`: pairs (left, right) from the last dim backwards; negative pads
-        crop."""
-        if mode != "constant":
-            raise NotImplementedError(f"pad: mode {mode!r} (only 'constant' is supported)")
+        crop. Modes constant (with `value`), reflect, replicate and circular."""
         if len(pad) % 2 or len(pad) // 2 > self.ndim:
             raise ValueError(f"pad: {tuple(pad)} must hold a (left, right) pair per padded dim")
+        if mode != "constant":
+            return _pad_from_edges(self, pad, mode)
         out = self
         for k in range(len(pad) // 2):
             axis = self.ndim - 1 - k
@@ -328,19 +364,46 @@ class MovementOps:
             out = where(inside, out, value)
         return out
 
+    def clone(self) -> GraphTensor:
+        """A copy in a fresh buffer (PyTorch `clone`); gradients flow through it."""
+        return self.contiguous()
+
+    def detach(self) -> GraphTensor:
+        """The same values, cut from autograd: a copy marked so that no gradient flows back
+        through it (luminal-train's `grad` treats it as a constant)."""
+        out = self.contiguous()
+        out.node.meta["detach"] = True
+        return out
+
     def flip(self, *dims) -> GraphTensor:
         out = self
         for d in _sizes(dims):
             out = out._slice_axis(_axis(d, self.ndim), None, None, -1)
         return out
 
-    def roll(self, shifts: int, dim: int) -> GraphTensor:
+    def roll(self, shifts, dims=None) -> GraphTensor:
+        """PyTorch `roll`: without `dims` the flattened tensor rolls and keeps its shape;
+        `shifts` and `dims` may be tuples (one roll per pair)."""
+        if dims is None:
+            if not isinstance(shifts, int):
+                raise RuntimeError("roll: without dims, shifts must be a single int")
+            return self.flatten().roll(shifts, 0).reshape(self.layout.shape)
+        if isinstance(shifts, (tuple, list)) or isinstance(dims, (tuple, list)):
+            shifts = tuple(shifts) if isinstance(shifts, (tuple, list)) else (shifts,)
+            dims = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+            if len(shifts) != len(dims):
+                raise RuntimeError(f"roll: shifts {shifts} and dims {dims} differ in length")
+            out = self
+            for s, d in zip(shifts, dims):
+                out = out.roll(s, d)
+            return out
+        dim = dims
         a = _axis(dim, self.ndim)
         n = self.layout.shape[a]
         if not n.is_const:
             raise ValueError(f"roll: dim {dim} has the symbolic size {n}; roll needs a static "
                              f"size on the rolled dim")
-        s = shifts % n.value
+        s = shifts % n.value if n.value else 0
         if s == 0:
             return self
         return cat([self._slice_axis(a, n.value - s, None), self._slice_axis(a, 0, n.value - s)], a)
@@ -362,7 +425,14 @@ class MovementOps:
         x = x.expand(target)
         return x.reshape([to_expr(r) * d for r, d in zip(sizes, shape)])
 
-    def repeat_interleave(self, repeats: int, dim: int) -> GraphTensor:
+    def repeat_interleave(self, repeats: int, dim: int | None = None) -> GraphTensor:
+        """Each element `repeats` times along `dim` (without `dim`: of the flattened tensor)."""
+        if not isinstance(repeats, int):
+            raise NotImplementedError(
+                "repeat_interleave: only an int repeats is supported (a tensor of repeats "
+                "gives a data-dependent shape)")
+        if dim is None:
+            return self.flatten().repeat_interleave(repeats, 0)
         a = _axis(dim, self.ndim)
         x = self.unsqueeze(a + 1)
         shape = list(x.layout.shape)
@@ -420,10 +490,9 @@ class MovementOps:
                 f"index_select: index must be 1-D, got {show_shape(index.layout.shape)}"
             )
         n = self.layout.shape[a]
-        onehot = _one_hot(index, n, self.dtype)  # (k, n)
+        onehot = _one_hot(index, n)  # (k, n)
         moved = self.movedim(a, -1).unsqueeze(-2)  # (..., 1, n)
-        picked = (moved * onehot).sum(-1)  # (..., k)
-        return picked.movedim(-1, a)
+        return _pick(onehot, moved).movedim(-1, a)  # (..., k) moved back
 
     def gather(self, dim: int, index: GraphTensor) -> GraphTensor:
         """PyTorch `torch.gather`: out[i][j] = self[i][index[i][j]] for dim=1, etc."""
@@ -438,25 +507,120 @@ class MovementOps:
             if ax != a and di != dx:
                 x = x._slice_axis(ax, 0, di)
         n = self.layout.shape[a]
-        onehot = _one_hot(index, n, self.dtype)  # index.shape + (n,)
+        onehot = _one_hot(index, n)  # index.shape + (n,)
         xs = x.movedim(a, -1).unsqueeze(a)  # shape with 1 at a, n last
-        return (onehot * xs).sum(-1)
+        return _pick(onehot, xs)
 
     def tril(self, diagonal: int = 0) -> GraphTensor:
-        return self * _tri_mask(self, diagonal, lower=True)
+        from .binary import where
+
+        return where(_tri_mask(self, diagonal, lower=True), self, 0)
 
     def triu(self, diagonal: int = 0) -> GraphTensor:
-        return self * _tri_mask(self, diagonal, lower=False)
+        from .binary import where
+
+        return where(_tri_mask(self, diagonal, lower=False), self, 0)
 
 
-def _one_hot(index: GraphTensor, n: Expr, dtype) -> GraphTensor:
-    """(index == arange(n)) with a trailing axis of size n, as `dtype`."""
+def _as_index_tensor(x: GraphTensor, i):
+    """A list or tuple inside an index becomes an int32 index tensor (bound data)."""
+    if not isinstance(i, (list, tuple)):
+        return i
+    import numpy as np
+
+    arr = np.asarray(i)
+    if arr.dtype == bool:
+        raise IndexError("boolean list indices have a data-dependent shape: use where()")
+    if arr.size and arr.dtype.kind not in "iu":
+        raise IndexError(f"list indices must be integers, got {i!r}")
+    arr = arr.astype(np.int32)
+    return x.graph.tensor(arr.shape, dtype=int32).set(arr)
+
+
+def _advanced_index(x: GraphTensor, advanced: list) -> GraphTensor:
+    """x indexed at its axes `advanced` [(axis, int tensor)]: the index tensors broadcast to
+    B, and each output element picks x at the flat position those indices name."""
+    from .binary import broadcast_shape, broadcast_to, where
+
+    axes = [a for a, _ in advanced]
+    shape = ()
+    for _, t in advanced:
+        shape = broadcast_shape("index", shape, t.layout.shape)
+    rest = [a for a in range(x.ndim) if a not in axes]
+    moved = x.permute(axes + rest)
+    sizes = [x.layout.shape[a] for a in axes]
+    flat = None
+    for (_, t), n in zip(advanced, sizes):
+        t = broadcast_to(t.to(int32), shape)
+        t = where(t < 0, t + n, t)  # negative indices count from the end
+        flat = t if flat is None else flat * n + t
+    total = sizes[0]
+    for n in sizes[1:]:
+        total = total * n
+    table = moved.reshape((total, *[x.layout.shape[a] for a in rest]))
+    out = table.index_select(0, flat.reshape(-1)).reshape((*shape, *table.layout.shape[1:]))
+    if axes == list(range(axes[0], axes[0] + len(axes))) and axes[0] > 0:
+        b, first = len(shape), axes[0]  # adjacent: the index dims go where they stood
+        order = list(range(b, b + first)) + list(range(b)) + list(range(b + first, out.ndim))
+        out = out.permute(order)
+    return out
+
+
+def _pad_from_edges(x: GraphTensor, pad: Sequence[int], mode: str) -> GraphTensor:
+    """Reflect, replicate or circular padding: each padded dim is a cat of slices of x."""
+    if mode not in ("reflect", "replicate", "circular"):
+        raise NotImplementedError(
+            f"pad: mode {mode!r} is not supported (constant, reflect, replicate, circular)")
+    out = x
+    for k in range(len(pad) // 2):
+        axis = x.ndim - 1 - k
+        left, right = pad[2 * k], pad[2 * k + 1]
+        n = out.layout.shape[axis]
+        n = n.value if n.is_const else None
+        if n is None or left < 0 or right < 0:
+            raise ValueError(f"pad: mode {mode!r} needs a static size and pads >= 0 on dim "
+                             f"{axis}, got {show_shape(out.layout.shape)} and {tuple(pad)}")
+        limit = n - 1 if mode == "reflect" else n
+        if mode != "replicate" and (left > limit or right > limit):
+            raise RuntimeError(f"pad: {mode} padding ({left}, {right}) must be below the size "
+                               f"{n} of dim {axis}")
+        if mode == "reflect":
+            stop = n - 2 - right  # a negative stop would count from the end: none instead
+            parts = [out._slice_axis(axis, left, 0, -1), out,
+                     out._slice_axis(axis, n - 2, stop if stop >= 0 else None, -1)]
+        elif mode == "replicate":
+            edge = list(out.layout.shape)
+            lo, hi = out._slice_axis(axis, 0, 1), out._slice_axis(axis, n - 1, n)
+            parts = [lo.expand([left if i == axis else d for i, d in enumerate(edge)]), out,
+                     hi.expand([right if i == axis else d for i, d in enumerate(edge)])]
+        else:
+            parts = [out._slice_axis(axis, n - left, n), out, out._slice_axis(axis, 0, right)]
+        out = cat([p for p in parts if p.layout.shape[axis] != 0], axis)
+    return out
+
+
+def _one_hot(index: GraphTensor, n: Expr) -> GraphTensor:
+    """(index == arange(n)) with a trailing axis of size n, as bool."""
     from .creation import IOTA_INDEX, iota
 
+    source = index.node
+    if isinstance(source.op, ops.Cast) and len(source.inputs) == 1:
+        source = index.graph.nodes[source.inputs[0].src]
+    if isinstance(source.op, ops.Input):  # ids the user sets: the reference checks their range
+        index.graph.index_bounds.setdefault(source.id, []).append(n)
     idx = index.to(int32).unsqueeze(-1)
     ar = iota(index.graph, IOTA_INDEX, (n,), int32)
     shape = (*index.layout.shape, n)
-    return (idx.expand(shape) == ar.expand(shape)).to(dtype)
+    return idx.expand(shape) == ar.expand(shape)
+
+
+def _pick(onehot: GraphTensor, values: GraphTensor) -> GraphTensor:
+    """sum over the last axis of where(onehot, values, 0): the one value each row of the
+    one-hot selects, exactly (inf and NaN elsewhere in `values` never reach it). Device
+    compilers turn it into a gather."""
+    from .binary import where
+
+    return where(onehot, values, values.graph.constant(0, values.dtype)).sum(-1)
 
 
 def _tri_mask(x: GraphTensor, k: int, lower: bool) -> GraphTensor:
@@ -465,8 +629,9 @@ def _tri_mask(x: GraphTensor, k: int, lower: bool) -> GraphTensor:
     if x.ndim < 2:
         raise ValueError(f"tril/triu expect at least 2 dims, got {show_shape(x.layout.shape)}")
     rows, cols = x.layout.shape[-2], x.layout.shape[-1]
+    if rows == 0 or cols == 0:  # an empty mask (and i % 0 is undefined)
+        return x.graph.constant(False, bool_).expand(x.layout.shape)
     i = IOTA_INDEX
     col, row = i % cols, (i // cols) % rows
     keep = lt(col - row, k + 1) if lower else lt(row - col, 1 - k)
-    mask = iota(x.graph, keep, (rows, cols), bool_)
-    return mask.expand(x.layout.shape).to(x.dtype)
+    return iota(x.graph, keep, (rows, cols), bool_).expand(x.layout.shape)

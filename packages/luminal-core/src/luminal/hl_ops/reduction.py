@@ -69,6 +69,8 @@ class ReductionOps:
     def amin(self, dim=None, keepdim: bool = False) -> GraphTensor:
         if self.dtype == bool_:
             return _reduce(self.logical_not(), ops.MaxReduce, dim, keepdim).logical_not()
+        if not self.dtype.is_float:  # ~x = -1 - x maps INT_MIN to INT_MAX: no overflow
+            return ~_reduce(~self, ops.MaxReduce, dim, keepdim)
         return -_reduce(-self, ops.MaxReduce, dim, keepdim)
 
     def max(self, dim: int | None = None, keepdim: bool = False):
@@ -101,18 +103,25 @@ class ReductionOps:
             correction: int | None = None) -> GraphTensor:
         return self.var(dim, unbiased, keepdim, correction=correction).sqrt()
 
-    def prod(self, dim: int | None = None, keepdim: bool = False) -> GraphTensor:
-        """Product. Floats: exp2(sum(log2|x|)), with the sign from the count of negatives and
-        an exact zero where any factor is zero (so within a few ulps, not exact).
+    def std_mean(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,
+                 correction: int | None = None) -> tuple[GraphTensor, GraphTensor]:
+        return (self.std(dim, unbiased, keepdim, correction=correction),
+                self.mean(dim, keepdim))
 
-        Integer (and bool) inputs give int32. Over a static size the product is exact (a
-        log-depth tree of multiplications, wrapping like int32 arithmetic); over a symbolic
-        size it goes through the float formula and is rounded, exact only while every partial
-        product stays below 2^24 (float32's mantissa)."""
-        if not self.dtype.is_float:
-            exact = _int_prod(self, dim, keepdim)
-            if exact is not None:
-                return exact
+    def var_mean(self, dim=None, unbiased: bool | None = None, keepdim: bool = False, *,
+                 correction: int | None = None) -> tuple[GraphTensor, GraphTensor]:
+        return (self.var(dim, unbiased, keepdim, correction=correction),
+                self.mean(dim, keepdim))
+
+    def prod(self, dim: int | None = None, keepdim: bool = False) -> GraphTensor:
+        """Product. Over a static size: a log-depth tree of multiplications (exact for
+        integers, wrapping like int32; PyTorch's gradients, zeros included). Over a symbolic
+        size: exp2(sum(log2|x|)) with the sign from the count of negatives and an exact zero
+        where any factor is zero (within a few ulps; integers rounded, exact only while every
+        partial product stays below 2^24). Integer (and bool) inputs give int32."""
+        exact = _tree_prod(self, dim, keepdim)
+        if exact is not None:
+            return exact
         x = self._float()
         axes = _axes(x, dim)
         mag = x.abs().log2().sum(axes, keepdim).exp2()
@@ -172,6 +181,8 @@ class ReductionOps:
         -inf and a row holding +inf gives inf (PyTorch): the shift is the max clamped to the
         finite range, so it never meets an infinity of the same sign (inf - inf)."""
         x = self._float()
+        if x.ndim == 0:
+            return x
         big = float(ml_dtypes.finfo(x.dtype.numpy).max)
         shift = x.amax(dim, keepdim=True).clamp(-big, big)
         out = (x - shift).exp().sum(dim, keepdim=True).log() + shift
@@ -183,19 +194,22 @@ class ReductionOps:
         if x.dtype == bool_:
             x = x.to(int32)
         a = _axes(x, dim)[0]
+        if x.ndim == 0:
+            return x
         n = x.layout.shape[a]
+        if n == 0:
+            return x
         moved = x.movedim(a, -1)
         padded = moved._pad_axis(moved.ndim - 1, n - 1, 0)
         windows = padded.unfold(-1, n, 1)  # (..., n, n)
         return windows.sum(-1).movedim(-1, a)
 
-    def cumprod(self, dim: int) -> GraphTensor:
-        x = self._float()
+    def cumprod(self, dim: int, dtype=None) -> GraphTensor:
+        x = self.to(dtype) if dtype is not None else self
         a = _axes(x, dim)[0]
-        mag = x.abs().log2().cumsum(a).exp2()
-        negs = (x < 0).to(float32).cumsum(a)
-        zeros = (x == 0).to(float32).cumsum(a)
-        return mag * (1 - 2 * negs.fmod(2.0)) * (zeros == 0).to(float32)
+        if x.ndim == 0 or x.layout.shape[a] == 0:
+            return x
+        return _cumprod(x, a)
 
     def norm(self, p: float = 2.0, dim=None, keepdim: bool = False) -> GraphTensor:
         x = self._float()
@@ -208,10 +222,26 @@ class ReductionOps:
         return x.abs().pow(p).sum(dim, keepdim).pow(1.0 / p)
 
 
-def _int_prod(x: GraphTensor, dim, keepdim: bool) -> GraphTensor | None:
-    """Exact int32 product over a static axis: multiply the two halves until one is left
-    (ceil(log2 n) Mul nodes). None when the reduced size is symbolic."""
-    x = x.to(int32)
+def _cumprod(x: GraphTensor, a: int) -> GraphTensor:
+    """Running product along axis `a`: the product of each causal window (1 past its end),
+    so it is exact for integers and has PyTorch's gradient where a factor is 0."""
+    from ..symbolic import lt
+    from .binary import where
+    from .creation import IOTA_INDEX, iota
+
+    moved = x.movedim(a, -1)
+    n = moved.layout.shape[-1]
+    square = (*moved.layout.shape, n)
+    seen = iota(x.graph, lt(IOTA_INDEX % n, IOTA_INDEX // n + 1), (n, n), bool_).expand(square)
+    windows = where(seen, moved.unsqueeze(-2).expand(square), 1)
+    return windows.prod(-1).movedim(-1, a)
+
+
+def _tree_prod(x: GraphTensor, dim, keepdim: bool) -> GraphTensor | None:
+    """Product over a static axis: multiply the two halves until one is left
+    (ceil(log2 n) Mul nodes); integers as int32. None when the reduced size is symbolic."""
+    if not x.dtype.is_float:
+        x = x.to(int32)
     if x.ndim == 0:
         return x
     flat = dim is None
@@ -223,7 +253,7 @@ def _int_prod(x: GraphTensor, dim, keepdim: bool) -> GraphTensor | None:
     t = t.movedim(a, -1)
     size = n.value
     if size == 0:
-        t = x.graph.constant(1, int32).expand((*t.layout.shape[:-1], 1))
+        t = x.graph.constant(1, x.dtype).expand((*t.layout.shape[:-1], 1))
     while size > 1:
         half = size // 2
         prod = t[..., :half] * t[..., half : 2 * half]

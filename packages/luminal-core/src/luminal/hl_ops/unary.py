@@ -75,9 +75,10 @@ class UnaryOps:
         return self * self
 
     def abs(self) -> GraphTensor:
+        """|x| as x * sign(x): PyTorch's subgradient 0 at 0; NaN stays NaN (NaN * 0)."""
         if self.dtype == bool_:
             return self
-        return self * (1 - 2 * (self < 0).to(self.dtype))
+        return self * self.sign()
 
     def sign(self) -> GraphTensor:
         return (self > 0).to(self.dtype) - (self < 0).to(self.dtype)
@@ -112,10 +113,18 @@ class UnaryOps:
         return self - self.trunc()
 
     def relu(self) -> GraphTensor:
-        return self.maximum(0.0 if self.dtype.is_float else 0)
+        """max(x, 0) with PyTorch's relu'(0) = 0; NaN stays NaN."""
+        zero = 0.0 if self.dtype.is_float else 0
+        return where(self > 0, self, where(self != self, self, zero))
 
     def relu6(self) -> GraphTensor:
-        return self.clamp(0.0, 6.0)
+        return self.hardtanh(0.0, 6.0)
+
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0) -> GraphTensor:
+        """clamp(x, min_val, max_val) whose gradient is 0 at the bounds, as PyTorch's."""
+        x = self._float()
+        inside = (x > min_val) & (x < max_val)
+        return where(inside | (x != x), x, where(x <= min_val, min_val, max_val))
 
     def sigmoid(self) -> GraphTensor:
         return ((-self._float()).exp() + 1).reciprocal()
@@ -181,6 +190,69 @@ class UnaryOps:
     def mish(self) -> GraphTensor:
         return self * self.softplus().tanh()
 
+    # ----- hyperbolic and inverse trigonometric ------------------------------------------
+    def sinh(self) -> GraphTensor:
+        e = self._float().exp()
+        return (e - e.reciprocal()) * 0.5
+
+    def cosh(self) -> GraphTensor:
+        e = self._float().exp()
+        return (e + e.reciprocal()) * 0.5
+
+    def atan(self) -> GraphTensor:
+        """arctan by argument reduction to |t| <= tan(pi/12) and a Taylor polynomial there
+        (|error| < 2e-7): atan(x) = pi/2 - atan(1/x) for |x| > 1, then
+        atan(a) = pi/6 + atan((a*sqrt(3) - 1) / (a + sqrt(3))) for a > tan(pi/12)."""
+        x = self._float()
+        a = x.abs()
+        big = a > 1
+        a = where(big, a.reciprocal(), a)
+        shifted = a > 0.2679491924311227
+        r3 = math.sqrt(3.0)
+        t = where(shifted, (a * r3 - 1) / (a + r3), a)
+        t2 = t * t
+        poly = t * (1 + t2 * (-1 / 3 + t2 * (1 / 5 + t2 * (-1 / 7 + t2 * (
+            1 / 9 + t2 * (-1 / 11))))))
+        r = poly + where(shifted, math.pi / 6, 0.0)
+        r = where(big, math.pi / 2 - r, r)
+        return where(x < 0, -r, r)
+
+    def asin(self) -> GraphTensor:
+        x = self._float()
+        return _atan2_pos(x, (1 - x * x).sqrt())
+
+    def acos(self) -> GraphTensor:
+        return math.pi / 2 - self.asin()
+
+    def asinh(self) -> GraphTensor:
+        x = self._float()
+        a = x.abs()
+        r = (a + (a * a + 1).sqrt()).log()
+        return where(x < 0, -r, r)
+
+    def acosh(self) -> GraphTensor:
+        x = self._float()
+        return (x + (x * x - 1).sqrt()).log()
+
+    def atanh(self) -> GraphTensor:
+        x = self._float()
+        return ((1 + x) / (1 - x)).log() * 0.5
+
+    # ----- more activations (torch.nn.functional names) ------------------------------------
+    def softsign(self) -> GraphTensor:
+        return self / (self.abs() + 1)
+
+    def celu(self, alpha: float = 1.0) -> GraphTensor:
+        x = self._float()
+        return x.relu() + ((x.minimum(0.0) / alpha).exp() - 1) * alpha
+
+    def selu(self) -> GraphTensor:
+        alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+        return self.elu(alpha) * scale
+
+    def logsigmoid(self) -> GraphTensor:
+        return -(-self._float()).softplus()
+
     def isnan(self) -> GraphTensor:
         if not self.dtype.is_float:
             return self.to(bool_) & False
@@ -188,6 +260,26 @@ class UnaryOps:
 
     def isinf(self) -> GraphTensor:
         return self.abs() == math.inf
+
+    def isfinite(self) -> GraphTensor:
+        if not self.dtype.is_float:
+            return self.to(bool_) | True
+        return self.abs() < math.inf
+
+    def nan_to_num(self, nan: float = 0.0, posinf: float | None = None,
+                   neginf: float | None = None) -> GraphTensor:
+        if not self.dtype.is_float:
+            return self
+        top = float(ml_dtypes.finfo(self.dtype.numpy).max)
+        x = where(self != self, nan, self)
+        x = where(x == math.inf, top if posinf is None else posinf, x)
+        return where(x == -math.inf, -top if neginf is None else neginf, x)
+
+
+def _atan2_pos(y: GraphTensor, x: GraphTensor) -> GraphTensor:
+    """atan(y / x) for x >= 0 (asin's angle), pi/2 * sign(y) where x is 0; NaN stays NaN."""
+    ratio = y / where(x == 0, 1.0, x)
+    return where(x == 0, where(y < 0, -math.pi / 2, math.pi / 2), ratio.atan())
 
 
 def _log1p_unit(y: GraphTensor) -> GraphTensor:

@@ -1,0 +1,191 @@
+"""luminal-search benchmark: graphs compiled for the cpu backend with and without search.
+
+    .venv/bin/python benchmarks/search_bench.py [--quick] [--only NAME ...]
+
+For every graph, one run builds it twice, compiles one copy with `(GenericCompiler(), cpu)` and
+the other with `(GenericCompiler(), Search(cpu))`, checks they agree, then times both in
+interleaved rounds (median of the rounds). Search time is measured cold (empty plan cache) and
+warm (second compile of a freshly built copy with the cache filled). Each graph gets its own
+temporary cache. The machine may be shared: only ratios measured in the same run are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+os.environ.setdefault("OMP_NUM_THREADS", "2")
+
+import luminal as lm
+import luminal.functional as F
+import numpy as np
+from luminal_search import Search
+
+# a graph, its outputs, and what to re-bind before each run (state the graph assigns)
+Built = tuple[lm.Graph, list, Callable[[], None]]
+
+
+def nothing() -> None:
+    return None
+
+
+def rand(*shape, scale=1.0):
+    return (np.random.default_rng(len(shape) + sum(shape)).standard_normal(shape)
+            * scale).astype(np.float32)
+
+
+def swiglu() -> Built:
+    g = lm.Graph()
+    x = g.tensor((64, 576), name="x").set(rand(64, 576))
+    wg = g.tensor((576, 1536), name="wg").set(rand(576, 1536, scale=0.04))
+    wu = g.tensor((576, 1536), name="wu").set(rand(576, 1537, scale=0.04)[:, :1536])
+    wd = g.tensor((1536, 576), name="wd").set(rand(1536, 576, scale=0.03))
+    return g, [(((x @ wg).silu() * (x @ wu)) @ wd).retrieve()], nothing
+
+
+def rmsnorm() -> Built:
+    g = lm.Graph()
+    x = g.tensor((512, 576), name="x").set(rand(512, 576))
+    w = g.tensor((576,), name="w").set(rand(576))
+    return g, [F.rms_norm(x, (576,), w, eps=1e-5).retrieve()], nothing
+
+
+def softmax() -> Built:
+    g = lm.Graph()
+    x = g.tensor((256, 1024), name="x").set(rand(256, 1024))
+    return g, [x.softmax(-1).retrieve()], nothing
+
+
+def layernorm_gelu() -> Built:
+    g = lm.Graph()
+    x = g.tensor((512, 768), name="x").set(rand(512, 768))
+    w, b = (g.tensor((768,), name=n).set(rand(768 + k)[:768]) for k, n in enumerate("wb"))
+    return g, [F.gelu(F.layer_norm(x, (768,), w, b)).retrieve()], nothing
+
+
+def conv2d() -> Built:
+    g = lm.Graph()
+    x = g.tensor((1, 16, 32, 32), name="x").set(rand(1, 16, 32, 32))
+    w = g.tensor((32, 16, 3, 3), name="w").set(rand(32, 16, 3, 3, scale=0.1))
+    return g, [F.conv2d(x, w, padding=1).relu().retrieve()], nothing
+
+
+def attention(seq: int) -> Callable[[], Built]:
+    def build() -> Built:
+        g = lm.Graph()
+        q, k, v = (g.tensor((1, 4, seq, 64), name=n).set(rand(1, 4, seq, 64 + j)[..., :64])
+                   for j, n in enumerate("qkv"))
+        mask = np.triu(np.full((seq, seq), -1e9, np.float32), 1)
+        m = g.tensor((seq, seq), name="mask").set(mask)
+        scores = (q @ k.transpose(-1, -2)) * (1 / math.sqrt(64)) + m
+        return g, [(scores.softmax(-1) @ v).retrieve()], nothing
+    return build
+
+
+def smollm2(phase: str) -> Callable[[], Built]:
+    from luminal_models.gguf_file import GGUFFile
+    from luminal_models.hub import resolve_model
+    from luminal_models.llama import Llama
+
+    with GGUFFile(resolve_model("smollm2")) as f:
+        model = Llama.from_gguf(f, quantized=True, progress=False)
+
+    def build() -> Built:
+        g = lm.Graph()
+        cache = model.new_cache(g)
+        tokens = g.tensor((1, "seq"), name="tokens", dtype=lm.int32)
+        logits = model(tokens, cache, last_only=True).retrieve()
+        n, past = (64, 0) if phase == "prefill" else (1, 64)  # decode: after 64 tokens
+        ids = np.arange(n, dtype=np.int32).reshape(1, n) + 100
+        states = [rand(1, layer.k.shape[1], past, layer.k.shape[3]) for layer in cache.layers]
+
+        def prepare() -> None:  # every run starts from the same cache
+            tokens.set(ids)
+            for layer, state in zip(cache.layers, states):
+                layer.k.set(state)
+                layer.v.set(state)
+            g.set_dim(cache.length_dim, past)
+
+        prepare()
+        return g, [logits], prepare
+    return build
+
+
+def time_interleaved(graphs: list[Built], rounds: int) -> list[float]:
+    for g, _, prepare in graphs:
+        prepare()
+        g.execute()
+    times: list[list[float]] = [[] for _ in graphs]
+    for _ in range(rounds):
+        for (g, _, prepare), ts in zip(graphs, times):
+            prepare()
+            t0 = time.perf_counter()
+            g.execute()
+            ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) for ts in times]
+
+
+def bench(name: str, build: Callable[[], Built], rounds: int) -> dict:
+    cpu = lm.backend("cpu")
+    with tempfile.TemporaryDirectory() as cache_dir:
+        os.environ["LUMINAL_CACHE"] = cache_dir
+        plain = build()
+        plain[0].compile((lm.GenericCompiler(), cpu))
+        searched = build()
+        search = Search(cpu, progress=False)
+        t0 = time.perf_counter()
+        searched[0].compile((lm.GenericCompiler(), search))
+        cold = time.perf_counter() - t0
+        warm_graph, _, _ = build()
+        warm_search = Search(cpu, progress=False)
+        t0 = time.perf_counter()
+        warm_graph.compile((lm.GenericCompiler(), warm_search))
+        warm = time.perf_counter() - t0
+        assert warm_search.report.cached, f"{name}: the warm compile did not use the cache"
+        base, fast = time_interleaved([plain, searched], rounds)
+        for g, _, prepare in (plain, searched):
+            prepare()
+            g.execute()
+        for a, b in zip(plain[1], searched[1]):
+            np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=2e-3, atol=2e-3)
+        return {"graph": name, "default_ms": base * 1e3, "search_ms": fast * 1e3,
+                "speedup": base / fast, "cold_s": cold, "warm_s": warm,
+                "kept": search.report.whole.kept,
+                "choices": sorted({r.choice.label for r in search.report.regions
+                                   if r.choice.kind != "default"})}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, no sequence 2048")
+    parser.add_argument("--only", nargs="*", help="graph names to run")
+    args = parser.parse_args()
+    graphs: dict[str, Callable[[], Callable[[], Built]]] = {
+        "swiglu_mlp": lambda: swiglu, "rmsnorm": lambda: rmsnorm, "softmax": lambda: softmax,
+        "layernorm_gelu": lambda: layernorm_gelu, "conv2d": lambda: conv2d,
+        "attention_512": lambda: attention(512), "attention_2048": lambda: attention(2048),
+        "smollm2_prefill64": lambda: smollm2("prefill"),
+        "smollm2_decode": lambda: smollm2("decode"),
+    }
+    if args.quick:
+        graphs.pop("attention_2048")
+    rows = []
+    for name, make in graphs.items():
+        if args.only and name not in args.only:
+            continue
+        row = bench(name, make(), 5 if args.quick else 15)
+        rows.append(row)
+        print(f"{row['graph']:<18} default {row['default_ms']:9.3f} ms  search "
+              f"{row['search_ms']:9.3f} ms  x{row['speedup']:.2f}  cold {row['cold_s']:6.1f} s  "
+              f"warm {row['warm_s']:5.2f} s  kept={row['kept']}  {row['choices']}", flush=True)
+    gm = math.exp(statistics.fmean(math.log(r["speedup"]) for r in rows))
+    print(f"geometric-mean speedup x{gm:.3f}; slowest x{min(r['speedup'] for r in rows):.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""What search records: candidates, per-region results, the whole-graph comparison."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import terms
+
+
+@dataclass
+class Candidate:
+    """One way to compile a region: `kind` is "default", "store", "loops" or "rewrite"."""
+
+    kind: str
+    label: str
+    steps: terms.Steps | None = None  # "rewrite": the region's new term
+    store: tuple[int, ...] = ()  # "store": positions in `Region.nodes` to store
+
+    def as_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "label": self.label, "steps": self.steps,
+                "store": list(self.store)}
+
+    @staticmethod
+    def from_json(d: dict) -> Candidate:
+        return Candidate(str(d["kind"]), str(d["label"]), d["steps"],
+                         tuple(int(p) for p in d["store"]))
+
+
+DEFAULT = Candidate("default", "default")
+
+
+@dataclass
+class RegionResult:
+    """What search found for one distinct region (timed alone, at the search dims)."""
+
+    label: str
+    instances: int
+    choice: Candidate
+    default_s: float = 0.0
+    best_s: float = 0.0
+    timed: int = 0
+    rejected: list[str] = field(default_factory=list)
+    egraph_s: float = 0.0
+
+    @property
+    def gain(self) -> float:
+        return self.default_s / self.best_s if self.best_s > 0 else 1.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"label": self.label, "instances": self.instances,
+                "choice": self.choice.as_json(), "default_s": self.default_s,
+                "best_s": self.best_s, "timed": self.timed, "rejected": self.rejected,
+                "egraph_s": self.egraph_s}
+
+    @staticmethod
+    def from_json(d: dict) -> RegionResult:
+        return RegionResult(str(d["label"]), int(d["instances"]),
+                            Candidate.from_json(d["choice"]), float(d["default_s"]),
+                            float(d["best_s"]), int(d["timed"]), [str(r) for r in d["rejected"]],
+                            float(d["egraph_s"]))
+
+
+@dataclass
+class WholeGraph:
+    """The whole graph timed with the default plan and with the regions' choices together;
+    `kept` is False when the choices lost and search fell back to the default plan."""
+
+    default_s: float = 0.0
+    searched_s: float = 0.0
+    kept: bool = False
+
+    @property
+    def gain(self) -> float:
+        return self.default_s / self.searched_s if self.kept and self.searched_s > 0 else 1.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"default_s": self.default_s, "searched_s": self.searched_s, "kept": self.kept}
+
+    @staticmethod
+    def from_json(d: dict) -> WholeGraph:
+        return WholeGraph(float(d["default_s"]), float(d["searched_s"]), bool(d["kept"]))

@@ -1,0 +1,85 @@
+"""Checking a candidate against the reference backend, and timing it on the device."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+from luminal.graph import Graph
+
+SPECIALS = (np.nan, np.inf, -np.inf)
+
+
+def random_inputs(graph: Graph, rng: np.random.Generator, specials: bool = False) -> dict:
+    """Random data for every input of `graph` (dims must be bound): normal floats, small
+    ints, random bools; with `specials`, a few floats are NaN, +inf and -inf."""
+    data = {}
+    for node in graph.input_nodes():
+        shape = tuple(d.evaluate(graph.dims) for d in node.shape)
+        dt = node.dtype
+        if dt.is_float:
+            x = rng.standard_normal(shape).astype(np.float32)
+            if specials and x.size:
+                picks = rng.choice(x.size, size=min(x.size, 3), replace=False)
+                x.reshape(-1)[picks] = SPECIALS[: len(picks)]
+            data[node.id] = x.astype(dt.numpy)
+        elif dt.name == "bool":
+            data[node.id] = rng.random(shape) < 0.5
+        else:
+            data[node.id] = rng.integers(0, 8, size=shape).astype(np.int32)
+    return data
+
+
+def bind(graph: Graph, data: dict) -> None:
+    for nid, x in data.items():
+        graph.set_data(nid, x)
+
+
+def run(graph: Graph, data: dict, output: int) -> np.ndarray:
+    bind(graph, data)
+    with np.errstate(all="ignore"):  # NaN and infinities are inputs on purpose
+        graph.execute()
+    return np.array(graph.fetch(output), dtype=np.float64)
+
+
+def agrees(got: np.ndarray, want: np.ndarray) -> bool:
+    """Same shape, NaN exactly where `want` is NaN, equal infinities, close finite values."""
+    if got.shape != want.shape:
+        return False
+    nan = np.isnan(want)
+    if not np.array_equal(nan, np.isnan(got)):
+        return False
+    inf = np.isinf(want)
+    if not np.array_equal(got[inf], want[inf]):
+        return False
+    finite = ~(nan | inf)
+    if not np.isfinite(got[finite]).all():
+        return False
+    if not finite.any():
+        return True
+    scale = max(1.0, float(np.abs(want[finite]).mean()))
+    return bool(np.allclose(got[finite], want[finite], rtol=2e-3, atol=2e-3 * scale))
+
+
+def time_interleaved(graphs: list[Graph], data: dict, budget_s: float = 0.3,
+                     rounds: int = 9, warmup: int = 3) -> list[float]:
+    """Median seconds of `execute()` for each graph, timed in interleaved rounds (one run of
+    each per round) so that a machine-wide slowdown hits every candidate alike. Inputs are
+    bound before every run (a graph that assigns its inputs, a KV cache, would otherwise grow
+    them), and each graph runs `warmup` times first (thread pools, caches)."""
+    for g in graphs:
+        for _ in range(warmup):
+            bind(g, data)
+            g.execute()
+    times: list[list[float]] = [[] for _ in graphs]
+    deadline = time.perf_counter() + budget_s
+    for r in range(rounds):
+        if r >= 3 and time.perf_counter() > deadline:
+            break
+        for g, ts in zip(graphs, times):
+            bind(g, data)
+            t0 = time.perf_counter()
+            g.execute()
+            ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) for ts in times]

@@ -1,0 +1,141 @@
+"""Regions: the kernels the default lowering would make, the unit that search explores.
+
+A region is a stored node (its root) with every node the lowering inlines into its kernel; it
+reads the stored nodes it depends on (its inputs). Regions with the same structure (the 30
+layers of a transformer) share a signature and are searched once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from luminal import ops
+from luminal.codegen.lower import Lowering
+from luminal.codegen.patterns import QuantWeight
+from luminal.graph import Edge, Graph
+from luminal.shape import View
+
+from .terms import NAME_OF
+
+
+@dataclass
+class Region:
+    """One kernel of the default plan: `nodes` in post-order (root last)."""
+
+    root: int
+    nodes: list[int]
+    inputs: list[int]  # stored nodes the region reads, in first-read order
+    matmul: bool  # the default plan makes it a matmul micro-kernel
+    recomputed: list[int] = field(default_factory=list)  # inlined nodes read more than once
+    signature: str = ""
+    # a quantized matmul reads packed weights the region alone cannot reproduce: not searched
+    searchable: bool = True
+
+    def label(self, graph: Graph) -> str:
+        names = [graph.nodes[n].op.name for n in self.nodes if n not in self.inputs]
+        kind = "matmul" if self.matmul else "kernel"
+        head = ",".join(dict.fromkeys(names))
+        return f"{kind}[{head[:60]}]"
+
+
+def find_regions(graph: Graph) -> list[Region]:
+    """The regions of `graph` under the default lowering heuristics, in topological order:
+    one per kernel call of the default program (nodes a pattern absorbs, like the dequantizing
+    ops of a quantized matmul's weight, make no region)."""
+    lowering = Lowering(graph)
+    stored = lowering.materialised
+    built = {b.node for b in lowering.program().buffers if b.role != "input"}
+    regions = []
+    for node in lowering.order:
+        if node.id not in built:
+            continue
+        match = lowering.matmuls.get(node.id)
+        region = _region(graph, node.id, stored, match is not None)
+        region.searchable = not (match is not None and isinstance(match.b, QuantWeight))
+        regions.append(region)
+    return regions
+
+
+def _region(graph: Graph, root: int, stored: set[int], matmul: bool) -> Region:
+    nodes: list[int] = []
+    inputs: list[int] = []
+    reads: dict[int, int] = {}
+    seen: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        nid, ready = stack.pop()
+        if ready:
+            nodes.append(nid)
+            continue
+        reads[nid] = reads.get(nid, 0) + 1
+        if nid in seen:
+            continue
+        seen.add(nid)
+        if nid != root and nid in stored:
+            inputs.append(nid)
+            nodes.append(nid)
+            continue
+        stack.append((nid, True))
+        stack.extend((e.src, False) for e in reversed(graph.nodes[nid].inputs))
+    recomputed = [n for n in nodes if reads[n] > 1 and n not in inputs and n != root
+                  and not isinstance(graph.nodes[n].op, (ops.Constant, ops.Iota))]
+    region = Region(root, nodes, inputs, matmul, recomputed)
+    region.signature = signature(graph, region)
+    return region
+
+
+def signature(graph: Graph, region: Region) -> str:
+    """A digest of the region's structure (ops, dtypes, shapes, views; inputs by position)."""
+    local = {n: k for k, n in enumerate(region.nodes)}
+    parts = [f"matmul={region.matmul}"]
+    for n in region.nodes:
+        node = graph.nodes[n]
+        if n in region.inputs:
+            parts.append(f"in {node.dtype.name} {node.shape!r}")
+            continue
+        edges = " ".join(f"{local[e.src]}@{e.view!r}" for e in node.inputs)
+        parts.append(f"{node.op!r} {node.dtype.name} {node.shape!r} <- {edges}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def leaves(graph: Graph, region: Region) -> list[int]:
+    """The region's nodes that the term language treats as opaque leaves, in region order:
+    its inputs, constants, and ops the language does not model (whatever they read stays
+    inside them)."""
+    return [n for n in region.nodes
+            if n in region.inputs or type(graph.nodes[n].op) not in NAME_OF]
+
+
+def views_and_extents(graph: Graph, region: Region, leaf_ids: list[int]) -> tuple[list[View], list]:
+    """The distinct views the region reads through, and the distinct extents it reduces."""
+    views: dict[View, None] = {}
+    extents: dict = {}
+    opaque = set(leaf_ids)
+    for n in region.nodes:
+        if n in opaque or n in region.inputs:
+            continue
+        node = graph.nodes[n]
+        for e in node.inputs:
+            views.setdefault(e.view)
+        if isinstance(node.op, (ops.SumReduce, ops.MaxReduce)):
+            extents.setdefault(node.inputs[0].view.shape[node.op.axis])
+    return list(views), list(extents)
+
+
+def subgraph(graph: Graph, region: Region) -> tuple[Graph, dict[int, int]]:
+    """The region alone: its inputs become graph inputs, its root is retrieved. Returns the new
+    graph and the map from the region's node ids to the new graph's."""
+    sub = Graph()
+    ids: dict[int, int] = {}
+    for k, n in enumerate(region.inputs):
+        node = graph.nodes[n]
+        ids[n] = sub.tensor(node.shape, name=f"in{k}", dtype=node.dtype).id
+    for n in region.nodes:
+        if n in ids:
+            continue
+        node = graph.nodes[n]
+        edges = [Edge(ids[e.src], e.view) for e in node.inputs]
+        ids[n] = sub.add_node(node.op, edges, node.shape, node.dtype).id
+    sub.retrieved.add(ids[region.root])
+    return sub, ids

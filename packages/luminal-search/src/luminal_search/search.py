@@ -1,0 +1,297 @@
+"""`Search(backend)`: the search compiler.
+
+For each region of the graph (a kernel of the default plan; identical regions once) it builds
+candidates: the default plan, schedule variants the backend honours (store a recomputed node,
+matmul as generated loops) and algebraic rewrites extracted from an e-graph. It checks every
+candidate against the reference backend on random inputs (and its NaN/inf behaviour against
+the default plan's), times the survivors on the device and keeps the fastest; the default plan
+is always timed, so a region never gets slower than its default in the region-alone timing. The
+chosen plan is cached on disk; the backend then compiles the rewritten graph with the chosen
+`luminal.codegen.Schedule`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from luminal import plugins
+from luminal.backend import Backend
+from luminal.backends.reference import ReferenceBackend
+from luminal.codegen import Schedule
+from luminal.compilers import DeadCodeElimination
+from luminal.graph import Graph
+
+from . import cache, measure, plan, terms
+from .candidates import DEFAULT, Candidate, RegionResult, WholeGraph
+from .egraph import Limits, saturate
+from .regions import Region, find_regions, leaves, subgraph, views_and_extents
+
+DEFAULT_DIM = 64  # value given to a symbolic dim the graph has not bound, for timing
+MAX_STORE_VARIANTS = 2
+# A candidate replaces the default plan only when it is at least this much faster: timings on a
+# busy machine jitter by a few percent, and a tie is not worth a different plan.
+MARGIN = 0.97
+
+
+@dataclass
+class SearchReport:
+    """`Search.report` after `compile`: per-region choices and timings."""
+
+    regions: list[RegionResult]
+    whole: WholeGraph
+    seconds: float
+    cached: bool
+    cache_path: str = ""
+
+    def explain(self) -> str:
+        """A table of each distinct region: what search chose and the measured gain."""
+        lines = [f"search: {len(self.regions)} distinct regions, "
+                 f"{'plan from cache' if self.cached else 'searched'} in {self.seconds:.2f} s"]
+        w = self.whole
+        if w.default_s:
+            verdict = "kept" if w.kept else "not faster: the default plan is used"
+            lines.append(f"whole graph: default {w.default_s * 1e3:.3f} ms, with the choices "
+                         f"below {w.searched_s * 1e3:.3f} ms ({verdict})")
+        else:
+            lines.append("whole graph: every region keeps the default plan")
+        lines.append(f"{'region':<48} {'n':>3} {'timed':>5} {'default':>10} {'best':>10} "
+                     f"{'gain':>6}  choice")
+        for r in self.regions:
+            timing = (f"{r.default_s * 1e6:>8.1f}us {r.best_s * 1e6:>8.1f}us {r.gain:>5.2f}x"
+                      if r.timed else f"{'-':>10} {'-':>10} {'-':>6}")
+            lines.append(f"{r.label[:48]:<48} {r.instances:>3} {r.timed:>5} {timing}  "
+                         f"{r.choice.label}")
+            lines += [f"    rejected: {why}" for why in r.rejected]
+        return "\n".join(lines)
+
+
+class Search:
+    """The search compiler for `backend` (any backend with `schedulable = True`).
+
+    `g.compile((lm.GenericCompiler(), Search(lm.backend("cpu"))))`. Options: `top` candidates
+    timed per region (besides the default), e-graph `limits`, `rulesets` (names of registered
+    rule sets; None = all), `seed` for the random check inputs, `progress` bar, `use_cache`.
+    """
+
+    def __init__(self, backend: Backend | None = None, *, top: int = 4,
+                 limits: Limits | None = None, rulesets: tuple[str, ...] | None = None,
+                 seed: int = 0, progress: bool = True, use_cache: bool = True):
+        self.backend = backend if backend is not None else plugins.backend()
+        if not self.backend.schedulable:
+            raise TypeError(f"backend {self.backend.name!r} cannot be searched: it does not "
+                            f"lower through luminal.codegen.lower (Backend.schedulable)")
+        self.top, self.limits, self.seed = top, limits or Limits(), seed
+        self.rulesets = rulesets
+        self.progress, self.use_cache = progress, use_cache
+        self.report: SearchReport | None = None
+
+    def __repr__(self) -> str:
+        return f"Search({self.backend!r})"
+
+    def explain(self) -> str:
+        if self.report is None:
+            return "search has not compiled a graph yet"
+        return self.report.explain()
+
+    # ----- compile ------------------------------------------------------------------------
+    def compile(self, graph: Graph) -> None:
+        t0 = time.perf_counter()
+        rulesets = self._rulesets()
+        device = self.backend.probe().device
+        options = f"top={self.top} {self.limits} {rulesets!r}"
+        key = cache.plan_key(graph, self.backend.name, device, options)
+        order = [n.id for n in graph.toposort()]
+        loaded = self._load(graph, key, order)
+        path = ""
+        if loaded is not None:
+            results, regions, whole = loaded
+            path = str(cache.cache_dir() / f"{key}.json")
+        else:
+            regions = find_regions(graph)
+            results = self._search(graph, regions, rulesets)
+            whole = self._check_whole(graph, regions, results)
+            if not whole.kept:
+                regions = []
+            if self.use_cache:
+                path = str(cache.store(key, plan.to_json(results, regions, whole, order)))
+        choices = {sig: r.choice for sig, r in results.items()}
+        schedule = self._apply(graph, regions, choices)
+        self.backend.with_schedule(schedule).compile(graph)
+        self.report = SearchReport(list(results.values()), whole, time.perf_counter() - t0,
+                                   loaded is not None, path)
+
+    def _rulesets(self) -> list[tuple[str, str]]:
+        found = [(r.name, r.program) for r in plugins.rulesets()]
+        if self.rulesets is None:
+            return found
+        known = {n for n, _ in found}
+        missing = [n for n in self.rulesets if n not in known]
+        if missing:
+            raise ValueError(f"unknown rule sets {missing}; registered: {sorted(known)}")
+        return [(n, p) for n, p in found if n in self.rulesets]
+
+    def _load(self, graph: Graph, key: str, order: list[int]):
+        """The cached plan for this graph, or None (absent, corrupt, stale, not fitting)."""
+        stored = cache.load(key) if self.use_cache else None
+        if stored is None:
+            return None
+        try:
+            return plan.from_json(graph, stored, order)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            return None
+
+    # ----- searching ----------------------------------------------------------------------
+    def _search(self, graph: Graph, regions: list[Region], rulesets) -> dict[str, RegionResult]:
+        from tqdm import tqdm
+
+        groups: dict[str, list[Region]] = {}
+        for region in regions:
+            groups.setdefault(region.signature, []).append(region)
+        results: dict[str, RegionResult] = {}
+        bar = tqdm(groups.items(), desc="search", unit="region", disable=not self.progress,
+                   leave=False)
+        for sig, members in bar:
+            region = members[0]
+            label = region.label(graph)
+            bar.set_postfix_str(label[:40])
+            results[sig] = self._search_region(graph, region, rulesets, label, len(members))
+            best = results[sig]
+            bar.set_postfix_str(f"{label[:30]} timed={best.timed} best={best.gain:.2f}x")
+        return results
+
+    def _candidates(self, graph: Graph, region: Region, rulesets) -> tuple[list[Candidate], float]:
+        out = [DEFAULT]
+        if region.matmul:
+            out.append(Candidate("loops", "matmul as generated loops"))
+        for n in region.recomputed[:MAX_STORE_VARIANTS]:
+            pos = region.nodes.index(n)
+            out.append(Candidate("store", f"store {graph.nodes[n].op.name} (node {pos})",
+                                 store=(pos,)))
+        sat = saturate(graph, region, rulesets, self.limits)
+        out += [Candidate("rewrite", f"rewrite ({r.profile}, cost {r.cost})", steps=r.steps)
+                for r in sat.rewrites]
+        return out[: 1 + self.top], sat.seconds
+
+    def _search_region(self, graph: Graph, region: Region, rulesets, label: str,
+                       instances: int) -> RegionResult:
+        if not _checkable(graph, region):
+            return RegionResult(label, instances, DEFAULT)
+        candidates, egraph_s = self._candidates(graph, region, rulesets)
+        result = RegionResult(label, instances, candidates[0], egraph_s=egraph_s)
+        if len(candidates) == 1:
+            return result
+        rng = np.random.default_rng(self.seed)
+        dims = {d: graph.dims.get(d, DEFAULT_DIM) for d in graph.free_dims()}
+        reference, _ = self._instance(graph, region, candidates[0], dims, ReferenceBackend())
+        data = measure.random_inputs(reference, rng)
+        special = measure.random_inputs(reference, rng, specials=True)
+        want = measure.run(reference, data, _root(reference))
+        default_special = None
+        survivors: list[tuple[Candidate, Graph]] = []
+        for cand in candidates:
+            try:
+                sub, root = self._instance(graph, region, cand, dims, None)
+                got = measure.run(sub, data, root)
+                odd = measure.run(sub, special, root)
+            except Exception as e:  # a candidate that fails to build is dropped, with why
+                result.rejected.append(f"{cand.label}: {type(e).__name__}: {e}"[:200])
+                continue
+            if cand.kind == "default":
+                default_special = odd
+            elif not measure.agrees(got, want) or (
+                    default_special is not None and not measure.agrees(odd, default_special)):
+                result.rejected.append(f"{cand.label}: disagrees with the reference")
+                continue
+            survivors.append((cand, sub))
+        times = measure.time_interleaved([sub for _, sub in survivors], data)
+        result.timed = len(survivors)
+        for (cand, _), seconds in zip(survivors, times):
+            if cand.kind == "default":
+                result.default_s = seconds
+        result.best_s = result.default_s
+        for (cand, _), seconds in zip(survivors, times):
+            if cand.kind != "default" and seconds < min(result.best_s,
+                                                         result.default_s * MARGIN):
+                result.best_s, result.choice = seconds, cand
+        return result
+
+    def _instance(self, graph: Graph, region: Region, cand: Candidate, dims: dict,
+                  backend: Backend | None) -> tuple[Graph, int]:
+        """The region alone as a graph, with `cand` applied, compiled for `backend` (the
+        searched backend when None); returns it and its output node."""
+        sub, ids = subgraph(graph, region)
+        for d, v in dims.items():
+            sub.set_dim(d, v)
+        local = Region(ids[region.root], [ids[n] for n in region.nodes],
+                       [ids[n] for n in region.inputs], region.matmul)
+        schedule = self._apply(sub, [local], {"": cand}, by_signature=False)
+        sub.compile(backend or self.backend.with_schedule(schedule))
+        return sub, _root(sub)
+
+    def _check_whole(self, graph: Graph, regions: list[Region],
+                     results: dict[str, RegionResult]) -> WholeGraph:
+        """Time the whole graph with the default plan and with every region's choice; the
+        choices are kept only if they agree with the default plan and are faster together."""
+        if all(r.choice.kind == "default" for r in results.values()):
+            return WholeGraph()
+        default, searched = _clone(graph), _clone(graph)
+        for g in (default, searched):
+            for d in graph.free_dims() - graph.dims.keys():
+                g.set_dim(d, DEFAULT_DIM)
+        choices = {sig: r.choice for sig, r in results.items()}
+        default.compile(self.backend)
+        searched.compile(self.backend.with_schedule(self._apply(searched, regions, choices)))
+        rng = np.random.default_rng(self.seed)
+        data = {n: x for n, x in measure.random_inputs(default, rng).items()
+                if n not in graph.data or n in graph.assignments}
+        outputs = sorted(graph.retrieved)
+        want = [measure.run(default, data, default.resolve(n)) for n in outputs]
+        got = [measure.run(searched, data, searched.resolve(n)) for n in outputs]
+        times = measure.time_interleaved([default, searched], data)
+        agree = all(measure.agrees(a, b) for a, b in zip(got, want))
+        return WholeGraph(times[0], times[1], agree and times[1] < times[0] * MARGIN)
+
+    # ----- applying -----------------------------------------------------------------------
+    @staticmethod
+    def _apply(graph: Graph, regions: list[Region], choices: dict[str, Candidate],
+               by_signature: bool = True) -> Schedule:
+        """Rewrite the regions whose choice is a rewrite; the schedule for the others."""
+        store, loops = set(), set()
+        rewritten = False
+        for region in regions:
+            cand = choices.get(region.signature if by_signature else "", DEFAULT)
+            if cand.kind == "store":
+                store.update(region.nodes[p] for p in cand.store)
+            elif cand.kind == "loops":
+                loops.add(region.root)
+            elif cand.kind == "rewrite":
+                leaf_ids = leaves(graph, region)
+                views, _ = views_and_extents(graph, region, leaf_ids)
+                new = terms.rebuild(graph, cand.steps, [graph.resolve(n) for n in leaf_ids], views)
+                graph.replace(graph.resolve(region.root), new)
+                rewritten = True
+        if rewritten:
+            DeadCodeElimination().compile(graph)
+        return Schedule(store=frozenset(store), loop_matmuls=frozenset(loops))
+
+
+def _clone(graph: Graph) -> Graph:
+    """A copy of the graph's structure and state sharing its input arrays (weights), with no
+    runtime: what the whole-graph comparison compiles twice."""
+    memo = {id(x): x for x in graph.data.values()}
+    memo[id(graph.runtime)] = None
+    return copy.deepcopy(graph, memo)
+
+
+def _root(graph: Graph) -> int:
+    (root,) = graph.retrieved
+    return root
+
+
+def _checkable(graph: Graph, region: Region) -> bool:
+    """Random inputs exercise the region: every input is a float, int32 or bool tensor."""
+    dtypes = [graph.nodes[n].dtype for n in region.inputs]
+    return region.searchable and all(d.is_float or d.name in ("int32", "bool") for d in dtypes)

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Runs luminal-cuda's GPU checks on a machine with an NVIDIA GPU and no network (the lent
+# device machine of the development workplace), from a checkout that carries:
+#   .whl/          the luminal wheels (`bash scripts/gpu-session.sh pack` builds them here)
+#                  plus gguf's wheel (transformers reads the GGUF through it)
+#   .model/        SmolLM2-135M-Instruct.Q4_1.gguf, whole or as part.* pieces sent in turn
+# Usage: bash scripts/gpu-session.sh pack            (on the development machine)
+#        bash scripts/gpu-session.sh STAGE [STAGE...] (on the GPU machine; STAGE in
+#        env tests models profile bench); logs go to $OUT (or ./gpu-out).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+MODEL_DIR=${LUMINAL_CACHE:-/root/luminal-models}
+export LUMINAL_CACHE=$MODEL_DIR PYTHONUNBUFFERED=1
+
+pack() {
+  rm -rf .whl packages/*/build && mkdir -p .whl
+  for p in core cpu cuda nn models train; do
+    "$PY" -m pip wheel -q --no-deps --no-build-isolation -w .whl "packages/luminal-$p" || exit 1
+  done
+  "$PY" -m pip download -q --no-deps --only-binary=:all: -d .whl 'gguf==0.19.0' || exit 1
+}
+
+install() {
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+  mkdir -p "$MODEL_DIR"
+  if compgen -G ".model/part.*" >/dev/null; then cp .model/part.* "$MODEL_DIR/"; fi
+  if [ -f .model/SmolLM2-135M-Instruct.Q4_1.gguf ]; then cp .model/*.gguf "$MODEL_DIR/"; fi
+  if [ ! -f "$MODEL_DIR/SmolLM2-135M-Instruct.Q4_1.gguf" ] && compgen -G "$MODEL_DIR/part.*" >/dev/null \
+     && [ "$(ls "$MODEL_DIR"/part.* | wc -l)" -ge 2 ]; then
+    cat "$MODEL_DIR"/part.* > "$MODEL_DIR/SmolLM2-135M-Instruct.Q4_1.gguf"
+  fi
+}
+
+env_report() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
+  "$PY" - <<'PY'
+import sys, cupy, numpy
+print("python", sys.version.split()[0], "numpy", numpy.__version__, "cupy", cupy.__version__)
+print("cuda runtime", cupy.cuda.runtime.runtimeGetVersion(), "driver", cupy.cuda.runtime.driverGetVersion(),
+      "nvrtc", cupy.cuda.nvrtc.getVersion())
+try:
+    import torch; print("torch", torch.__version__, torch.version.cuda)
+except Exception as e: print("torch:", e)
+import luminal_cuda; print("probe:", luminal_cuda.probe())
+PY
+  "$PY" -m luminal.cli backends || true
+  ls -la "$MODEL_DIR" || true
+}
+
+run_tests() {
+  LUMINAL_REQUIRE_HW=cuda "$PY" -m pytest -p no:cacheprovider -n 12 -q -m cuda \
+    packages/luminal-cuda/tests 2>&1 | tee "$OUT/cuda-tests.log" | tail -40
+}
+
+run_models() {
+  LUMINAL_REQUIRE_HW=cuda "$PY" -m pytest -p no:cacheprovider -q -rs -s \
+    packages/luminal-models/tests/test_llama_cuda.py 2>&1 | tee "$OUT/models-tests.log" | tail -30
+}
+
+run_profile() {
+  "$PY" benchmarks/cuda_profile.py 2>&1 | tee "$OUT/profile.log"
+}
+
+run_bench() {
+  "$PY" benchmarks/cuda_bench.py --runs 5 --json > "$OUT/bench.json" 2> "$OUT/bench.err"
+  cat "$OUT/bench.json"; tail -5 "$OUT/bench.err"
+}
+
+if [ "${1:-}" = pack ]; then pack; exit; fi
+install
+for stage in "$@"; do
+  echo "=== $stage"
+  case $stage in
+    env) env_report ;;
+    tests) run_tests ;;
+    models) run_models ;;
+    bench) run_bench ;;
+    profile) run_profile ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
+done
