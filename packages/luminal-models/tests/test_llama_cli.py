@@ -28,7 +28,7 @@ def test_llama_cli_generate_is_registered_by_the_plugin(cli_env):
     assert out.returncode == 0, out.stderr
     models = next(p for p in json.loads(out.stdout) if p["name"] == "luminal-models")
     assert models["registered"]["luminal_register_commands"] == [
-        "generate", "chat", "serve", "models"]
+        "generate", "chat", "serve", "models", "embed", "transcribe"]
     helped = luminal(cli_env, "generate", "--help")
     assert helped.returncode == 0
     assert "--temperature" in helped.stdout and "greedy" in helped.stdout
