@@ -7,4 +7,4 @@ cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || bash scripts/setup.sh
 CMAKE_ARGS="-DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF" \
 CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-  .venv/bin/python -m pip install -q llama-cpp-python==0.3.36
+  .venv/bin/python -m pip install -q "llama-cpp-python[server]==0.3.36"

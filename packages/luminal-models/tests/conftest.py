@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,45 @@ from luminal_models.tokenizer import Tokenizer
 
 # pytest runs with --import-mode=importlib, which does not put test directories on sys.path
 sys.path.insert(0, str(Path(__file__).parent))
+
+PACKAGES = Path(__file__).resolve().parents[2]
+
+
+# Distributions of this repository that are importable but not pip-installed (a source
+# checkout on PYTHONPATH) get a metadata-only dist-info in a temporary directory, written from
+# their pyproject.toml, so a `luminal` subprocess discovers their entry points exactly as an
+# installed copy's.
+def _stub_dist_info(site: Path, package: Path) -> None:
+    project = tomllib.loads((package / "pyproject.toml").read_text())["project"]
+    name, version = project["name"], project["version"]
+    info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    lines = [f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items())
+             for group, eps in project.get("entry-points", {}).items()]
+    (info / "entry_points.txt").write_text("\n".join(lines))
+
+
+@pytest.fixture(scope="session")
+def cli_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Environment for a subprocess that sees every luminal distribution of the checkout."""
+    site = tmp_path_factory.mktemp("dev-site")
+    paths = [str(site)]
+    for package in sorted(PACKAGES.glob("luminal-*")):
+        if not (package / "pyproject.toml").is_file():
+            continue
+        paths.append(str(package / "src"))
+        name = tomllib.loads((package / "pyproject.toml").read_text())["project"]["name"]
+        try:
+            importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            _stub_dist_info(site, package)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LUMINAL_")}
+    # only what `generate` uses: the default backend is then cpu when present, else reference,
+    # whatever other backends this machine has installed
+    env["LUMINAL_PLUGINS"] = "luminal-nn,luminal-models,luminal-cpu"
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
+    return env
 
 
 @pytest.fixture(scope="session")

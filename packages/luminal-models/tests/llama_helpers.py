@@ -69,3 +69,13 @@ def greedy(gen: Generator, ids: list[int], steps: int, stops: frozenset[int]):
             break
         logits = gen.forward([token])
     return out, margins, all_logits
+
+
+def cpu_generator(path):
+    """A `Generator` for the GGUF at `path` on luminal-cpu (its quantized weights kept)."""
+    from luminal_models.generate import Generator
+    from luminal_models.llama import Llama
+    from luminal_models.tokenizer import Tokenizer
+
+    return Generator(Llama.from_gguf(path, progress=False), Tokenizer.from_gguf(path),
+                     cpu_backend())

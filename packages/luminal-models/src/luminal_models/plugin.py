@@ -1,7 +1,7 @@
-"""luminal plugin entry point for luminal-models: adds the `luminal generate`, `luminal embed`
-and `luminal transcribe` commands.
+"""luminal plugin entry point for luminal-models: adds the `generate`, `chat`, `serve`,
+`models`, `embed` and `transcribe` commands.
 
-Hooks stay cheap: the commands' modules import only the standard library until they run.
+Hooks stay cheap: each command's module imports only the standard library until it runs.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from luminal.hookspecs import CommandRegistrar, hookimpl
 
 @hookimpl
 def luminal_register_commands(cli: CommandRegistrar) -> None:
-    from . import cli as generate
-    from . import embed_cli, transcribe_cli
+    from . import chat_cli, embed_cli, models_cli, serve_cli, transcribe_cli
+    from . import cli as generate_cli
 
-    cli.register("generate", generate.HELP, generate.configure, generate.run)
-    cli.register("embed", embed_cli.HELP, embed_cli.configure, embed_cli.run)
-    cli.register("transcribe", transcribe_cli.HELP, transcribe_cli.configure, transcribe_cli.run)
+    for name, module in (("generate", generate_cli), ("chat", chat_cli), ("serve", serve_cli),
+                         ("models", models_cli), ("embed", embed_cli),
+                         ("transcribe", transcribe_cli)):
+        cli.register(name, module.HELP, module.configure, module.run)

@@ -1,4 +1,5 @@
-"""Choosing the next token from logits on the host: greedy, temperature, top-k, top-p.
+"""Choosing the next token from logits on the host: repetition penalty, greedy, temperature,
+top-k, top-p, min-p.
 
 Only the last position's logits (one vocabulary-sized vector) come back from the device per
 step, so sampling in NumPy costs microseconds next to the forward pass.
@@ -6,11 +7,13 @@ step, so sampling in NumPy costs microseconds next to the forward pass.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Sampler", "SamplingParams", "top_k_filter", "top_p_filter"]
+__all__ = ["Sampler", "SamplingParams", "min_p_filter", "repetition_penalty", "top_k_filter",
+           "top_p_filter"]
 
 
 @dataclass(frozen=True)
@@ -24,12 +27,20 @@ class SamplingParams:
         top_p: sample among the smallest set of most likely tokens whose probabilities add up
             to at least p (nucleus sampling; 1 disables).
         seed: seed of the random generator; None draws a fresh one.
+        min_p: drop tokens less likely than min_p times the most likely one (0 disables).
+        repeat_penalty: divide the positive logits (multiply the negative ones) of tokens seen
+            among the last `repeat_last_n` ids by this (1 disables; applies to greedy too),
+            as llama.cpp and transformers' `repetition_penalty`.
+        repeat_last_n: how many recent ids the penalty looks at (the prompt included).
     """
 
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     seed: int | None = None
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -38,6 +49,12 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        if self.repeat_penalty <= 0:
+            raise ValueError(f"repeat_penalty must be > 0, got {self.repeat_penalty}")
+        if self.repeat_last_n < 0:
+            raise ValueError(f"repeat_last_n must be >= 0, got {self.repeat_last_n}")
 
 
 def top_k_filter(logits: np.ndarray, k: int) -> np.ndarray:
@@ -63,6 +80,26 @@ def top_p_filter(logits: np.ndarray, p: float) -> np.ndarray:
     return np.where(keep, logits, -np.inf)
 
 
+def min_p_filter(logits: np.ndarray, min_p: float) -> np.ndarray:
+    """`logits` without the tokens whose probability is below `min_p` times the largest one
+    (in logits: more than -log(min_p) below the maximum)."""
+    if min_p <= 0:
+        return logits
+    return np.where(logits >= logits.max() + np.log(min_p), logits, -np.inf)
+
+
+def repetition_penalty(logits: np.ndarray, recent: np.ndarray, penalty: float) -> np.ndarray:
+    """`logits` with each token of `recent` made less likely: a positive logit divided by
+    `penalty`, a negative one multiplied by it (CTRL's rule, used by llama.cpp and
+    transformers)."""
+    if penalty == 1 or recent.size == 0:
+        return logits
+    seen = np.unique(recent)
+    out = logits.copy()
+    out[seen] = np.where(out[seen] > 0, out[seen] / penalty, out[seen] * penalty)
+    return out
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max())
     return e / e.sum()
@@ -76,11 +113,16 @@ class Sampler:
         self.params = params
         self.rng = np.random.default_rng(params.seed)
 
-    def __call__(self, logits: np.ndarray) -> int:
-        """The next token id from a 1-D logits vector."""
+    def __call__(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
+        """The next token id from a 1-D logits vector; `history` holds the ids so far (the
+        repetition penalty looks at its last `repeat_last_n`)."""
         p = self.params
         logits = np.asarray(logits, dtype=np.float64).reshape(-1)
+        if p.repeat_penalty != 1 and p.repeat_last_n > 0:
+            recent = np.asarray(history[-p.repeat_last_n:], dtype=np.int64)
+            logits = repetition_penalty(logits, recent, p.repeat_penalty)
         if p.temperature == 0:
             return int(np.argmax(logits))
         scaled = top_p_filter(top_k_filter(logits / p.temperature, p.top_k), p.top_p)
+        scaled = min_p_filter(scaled, p.min_p)
         return int(self.rng.choice(scaled.shape[0], p=_softmax(scaled)))

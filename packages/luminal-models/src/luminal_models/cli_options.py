@@ -1,0 +1,160 @@
+"""Command-line options shared by `luminal generate`, `chat` and `serve`, and model loading.
+
+Values are checked by argparse types, so a bad one is reported against the flag the user
+typed (`argument --top-k: must be >= 0, got -3`) with the command's own usage. Only the
+standard library is imported at module level: `luminal --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_model_options", "add_sampling_options", "checked", "load_generator",
+           "sampling_params", "threads_from_args"]
+
+MODEL_HELP = ("'smollm2' (downloaded once if needed), a .gguf file, or a Hugging Face "
+              "checkpoint directory (config.json, *.safetensors, tokenizer.json)")
+
+
+def checked(kind: type, low: float | None = None, high: float | None = None,
+            low_open: bool = False) -> Callable[[str], Any]:
+    """An argparse type: `kind(text)` within [low, high] (or (low, high] with `low_open`)."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+        if low is not None and (value <= low if low_open else value < low):
+            bound = f"> {low:g}" if low_open else f">= {low:g}"
+            if high is not None:
+                bound = f"in {'(' if low_open else '['}{low:g}, {high:g}]"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"must be in [{low:g}, {high:g}], got {text}")
+        return value
+    return parse
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """--model, --backend, --search, --ctx, --threads."""
+    parser.add_argument("--model", "-m", default="smollm2", metavar="NAME|PATH",
+                        help=f"{MODEL_HELP} (default: %(default)s; see `luminal models`)")
+    parser.add_argument("--backend", "-b", default=None, metavar="NAME",
+                        help="luminal backend (default: the best available; see "
+                             "`luminal backends`)")
+    parser.add_argument("--search", action="store_true",
+                        help="compile with the search compiler (luminal-search): slower the "
+                             "first time, its plan is cached for the next runs")
+    parser.add_argument("--ctx", "-c", type=checked(int, 1), default=None, metavar="N",
+                        help="context size in tokens, prompt and output together (default "
+                             "and maximum: the model's)")
+    parser.add_argument("--threads", type=checked(int, 1), default=None, metavar="N",
+                        help="CPU threads for the cpu backend (default: the idle cores; "
+                             "same as LUMINAL_CPU_THREADS=N)")
+
+
+def add_sampling_options(parser: argparse.ArgumentParser) -> None:
+    """--temperature, --top-k, --top-p, --min-p, --repeat-penalty, --seed."""
+    parser.add_argument("--temperature", "-t", type=checked(float, 0), default=0.0,
+                        metavar="T", help="0 = greedy (default: %(default)s)")
+    parser.add_argument("--top-k", type=checked(int, 0), default=40, metavar="K",
+                        help="sample among the K most likely tokens; 0 = all "
+                             "(default: %(default)s; ignored when greedy)")
+    parser.add_argument("--top-p", type=checked(float, 0, 1, low_open=True), default=0.95,
+                        metavar="P", help="nucleus sampling mass; 1 = off (default: "
+                                          "%(default)s; ignored when greedy)")
+    parser.add_argument("--min-p", type=checked(float, 0, 1), default=0.0, metavar="P",
+                        help="drop tokens less likely than P times the most likely one; "
+                             "0 = off (default: %(default)s; ignored when greedy)")
+    parser.add_argument("--repeat-penalty", type=checked(float, 0, low_open=True), default=1.0,
+                        metavar="R", help="make tokens among the last 64 less likely "
+                                          "(llama.cpp's rule); 1 = off (default: %(default)s)")
+    parser.add_argument("--seed", type=checked(int, 0), default=None, metavar="S",
+                        help="random seed for sampling (default: a fresh one each run)")
+
+
+def sampling_params(args: argparse.Namespace) -> Any:
+    """The `SamplingParams` the sampling options ask for."""
+    from .sampling import SamplingParams
+
+    return SamplingParams(args.temperature, args.top_k, args.top_p, args.seed,
+                          min_p=args.min_p, repeat_penalty=args.repeat_penalty)
+
+
+def threads_from_args(args: argparse.Namespace) -> None:
+    """Apply --threads (before any backend starts: the cpu backend reads it once)."""
+    if args.threads is not None:
+        os.environ["LUMINAL_CPU_THREADS"] = str(args.threads)
+
+
+def load_generator(model: str, backend_name: str | None = None, ctx: int | None = None,
+                   progress: bool = True, search: bool = False) -> tuple[Any, Path]:
+    """Load `model` (a name, .gguf file or checkpoint directory) and compile it for the
+    backend (through the search compiler with `search`); returns the `Generator` and the
+    model's path. Progress bars go to stderr."""
+    import luminal as lm
+
+    from .generate import Generator
+    from .gguf_file import GGUFFile
+    from .hub import resolve_model
+    from .llama import Llama
+    from .tokenizer import Tokenizer
+
+    backend = lm.backend(backend_name)
+    checkpoint = _checkpoint_dir(model)
+    if checkpoint is not None:
+        path = checkpoint
+        tokenizer = Tokenizer.from_pretrained(checkpoint)  # before the (larger) weights
+        llama = Llama.from_safetensors(checkpoint, progress=progress)
+    else:
+        path = resolve_model(model)
+        if path.suffix.lower() != ".gguf":
+            raise ValueError(f"{path}: luminal reads a .gguf file or a Hugging Face "
+                             "checkpoint directory (config.json, *.safetensors, "
+                             "tokenizer.json)")
+        # the reference backend has no quantized kernels: it would decode every weight on
+        # every step, so it gets float32 weights decoded once at load
+        quantized = backend.name != "reference"
+        # parsed once for the tokenizer and the weights; closing it frees the parsed
+        # metadata (the weights keep the file's memory map alive)
+        with GGUFFile(path) as gguf:
+            tokenizer = Tokenizer.from_gguf(gguf)
+            llama = Llama.from_gguf(gguf, quantized=quantized, progress=progress)
+    # the search compiler wraps the backend: it picks the plan, the backend compiles it
+    compiler = lm.plugins.compiler("search", backend=backend,
+                                   progress=progress) if search else backend
+    return Generator(llama, tokenizer, compiler, max_context=ctx, progress=progress), path
+
+
+def _checkpoint_dir(model: str) -> Path | None:
+    """The Hugging Face checkpoint directory `model` names (a directory, or a .safetensors
+    file in one), or None for a model name or a GGUF file. A directory without the files a
+    checkpoint needs is an error that says which are missing."""
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix.lower() == ".safetensors":
+        path = path.parent
+    elif not path.is_dir():
+        return None
+    missing = [name for name, ok in (
+        ("config.json", (path / "config.json").is_file()),
+        ("*.safetensors", any(path.glob("*.safetensors"))),
+        ("tokenizer.json", (path / "tokenizer.json").is_file()),
+    ) if not ok]
+    if missing:
+        raise FileNotFoundError(
+            f"{path}: not a Hugging Face checkpoint luminal can read: no "
+            f"{', no '.join(missing)} (it needs config.json, *.safetensors weights and the "
+            "tokenizer as tokenizer.json)")
+    return path
+
+
+def write_stdout(text: str) -> None:
+    """Stream `text` to stdout now."""
+    sys.stdout.write(text)
+    sys.stdout.flush()

@@ -1,0 +1,59 @@
+"""`luminal models`: the models luminal knows by name and the model files it has locally."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["HELP", "configure", "run"]
+
+HELP = "list the models known by name and the model files installed here, with sizes"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """Add `luminal models`' arguments."""
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute `luminal models`."""
+    from . import hub
+
+    rows = []
+    smollm2 = hub.installed_smollm2() or _existing(hub.cache_dir() / hub.SMOLLM2_FILENAME)
+    rows.append({
+        "name": "smollm2", "aliases": sorted(hub.SMOLLM2_NAMES - {"smollm2"}),
+        "description": "SmolLM2-135M-Instruct, Q4_1 GGUF (PyPI wheel " + hub.SMOLLM2_WHEEL + ")",
+        "installed": smollm2 is not None,
+        "size_bytes": smollm2.stat().st_size if smollm2 else hub.SMOLLM2_SIZE,
+        "path": str(smollm2) if smollm2 else None,
+    })
+    known = {smollm2.resolve()} if smollm2 else set()
+    cache = hub.cache_dir()
+    for path in sorted(cache.glob("*.gguf")) if cache.is_dir() else ():
+        if path.resolve() not in known:
+            rows.append({"name": path.name, "aliases": [], "description": "GGUF in the cache",
+                         "installed": True, "size_bytes": path.stat().st_size,
+                         "path": str(path)})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = [["NAME", "SIZE", "STATUS", "WHERE / WHAT"]] + [
+        [r["name"], _size(r["size_bytes"]), "installed" if r["installed"] else "downloads on "
+         "first use", r["path"] or r["description"]] for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    print(f"\nUse one with `--model NAME` or `--model PATH` (a .gguf file or a Hugging Face "
+          f"checkpoint directory). Cache: {cache}", file=sys.stderr)
+    return 0
+
+
+def _existing(path: Path) -> Path | None:
+    return path if path.is_file() else None
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n < 1e9 else f"{n / 1e9:.2f} GB"

@@ -1,0 +1,90 @@
+"""`luminal generate`'s options and edges, run as a user would: --file, --stop, --system,
+--quiet, --ctx, --threads, errors that name the flag, the command's own usage for a bad
+flag, empty prompts refused before loading, the hint on a terminal, Ctrl-C, and
+`luminal models`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from test_llama_cli import luminal
+
+
+def test_llama_cli_refuses_bad_input_before_loading(cli_env):
+    for args, stdin in ((("generate", ""), None), (("generate", "  \n"), None),
+                        (("generate",), "\n")):
+        out = luminal(cli_env, *args, stdin=stdin)
+        assert out.returncode == 1
+        assert out.stderr == "luminal generate: error: the prompt is empty\n"
+    topk = luminal(cli_env, "generate", "hi", "--top-k", "-3")
+    assert topk.returncode == 2
+    assert "luminal generate: error: argument --top-k: must be >= 0, got -3" in topk.stderr
+    flag = luminal(cli_env, "generate", "hi", "--bogus")
+    assert flag.returncode == 2
+    assert flag.stderr.startswith("usage: luminal generate ")
+    assert "unrecognized arguments: --bogus" in flag.stderr
+    both = luminal(cli_env, "generate", "hi", "--file", "x.txt")
+    assert both.returncode == 1 and "not both" in both.stderr
+
+
+def test_llama_cli_file_stop_quiet_threads(cli_env, smollm2_file, tmp_path):
+    """The prompt from a file (its newline kept), cut before the stop text, and nothing on
+    stderr with --quiet."""
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Once upon a time", encoding="utf-8")
+    out = luminal(cli_env, "generate", "--file", str(prompt), "-n", "8", "--stop", "Nova",
+                  "--quiet", "--threads", "1")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == ", the city of \n" and out.stderr == ""
+    missing = luminal(cli_env, "generate", "--file", str(tmp_path / "nope.txt"))
+    assert missing.returncode == 1 and "nope.txt" in missing.stderr
+
+
+def test_llama_cli_system_and_ctx(cli_env, smollm2_file, smollm2_tokenizer):
+    tok, system = smollm2_tokenizer, "You are a helpful assistant."
+    question = "What is the capital of France?"
+    out = luminal(cli_env, "generate", "--system", system, question, "-n", "16", "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+    assert result["prompt_tokens"] == len(tok.encode(tok.apply_chat_template(messages)))
+    assert "Paris" in result["text"]
+    # 4 prompt tokens in a 6-token context: three tokens fit (the last is never fed back)
+    short = luminal(cli_env, "generate", "Once upon a time", "--ctx", "6", "-n", "8", "--json")
+    assert short.returncode == 0, short.stderr
+    assert json.loads(short.stdout)["token_ids"] == [28, 260, 2240]
+    assert json.loads(short.stdout)["stop_reason"] == "context"
+
+
+def test_llama_cli_models_lists_smollm2_with_its_size(cli_env, smollm2_file):
+    out = luminal(cli_env, "models", "--json")
+    assert out.returncode == 0, out.stderr
+    smollm2 = next(m for m in json.loads(out.stdout) if m["name"] == "smollm2")
+    assert smollm2["installed"] and smollm2["size_bytes"] == smollm2_file.stat().st_size
+    table = luminal(cli_env, "models")
+    assert "smollm2" in table.stdout and "98.4 MB" in table.stdout
+
+
+def test_llama_cli_terminal_hint_and_ctrl_c(cli_env, smollm2_file):
+    pexpect = pytest.importorskip("pexpect")
+    waiting = pexpect.spawn(sys.executable, ["-m", "luminal", "generate"], env=cli_env,
+                            encoding="utf-8", timeout=60)
+    waiting.expect_exact("type the prompt, then Ctrl-D")
+    waiting.sendeof()
+    waiting.expect(pexpect.EOF)
+    waiting.close()
+    assert waiting.exitstatus == 1
+
+    child = pexpect.spawn(sys.executable, ["-m", "luminal", "generate", "A long story:", "-n",
+                                           "2000", "--quiet"], env=cli_env, encoding="utf-8",
+                          timeout=180)
+    child.expect(r"\w+ \w+ \w+ \w+")  # it is streaming
+    child.sendintr()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130
+    tail = child.before.strip().splitlines()
+    assert tail[-1] == "luminal generate: interrupted"
+    assert "Traceback" not in child.before
