@@ -33,7 +33,7 @@ def run(build, compilers, feeds, steps=1):
 def both(build, feeds, backend=None, rtol=1e-4, atol=1e-5):
     """Run on CUDA and on the reference backend; compare every output of every feed."""
     cuda_graph, got = run(build, (lm.GenericCompiler(), backend or CudaBackend()), feeds, 0)
-    _, want = run(build, lm.GenericCompiler(), feeds, 0)
+    _, want = run(build, (lm.GenericCompiler(), lm.backend("reference")), feeds, 0)
     for g_outs, w_outs in zip(got, want):
         for a, b in zip(g_outs, w_outs):
             np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol,
@@ -117,7 +117,7 @@ def test_cuda_decode_with_kv_cache_matches_reference():
         return outs
 
     got = run_steps((lm.GenericCompiler(), CudaBackend()))
-    want = run_steps(lm.GenericCompiler())
+    want = run_steps((lm.GenericCompiler(), lm.backend("reference")))
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
