@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from .dtypes import bool_, float32, int32
 from .errors import OpError
 from .hl_ops.binary import where
@@ -421,7 +423,8 @@ def _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, spatial, nam
     x, unbatched = _batched(x, spatial, name)
     geo = _PoolGeometry(x, kernel_size, stride, padding, dilation, ceil_mode, spatial)
     axes = tuple(range(-spatial, 0))
-    lowest = -math.inf if x.dtype.is_float else -(2**31)  # pads never win the max
+    # pads never win the max: the lowest value of the dtype (0 for unsigned ints)
+    lowest = -math.inf if x.dtype.is_float else int(np.iinfo(x.dtype.numpy).min)
     win = geo.windows(x, geo.pads, lowest)
     out = win.amax(axes)
     if not return_indices:
