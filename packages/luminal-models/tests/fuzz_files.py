@@ -14,6 +14,7 @@ Outcomes: "ok" (loaded), "error:<Type>" for the loaders' documented error types,
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -23,7 +24,6 @@ import shutil
 import struct
 import sys
 import time
-from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
@@ -254,8 +254,10 @@ def cli_prints_one_line(path: Path) -> bool:
     """`luminal generate --model PATH` (in process): exit status 1 and one line on stderr."""
     from luminal_models import cli
 
-    args = Namespace(prompt="hi", model=str(path), max_tokens=1, temperature=0.0, top_k=40,
-                     top_p=0.95, seed=0, chat=False, backend="reference", json=True)
+    parser = argparse.ArgumentParser(prog="luminal generate")
+    cli.configure(parser)  # the command's own defaults, whatever options it grows
+    args = parser.parse_args(["hi", "--model", str(path), "--max-tokens", "1",
+                              "--backend", "reference", "--json"])
     err, out = io.StringIO(), io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         status = cli.run(args)
