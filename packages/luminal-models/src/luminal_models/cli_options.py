@@ -41,13 +41,18 @@ def checked(kind: type, low: float | None = None, high: float | None = None,
     return parse
 
 
+def add_backend_option(parser: argparse.ArgumentParser) -> None:
+    """--backend NAME, shared by every model command."""
+    parser.add_argument("--backend", "-b", default=None, metavar="NAME",
+                        help="luminal backend (default: the best available; see "
+                             "`luminal backends`)")
+
+
 def add_model_options(parser: argparse.ArgumentParser) -> None:
     """--model, --backend, --search, --ctx, --threads."""
     parser.add_argument("--model", "-m", default="smollm2", metavar="NAME|PATH",
                         help=f"{MODEL_HELP} (default: %(default)s; see `luminal models`)")
-    parser.add_argument("--backend", "-b", default=None, metavar="NAME",
-                        help="luminal backend (default: the best available; see "
-                             "`luminal backends`)")
+    add_backend_option(parser)
     parser.add_argument("--search", action="store_true",
                         help="compile with the search compiler (luminal-search): slower the "
                              "first time, its plan is cached for the next runs")

