@@ -1,14 +1,22 @@
 """SmolLM2-135M-Instruct (Q4_1 GGUF): prefill and decode speed and peak memory, luminal vs peers.
 
     python benchmarks/llm_bench.py                   # luminal cpu, transformers, llama.cpp
+    python benchmarks/llm_bench.py --systems luminal,llama.cpp --busy 1
     python benchmarks/llm_bench.py --systems luminal --backend reference --runs 1
 
 Prefill = one forward over a fixed 128-token prompt with an empty cache. Decode = 128
 single-token greedy steps right after it (context 128 -> 256, end-of-text ignored). Each
 system runs in its own subprocess, so "peak RSS" is that system's alone (the process's
-maximum resident set: weights, activations and runtime). Rates are medians over --runs timed
-runs after one warm-up run; "best" is the fastest run. Each timed run waits (up to 60 s) until
-other processes use less than 0.2 CPU; the table says how many runs could not.
+maximum resident set: weights, activations and runtime). The subprocesses load and warm up
+once, then the timed runs are interleaved in rounds (one run of each system per round, the
+order rotating), so a change in the machine's load hits every system alike; rates are
+medians over the --runs rounds, "best" the fastest run. On a quiet machine each run waits (up
+to 60 s) until other processes use less than 0.2 CPU; the table says how many runs could not.
+
+`--busy N` keeps N cores busy meanwhile: N bounded busy-loop processes (they stop after at
+most 30 minutes even if this script is killed) run through all timed rounds, so every system
+is measured under the same contention. Luminal's row also gives its host overhead: the part
+of a decode step spent outside the compiled program (Python, binding, sampling the argmax).
 
 Systems:
   luminal       this repository, on --backend (default cpu)
@@ -23,9 +31,11 @@ import argparse
 import json
 import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -70,29 +80,28 @@ def _wait_until_quiet(max_wait_s: float = 60.0, threshold: float = 0.2) -> bool:
     if not os.path.exists("/proc/stat"):
         return True
     deadline = time.monotonic() + max_wait_s
-    while time.monotonic() < deadline:
-        if _busy_cpus() < threshold:
-            return True
-    return False
+    while _busy_cpus() >= threshold:
+        if time.monotonic() >= deadline:
+            return False
+    return True
 
 
-def _time_runs(run_once: Callable[[], tuple[float, float]], runs: int) -> dict:
+def _serve_runs(run_once: Callable[[], tuple[float, float]], notes: Callable[[], dict]) -> None:
+    """Warm up, then answer the driver: each `run` line on stdin times one run (printed as
+    JSON: prefill and decode seconds, and whatever `notes()` adds), `done` prints the peak
+    RSS and exits."""
     run_once()  # warm-up: caches, lazy allocations, kernel loading
-    timings, noisy = [], 0
-    for _ in range(runs):
-        noisy += not _wait_until_quiet()
-        timings.append(run_once())
-    prefill, decode = zip(*timings)
-    return {
-        "prefill_tok_s": PROMPT_TOKENS / statistics.median(prefill),
-        "prefill_best": PROMPT_TOKENS / min(prefill),
-        "decode_tok_s": DECODE_TOKENS / statistics.median(decode),
-        "decode_best": DECODE_TOKENS / min(decode),
-        "noisy_runs": noisy,
-    }
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        if line.strip() != "run":
+            break
+        prefill, decode = run_once()
+        print(json.dumps({"prefill_s": prefill, "decode_s": decode, **notes()}), flush=True)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"peak_rss_mb": rss, **notes()}), flush=True)
 
 
-def bench_luminal(model_path: Path, runs: int, backend_name: str) -> dict:
+def bench_luminal(model_path: Path, backend_name: str) -> None:
     import luminal as lm
     from luminal_models.generate import Generator
     from luminal_models.gguf_file import GGUFFile
@@ -108,21 +117,31 @@ def bench_luminal(model_path: Path, runs: int, backend_name: str) -> dict:
     setup_s = time.perf_counter() - start
     ids = _prompt_ids(tokenizer)
 
+    runtime = generator.graph.runtime
+    host: list[float] = []  # per run: decode seconds outside the compiled program
+
     def run_once() -> tuple[float, float]:
         generator.reset()
         t0 = time.perf_counter()
         token = int(generator.forward(ids).argmax())
         t1 = time.perf_counter()
+        native0 = getattr(runtime, "native_s", 0.0)
         for _ in range(DECODE_TOKENS):
             token = int(generator.forward([token]).argmax())
-        return t1 - t0, time.perf_counter() - t1
+        t2 = time.perf_counter()
+        if hasattr(runtime, "native_s"):
+            host.append((t2 - t1) - (runtime.native_s - native0))
+        return t1 - t0, t2 - t1
 
-    stats = _time_runs(run_once, runs)
-    runtime_stats = getattr(generator.graph.runtime, "stats", None) or {}
-    note = f"backend {backend_name}; load + compile {setup_s:.1f} s"
-    if "cached" in runtime_stats:
-        note += " (kernels from the disk cache)" if runtime_stats["cached"] else ""
-    return {**stats, "notes": note}
+    def notes() -> dict:
+        runtime_stats = getattr(runtime, "stats", None) or {}
+        note = f"backend {backend_name}; load + compile {setup_s:.1f} s"
+        if runtime_stats.get("cached"):
+            note += " (kernels from the disk cache)"
+        extra = {"host_s": host[-1] / DECODE_TOKENS} if host else {}
+        return {"notes": note, **extra}
+
+    _serve_runs(run_once, notes)
 
 
 def _backend(lm, name: str):
@@ -139,7 +158,7 @@ def _backend(lm, name: str):
         return lm.backend(name)
 
 
-def bench_transformers(model_path: Path, runs: int, threads: int) -> dict:
+def bench_transformers(model_path: Path, threads: int) -> None:
     import torch
     import transformers
     from luminal_models.tokenizer import Tokenizer
@@ -164,12 +183,12 @@ def bench_transformers(model_path: Path, runs: int, threads: int) -> dict:
                 token = out.logits[0, -1].argmax().view(1, 1)
             return t1 - t0, time.perf_counter() - t1
 
-    stats = _time_runs(run_once, runs)
-    return {**stats, "notes": f"transformers {transformers.__version__}, torch "
-                              f"{torch.__version__}, eager fp32; load {load_s:.1f} s"}
+    note = (f"transformers {transformers.__version__}, torch {torch.__version__}, eager fp32; "
+            f"load {load_s:.1f} s")
+    _serve_runs(run_once, lambda: {"notes": note})
 
 
-def bench_llama_cpp(model_path: Path, runs: int, threads: int) -> dict:
+def bench_llama_cpp(model_path: Path, threads: int) -> None:
     import llama_cpp
     import numpy as np
 
@@ -196,24 +215,21 @@ def bench_llama_cpp(model_path: Path, runs: int, threads: int) -> dict:
             token = int(last_logits().argmax())
         return t1 - t0, time.perf_counter() - t1
 
-    stats = _time_runs(run_once, runs)
-    return {**stats, "notes": f"llama-cpp-python {llama_cpp.__version__}, Q4_1 as shipped; "
-                              f"load {load_s:.1f} s"}
+    note = f"llama-cpp-python {llama_cpp.__version__}, Q4_1 as shipped; load {load_s:.1f} s"
+    _serve_runs(run_once, lambda: {"notes": note})
 
 
 def run_child(args: argparse.Namespace) -> None:
-    """Benchmark one system in this process and print its result as JSON."""
+    """Benchmark one system in this process, driven through stdin/stdout (`_serve_runs`)."""
     from luminal_models.hub import resolve_model
 
     path = resolve_model(args.model)
     if args.child == "luminal":
-        result = bench_luminal(path, args.runs, args.backend)
+        bench_luminal(path, args.backend)
     elif args.child == "transformers":
-        result = bench_transformers(path, args.runs, args.threads)
+        bench_transformers(path, args.threads)
     else:
-        result = bench_llama_cpp(path, args.runs, args.threads)
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps(result))
+        bench_llama_cpp(path, args.threads)
 
 
 # ----------------------------------------------------------------------------- driver
@@ -233,13 +249,151 @@ def _child_env(threads: int) -> dict[str, str]:
     return env
 
 
+BUSY_LOOP = ("import time\nend = time.monotonic() + {seconds}\n"
+             "while time.monotonic() < end:\n    pass\n")
+
+
+class ChildFailed(RuntimeError):
+    """A system's process died or answered nonsense; the message says why."""
+
+
+class Child:
+    """One system's benchmark process: loads and warms up, then times one run per `run()`."""
+
+    def __init__(self, system: str, args: argparse.Namespace) -> None:
+        self.system = system
+        cmd = [sys.executable, __file__, "--child", system, "--threads", str(args.threads),
+               "--backend", args.backend, "--model", args.model]
+        # stderr to a file, not a pipe: a chatty child can never block on it
+        self._stderr = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._stderr, text=True,
+                                     env=_child_env(args.threads))
+        self._read()  # {"ready": true} once loaded and warmed up
+
+    def _read(self) -> dict:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        raise ChildFailed(self._cause())
+
+    def _cause(self) -> str:
+        """Why the process ended: its exit status or signal, and its last stderr lines."""
+        code = self.proc.wait()
+        if code < 0:
+            try:
+                status = f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                status = f"killed by signal {-code}"
+        else:
+            status = f"exit status {code}"
+        self._stderr.seek(0)
+        tail = [x.strip() for x in self._stderr.read().splitlines() if x.strip()][-3:]
+        return status + (": " + " / ".join(tail) if tail else " (no output on stderr)")
+
+    def _send(self, command: str) -> None:
+        try:
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise ChildFailed(self._cause()) from None
+
+    def run(self) -> dict:
+        self._send("run")
+        return self._read()
+
+    def finish(self) -> dict:
+        self._send("done")
+        result = self._read()
+        self.proc.wait()
+        return result
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _start_busy(n: int, seconds: float) -> list[subprocess.Popen]:
+    """`n` processes that keep a core busy for at most `seconds` each."""
+    code = BUSY_LOOP.format(seconds=seconds)
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+
+
+def _summary(runs: list[dict], final: dict, noisy: int) -> dict:
+    prefill = [r["prefill_s"] for r in runs]
+    decode = [r["decode_s"] for r in runs]
+    result = {
+        "prefill_tok_s": PROMPT_TOKENS / statistics.median(prefill),
+        "prefill_best": PROMPT_TOKENS / min(prefill),
+        "decode_tok_s": DECODE_TOKENS / statistics.median(decode),
+        "decode_best": DECODE_TOKENS / min(decode),
+        "noisy_runs": noisy, "peak_rss_mb": final["peak_rss_mb"], "notes": final["notes"],
+    }
+    host = [r["host_s"] for r in runs if "host_s" in r]
+    if host:
+        step = statistics.median(decode) / DECODE_TOKENS
+        result["host_us"] = statistics.median(host) * 1e6
+        result["host_share"] = statistics.median(host) / step
+    return result
+
+
+def measure(systems: list[str], args: argparse.Namespace) -> dict[str, dict]:
+    """Start every system, time them in interleaved rounds, return each one's summary (or
+    why it was skipped or failed)."""
+    results: dict[str, dict] = {}
+    children: list[Child] = []
+    busy: list[subprocess.Popen] = []
+    try:
+        for system in systems:
+            print(f"loading {system} ...", file=sys.stderr, flush=True)
+            try:
+                children.append(Child(system, args))
+            except ChildFailed as e:
+                results[system] = {"failed": str(e)}
+        busy = _start_busy(args.busy, seconds=1800)
+        runs: dict[str, list[dict]] = {c.system: [] for c in children}
+        noisy = dict.fromkeys(runs, 0)
+        for round_ in range(args.runs):
+            print(f"round {round_ + 1}/{args.runs} ...", file=sys.stderr, flush=True)
+            shift = round_ % max(len(children), 1)
+            for child in children[shift:] + children[:shift]:
+                if child.system in results:
+                    continue  # failed in an earlier round
+                noisy[child.system] += not _wait_until_quiet(args.max_wait, args.busy + 0.2)
+                try:
+                    runs[child.system].append(child.run())
+                except ChildFailed as e:
+                    results[child.system] = {"failed": str(e)}
+        for child in children:
+            if child.system in results:
+                continue
+            try:
+                results[child.system] = _summary(runs[child.system], child.finish(),
+                                                 noisy[child.system])
+            except ChildFailed as e:
+                results[child.system] = {"failed": str(e)}
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+        for child in children:
+            child.kill()
+    return {s: results[s] for s in systems}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--systems", default=",".join(SYSTEMS),
                         help="comma-separated subset of: " + ", ".join(SYSTEMS))
     parser.add_argument("--backend", default="cpu", help="luminal backend (default: cpu)")
-    parser.add_argument("--runs", type=int, default=5, help="timed runs per system")
+    parser.add_argument("--runs", type=int, default=5, help="timed rounds (runs per system)")
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for every system")
+    parser.add_argument("--busy", type=int, default=0, metavar="N",
+                        help="keep N cores busy with busy loops while timing (default 0)")
+    parser.add_argument("--max-wait", type=float, default=60.0, metavar="SECONDS",
+                        help="before each run, wait up to this long for a quiet machine "
+                             "(default 60; 0: never wait)")
     parser.add_argument("--model", default="smollm2", help="model name or .gguf path")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
@@ -247,43 +401,42 @@ def main() -> None:
     if args.child:
         run_child(args)
         return
+    if args.runs < 1 or args.busy < 0:
+        parser.error("--runs must be at least 1 and --busy at least 0")
 
-    results: dict[str, dict] = {}
+    systems, skipped = [], {}
     for system in args.systems.split(","):
         if system not in SYSTEMS:
             parser.error(f"unknown system {system!r}")
         if system == "llama.cpp" and not _importable("llama_cpp"):
-            results[system] = {"skipped": "llama-cpp-python is not installed (optional: "
+            skipped[system] = {"skipped": "llama-cpp-python is not installed (optional: "
                                           "`bash scripts/setup-bench.sh` builds llama.cpp, "
                                           "about 15 minutes)"}
-            continue
-        if system == "transformers" and not _importable("transformers"):
-            results[system] = {"skipped": "transformers is not installed"}
-            continue
-        print(f"benchmarking {system} ...", file=sys.stderr, flush=True)
-        cmd = [sys.executable, __file__, "--child", system, "--runs", str(args.runs),
-               "--threads", str(args.threads), "--backend", args.backend, "--model", args.model]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=_child_env(args.threads))
-        if proc.returncode != 0:
-            results[system] = {"failed": proc.stderr.strip().splitlines()[-1:] or ["?"]}
-            continue
-        results[system] = json.loads(proc.stdout.strip().splitlines()[-1])
+        elif system == "transformers" and not _importable("transformers"):
+            skipped[system] = {"skipped": "transformers is not installed"}
+        else:
+            systems.append(system)
+    results = {**measure(systems, args), **skipped}
 
     if args.json:
         print(json.dumps(results, indent=2))
         return
+    load = f", {args.busy} core(s) kept busy by busy loops" if args.busy else ""
     print(f"SmolLM2-135M-Instruct Q4_1, {PROMPT_TOKENS}-token prefill, {DECODE_TOKENS} greedy "
-          f"decode steps, {args.threads} threads, median of {args.runs} runs (best)\n")
+          f"decode steps, {args.threads} threads{load}, median of {args.runs} interleaved "
+          f"rounds (best)\n")
     print("| system | prefill tok/s | decode tok/s | peak RSS | notes |")
     print("| --- | --- | --- | --- | --- |")
     for system, r in results.items():
         if "prefill_tok_s" not in r:
-            print(f"| {system} | - | - | - | {r.get('skipped') or 'failed: ' + r['failed'][0]} |")
+            print(f"| {system} | - | - | - | {r.get('skipped') or 'failed: ' + r['failed']} |")
             continue
         noisy = f"; {r['noisy_runs']} run(s) started on a busy machine" if r["noisy_runs"] else ""
+        host = (f"; host overhead {r['host_us']:.0f} us a decode step ({r['host_share']:.1%})"
+                if "host_us" in r else "")
         print(f"| {system} | {r['prefill_tok_s']:.0f} ({r['prefill_best']:.0f}) | "
               f"{r['decode_tok_s']:.1f} ({r['decode_best']:.1f}) | {r['peak_rss_mb']:.0f} MB | "
-              f"{r['notes']}{noisy} |")
+              f"{r['notes']}{host}{noisy} |")
 
 
 if __name__ == "__main__":
