@@ -1,6 +1,7 @@
-"""The C dialect of luminal's C-family renderer: C11 for gcc/clang, parallel through OpenMP.
+"""The C dialect of luminal's C-family renderer: C11 for gcc/clang, parallel through the
+runtime's thread team (OpenMP threads, work shared without barriers: csrc/runtime.h).
 
-On a CPU a kernel's domain is an OpenMP work-shared loop over its outer axes with the last axis
+On a CPU a kernel's domain is a work-shared loop over its outer axes with the last axis
 innermost (so the compiler vectorises it); each reduction is a loop inside its point.
 """
 
@@ -10,10 +11,36 @@ from luminal.codegen import Dialect, unravel_declarations
 from luminal.dtypes import DType
 
 
+def _shared_loop(n: str, body: list[str], simd: bool = False,
+                 chunk_start: tuple[str, ...] = ()) -> list[str]:
+    """A loop over `lm_i` in [0, n) whose iterations the team shares (csrc/runtime.h);
+    `chunk_start` runs before each chunk [lm_lo, lm_hi) a thread claims."""
+    return [f"lm_for_begin({n});",
+            "for (long lm_lo, lm_hi; lm_for_next(&lm_lo, &lm_hi);) {",
+            *("  " + x for x in chunk_start),
+            *(["  #pragma omp simd"] if simd else []),
+            "  for (long lm_i = lm_lo; lm_i < lm_hi; lm_i++) {",
+            *("    " + b for b in body), "  }", "}"]
+
+
+def _odometer(extents: list[str], names: list[str]) -> tuple[list[str], str]:
+    """Loop variables set from the row-major position `lm_lo` (divided out once per chunk),
+    and the statement stepping them to the next position (no division per row):
+    `if (++last == extent) { last = 0; if (++previous == ...) ... }`."""
+    start = [d.replace("const long", "long", 1)
+             for d in unravel_declarations("lm_lo", extents, names)]
+    step = f"++{names[0]};"
+    for v, e in zip(names[1:], extents[1:]):
+        step = f"if (++{v} == ({e})) {{ {v} = 0; {step} }}"
+    return start, step
+
+
 class CDialect(Dialect):
-    """C11 for gcc/clang, parallel through orphaned OpenMP work-sharing: the caller runs all
-    kernels inside one `#pragma omp parallel` region, and each kernel's `omp for` splits its
-    domain (and ends with the barrier that orders it before the next kernel)."""
+    """C11 for gcc/clang, parallel through the runtime's thread team: the caller runs all
+    kernels inside one `#pragma omp parallel` region, and each kernel's work-shared loop
+    (`lm_for_begin` / `lm_for_next`) splits its domain into chunks the threads claim, and
+    returns once every chunk is done, which orders it before the next kernel (no barrier:
+    a thread kept off its core holds nobody up unless it holds a chunk)."""
 
     name = "c"
     # noinline keeps the entry point small: gcc's time grows with function size
@@ -21,20 +48,17 @@ class CDialect(Dialect):
 
     def domain(self, extents, names, body, simd_last=False):
         if not names:
-            return ["#pragma omp single", "{", *("  " + b for b in body), "}"]
+            return _shared_loop("1", body)
         if len(names) == 1:
-            loop = f"for (long {names[0]} = 0; {names[0]} < {extents[0]}; {names[0]}++) {{"
-            pragma = "#pragma omp for simd schedule(static)" if simd_last else (
-                "#pragma omp for schedule(static)")
-            return [pragma, loop, *("  " + b for b in body), "}"]
+            return _shared_loop(extents[0], [f"const long {names[0]} = lm_i;", *body],
+                                simd=simd_last)
         last, n = names[-1], extents[-1]
         inner = [*(["#pragma omp simd"] if simd_last else []),
                  f"for (long {last} = 0; {last} < {n}; {last}++) {{", *("  " + b for b in body),
                  "}"]
-        # the fewest outer axes that give every thread rows to work on are one collapsed
-        # work-shared loop (OpenMP splits their product and each thread steps its loop
-        # variables forwards: no division per row); the axes inside them are plain loops,
-        # which the compiler unrolls and vectorises when they are short
+        # the fewest outer axes that give every thread rows to work on are one shared loop
+        # over their product; the axes inside them are plain loops, which the compiler
+        # unrolls and vectorises when they are short
         heads = [f"for (long {v} = 0; {v} < {e}; {v}++)" for v, e in zip(names, extents)][:-1]
         shared, rows = 0, 1
         for e in extents[:-1]:
@@ -44,16 +68,14 @@ class CDialect(Dialect):
             rows *= int(e)
             if rows >= self.parallel_rows:
                 break
-        pragma = (f"#pragma omp for collapse({shared}) schedule(static)" if shared > 1 else
-                  "#pragma omp for schedule(static)")
-        return [
-            pragma,
-            *heads[: shared - 1],
-            heads[shared - 1] + " {",
-            *("  " + x for x in heads[shared:]),
-            *("  " + x for x in inner),
-            "}",
-        ]
+        product = " * ".join(f"({e})" for e in extents[:shared])
+        start, step = _odometer(extents[:shared], names[:shared])
+        return _shared_loop(product, [
+            *(x + " {" for x in heads[shared:]),
+            *inner,
+            *("}" for _ in heads[shared:]),
+            step,
+        ], chunk_start=tuple(start))
 
     # rows (points of the outer axes) a work-shared loop should split among the threads
     parallel_rows = 256
@@ -68,27 +90,25 @@ class CDialect(Dialect):
         lane_loop = "for (long lm_j = 0; lm_j < lm_nj; lm_j++) {"
         return [
             f"const long lm_blocks = (({n}) + {lanes - 1}) / {lanes};",
-            f"const long lm_tasks = {outer} * lm_blocks;",
-            "#pragma omp for schedule(static)",
-            "for (long lm_t = 0; lm_t < lm_tasks; lm_t++) {",
-            *(["  const long lm_row = lm_t / lm_blocks;"] if len(names) > 1 else []),
-            f"  const long lm_j0 = lm_t % lm_blocks * {lanes};",
-            f"  const long lm_nj = ({n}) - lm_j0 < {lanes} ? ({n}) - lm_j0 : {lanes};",
-            *("  " + x for x in unravel_declarations("lm_row", extents[:-1], names[:-1])),
-            *("  " + x for x in declare),
-            f"  {lane_loop} {' '.join(reset)} }}",
-            f"  {loop}",
-            "    #pragma omp simd",
-            f"    {lane_loop}",
-            f"      const long {last} = lm_j0 + lm_j;",
-            *("      " + x for x in body),
-            "    }",
-            "  }",
-            f"  {lane_loop}",
-            f"    const long {last} = lm_j0 + lm_j;",
-            *("    " + x for x in final),
-            "  }",
-            "}",
+            *_shared_loop(f"{outer} * lm_blocks", [
+                *(["const long lm_row = lm_i / lm_blocks;"] if len(names) > 1 else []),
+                f"const long lm_j0 = lm_i % lm_blocks * {lanes};",
+                f"const long lm_nj = ({n}) - lm_j0 < {lanes} ? ({n}) - lm_j0 : {lanes};",
+                *unravel_declarations("lm_row", extents[:-1], names[:-1]),
+                *declare,
+                f"{lane_loop} {' '.join(reset)} }}",
+                loop,
+                "  #pragma omp simd",
+                f"  {lane_loop}",
+                f"    const long {last} = lm_j0 + lm_j;",
+                *("    " + x for x in body),
+                "  }",
+                "}",
+                lane_loop,
+                f"  const long {last} = lm_j0 + lm_j;",
+                *("  " + x for x in final),
+                "}",
+            ]),
         ]
 
     def reduce_pragma(self, op: str, dt: DType, acc: str) -> str | None:

@@ -3,8 +3,9 @@
     void lm_run(void **buffers, const long *dims, int threads);
 
 `lm_run` opens one OpenMP parallel region of `threads` threads (chosen per run by
-`threads.py`) and calls every kernel in program order; kernels split their work with
-orphaned `omp for` loops, whose closing barriers order the kernels.
+`threads.py`), whose threads enter one team (csrc/runtime.h) and call every kernel in program
+order; kernels split their work with the team's loops, each of which returns once all its
+chunks are done, which orders the kernels without barriers.
 Generic kernels are rendered by the backend-neutral renderer (`luminal.codegen`, C dialect);
 matmuls become calls into the hand-written runtime (`csrc/runtime.c`, API `csrc/runtime.h`),
 which is built once into a library of its own, so a graph's build compiles only its kernels.
@@ -116,7 +117,9 @@ def program_source(program: Program, vector_math: str = "") -> str:
     parts.append(
         f"void {ENTRY_POINT}(void **b, const long *d, int threads) {{\n"
         "  (void)d;\n"
+        "  lm_team team = {0};\n"
         "  #pragma omp parallel num_threads(threads)\n"
-        "  {\n" + "\n".join(body) + "\n  }\n}\n"
+        "  {\n"
+        "    lm_team_enter(&team);\n" + "\n".join(body) + "\n    lm_team_leave();\n  }\n}\n"
     )
     return "\n".join(parts)

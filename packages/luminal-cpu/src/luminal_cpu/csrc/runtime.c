@@ -7,9 +7,10 @@
  *           quantized in memory: blocks are decoded to float32 right before use.
  *
  * Every function is called by all threads of the program's parallel region and shares its
- * work through orphaned `omp for` loops (each ends with a barrier). Math is float32 with
+ * work through the team's loops (lm_for_begin / lm_for_next: no barriers). Math is float32 with
  * explicit fmaf: the program is built with -ffp-contract=off so that generated elementwise
  * code rounds exactly like the reference backend. */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -18,6 +19,97 @@ static inline long lm_threads(void) { return omp_get_num_threads(); }
 #else
 static inline long lm_threads(void) { return 1; }
 #endif
+
+/* ----- the team: work sharing without barriers (API and rationale: runtime.h) --------------- */
+#define LM_CHUNKS_PER_THREAD 4  /* chunks a loop is cut into, per thread: slack for a slow one */
+#define LM_SPINS 4096           /* busy-wait rounds before yielding the core */
+
+static inline void lm_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* this thread's view of its team and of the loop it is in */
+static _Thread_local struct {
+  lm_team *team;
+  lm_team solo;      /* the team of a thread that entered none: it does every chunk itself */
+  unsigned loop;     /* loops begun since entering the team: the current loop's number */
+  long n, grain, chunks, pending;  /* iterations, per chunk, chunks, chunk done but uncounted */
+} lm_me;
+
+void lm_team_enter(lm_team *team) {
+  lm_me.team = team;
+  lm_me.loop = 0;
+}
+
+void lm_team_leave(void) { lm_me.team = NULL; }
+
+void lm_for_begin(long n) {
+  if (!lm_me.team) {  /* outside a parallel region: a team of one */
+    lm_me.team = &lm_me.solo;
+    memset(&lm_me.solo, 0, sizeof lm_me.solo);
+    lm_me.loop = 0;
+  }
+  const long threads = lm_me.team == &lm_me.solo ? 1 : lm_threads();
+  const long parts = threads == 1 ? 1 : threads * LM_CHUNKS_PER_THREAD;
+  lm_me.loop++;
+  lm_me.n = n > 0 ? n : 0;
+  lm_me.grain = (lm_me.n + parts - 1) / parts;
+  if (lm_me.grain < 1) lm_me.grain = 1;
+  lm_me.chunks = (lm_me.n + lm_me.grain - 1) / lm_me.grain;
+  lm_me.pending = 0;
+}
+
+static inline unsigned lm_tag(unsigned long long w) { return (unsigned)(w >> 32); }
+static inline long lm_count(unsigned long long w) { return (long)(w & 0xffffffffu); }
+static inline unsigned long long lm_word(unsigned tag, long count) {
+  return ((unsigned long long)tag << 32) | (unsigned long long)count;
+}
+/* loop numbers only grow (within one run of a program): a < b, wrap-around safe */
+static inline int lm_earlier(unsigned a, unsigned b) { return (int)(a - b) < 0; }
+
+int lm_for_next(long *lo, long *hi) {
+  lm_team *t = lm_me.team;
+  const unsigned p = lm_me.loop;
+  if (lm_me.pending) {  /* count the chunk just finished (its writes are released with it) */
+    unsigned long long d = __atomic_load_n(&t->done, __ATOMIC_RELAXED), want;
+    do want = lm_tag(d) == p ? d + 1 : lm_word(p, 1);
+    while (!__atomic_compare_exchange_n(&t->done, &d, want, 1, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED));
+    lm_me.pending = 0;
+  }
+  if (lm_me.chunks == 0) return 0;
+  unsigned long long c = __atomic_load_n(&t->claim, __ATOMIC_ACQUIRE);
+  for (;;) {
+    if (lm_earlier(lm_tag(c), p)) {  /* first here: every earlier loop is complete, open p */
+      __atomic_compare_exchange_n(&t->claim, &c, lm_word(p, 0), 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE);
+      continue;  /* c holds the current word either way */
+    }
+    if (lm_tag(c) != p) return 0;  /* a later loop is open: p is complete */
+    const long next = lm_count(c);
+    if (next >= lm_me.chunks) break;
+    if (__atomic_compare_exchange_n(&t->claim, &c, lm_word(p, next + 1), 1, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE)) {
+      *lo = next * lm_me.grain;
+      *hi = *lo + lm_me.grain < lm_me.n ? *lo + lm_me.grain : lm_me.n;
+      lm_me.pending = 1;
+      return 1;
+    }
+  }
+  /* every chunk is claimed: wait until every one is done (or a later loop shows it was) */
+  for (unsigned spins = 0;; spins++) {
+    const unsigned long long d = __atomic_load_n(&t->done, __ATOMIC_ACQUIRE);
+    if (lm_tag(d) == p ? lm_count(d) == lm_me.chunks : lm_earlier(p, lm_tag(d))) return 0;
+    if (lm_earlier(p, lm_tag(__atomic_load_n(&t->claim, __ATOMIC_ACQUIRE)))) return 0;
+    if (spins < LM_SPINS) lm_pause();
+    else sched_yield();  /* the chunk's thread may be waiting for this core */
+  }
+}
+
+/* the team's slot for a pointer one thread makes and the others read once its loop is done */
+static inline void **lm_team_shared(void) { return &lm_me.team->shared; }
 
 
 #define LM_MR 8
@@ -236,6 +328,7 @@ static void lm_pack_bq(const lm_qmat *W, long n0, long nr, long k0, long kc, flo
 }
 
 /* ----- tiled GEMM ------------------------------------------------------------------------- */
+
 /* packed panels and the C tile of one thread: on the heap (small thread stacks suffice),
  * allocated once per thread and kept for the life of the process */
 typedef struct { float ap[LM_MC * LM_KC], bp[LM_NC * LM_KC], ct[LM_MC * LM_NC]; } lm_work;
@@ -306,46 +399,50 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
   const long tiles = nb * tm * tn;
   lm_work *work = lm_thread_work();
   if (ks == 1) {
-    #pragma omp for schedule(dynamic, 1)
-    for (long t = 0; t < tiles; t++) {
-      const long b = t / (tm * tn), m0 = t / tn % tm * mc, n0 = t % tn * nc;
-      lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, 0, K, A,
-              aoff, B, boff, W, C, NULL, 0);
-    }
+    lm_for_begin(tiles);
+    for (long lo, hi; lm_for_next(&lo, &hi);)
+      for (long t = lo; t < hi; t++) {
+        const long b = t / (tm * tn), m0 = t / tn % tm * mc, n0 = t % tn * nc;
+        lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, 0, K,
+                A, aoff, B, boff, W, C, NULL, 0);
+      }
     return;
   }
   /* chunks of K in whole LM_KC panels; partial p of batch b is an M x N matrix */
   const long kchunk = (K / ks + LM_KC - 1) / LM_KC * LM_KC;
-  /* the partial sums, shared by the team: one thread allocates, copyprivate hands it out */
-  float *parts = NULL;
-  #pragma omp single copyprivate(parts)
-  parts = (float *)malloc(sizeof(float) * nb * ks * M * N);
-  #pragma omp for schedule(dynamic, 1)
-  for (long t = 0; t < tiles * ks; t++) {
-    const long tile = t / ks, p = t % ks;
-    const long b = tile / (tm * tn), m0 = tile / tn % tm * mc, n0 = tile % tn * nc;
-    const long k_lo = p * kchunk, k_hi = k_lo + kchunk < K ? k_lo + kchunk : K;
-    float *dst = parts + ((b * ks + p) * M + m0) * N + n0;
-    if (k_lo >= k_hi) {  /* an empty chunk adds zeros */
-      for (long i = 0; i < (M - m0 < mc ? M - m0 : mc); i++)
-        memset(dst + i * N, 0, sizeof(float) * (N - n0 < nc ? N - n0 : nc));
-      continue;
+  /* the partial sums, shared by the team: one thread allocates, the others get the pointer */
+  lm_for_begin(1);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+    *lm_team_shared() = malloc(sizeof(float) * nb * ks * M * N);
+  float *parts = (float *)*lm_team_shared();
+  lm_for_begin(tiles * ks);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+    for (long t = lo; t < hi; t++) {
+      const long tile = t / ks, p = t % ks;
+      const long b = tile / (tm * tn), m0 = tile / tn % tm * mc, n0 = tile % tn * nc;
+      const long k_lo = p * kchunk, k_hi = k_lo + kchunk < K ? k_lo + kchunk : K;
+      float *dst = parts + ((b * ks + p) * M + m0) * N + n0;
+      if (k_lo >= k_hi) {  /* an empty chunk adds zeros */
+        for (long i = 0; i < (M - m0 < mc ? M - m0 : mc); i++)
+          memset(dst + i * N, 0, sizeof(float) * (N - n0 < nc ? N - n0 : nc));
+        continue;
+      }
+      lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, k_lo, k_hi,
+              A, aoff, B, boff, W, C, dst, N);
     }
-    lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, k_lo, k_hi,
-            A, aoff, B, boff, W, C, dst, N);
-  }
-  #pragma omp for schedule(static)
-  for (long r = 0; r < nb * M; r++) {
-    const long b = r / M, m = r % M;
-    const long row = C->off[b] + m * C->rs;
-    for (long n = 0; n < N; n++) {
-      float acc = 0.0f;
-      for (long p = 0; p < ks; p++) acc += parts[((b * ks + p) * M + m) * N + n];
-      lm_put(C->p, C->dt, row + n, acc);
+  lm_for_begin(nb * M);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+    for (long r = lo; r < hi; r++) {
+      const long b = r / M, m = r % M;
+      const long row = C->off[b] + m * C->rs;
+      for (long n = 0; n < N; n++) {
+        float acc = 0.0f;
+        for (long p = 0; p < ks; p++) acc += parts[((b * ks + p) * M + m) * N + n];
+        lm_put(C->p, C->dt, row + n, acc);
+      }
     }
-  }
-  #pragma omp single nowait
-  free(parts);
+  lm_for_begin(1);  /* once every row is summed nobody reads the parts again */
+  for (long lo, hi; lm_for_next(&lo, &hi);) free(parts);
 }
 
 /* ----- GEMV paths (M <= LM_GEMV_MAX_M): B is read once, at memory bandwidth --------------- */
@@ -367,8 +464,9 @@ static void lm_gemv_dot(long nb, const long *aoff, const long *boff, long M, lon
   float *buf = lm_scratch(A, M, K), *wbuf = B->dt == LM_F32 ? NULL : (float *)malloc(sizeof(float) * K);
   const float *x[LM_GEMV_MAX_M];
   long xb = -1;
-  #pragma omp for schedule(static)
-  for (long t = 0; t < nb * N; t++) {
+  lm_for_begin(nb * N);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+  for (long t = lo; t < hi; t++) {
     const long b = t / N, n = t % N;
     if (b != xb) lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
     const float *w = lm_row_f32(B->p, B->dt, boff[b] + n * B->rs, 1, K, wbuf);
@@ -391,8 +489,9 @@ static void lm_gemv_axpy(long nb, const long *aoff, const long *boff, long M, lo
   float *buf = lm_scratch(A, M, K);
   const float *x[LM_GEMV_MAX_M];
   long xb = -1;
-  #pragma omp for schedule(static)
-  for (long t = 0; t < nb * chunks; t++) {
+  lm_for_begin(nb * chunks);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+  for (long t = lo; t < hi; t++) {
     const long b = t / chunks, n0 = t % chunks * LM_GEMV_CHUNK;
     const long nc = N - n0 < LM_GEMV_CHUNK ? N - n0 : LM_GEMV_CHUNK;
     if (b != xb) lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
@@ -505,8 +604,9 @@ static inline __attribute__((always_inline)) void lm_qgemv_dot_qm(
   const float *x[LM_GEMV_MAX_M], *xsum[LM_GEMV_MAX_M];
   for (long m = 0; m < M; m++) xsum[m] = sums + m * (K / 32);
   long xb = -1;
-  #pragma omp for schedule(static)
-  for (long t = 0; t < nb * N; t++) {
+  lm_for_begin(nb * N);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+  for (long t = lo; t < hi; t++) {
     const long b = t / N, n = t % N;
     if (b != xb) {
       lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
@@ -540,8 +640,9 @@ static inline __attribute__((always_inline)) void lm_qgemv_dot_q(
   float *buf = lm_scratch(A, M, K);
   const float *x[LM_GEMV_MAX_M];
   long xb = -1;
-  #pragma omp for schedule(static)
-  for (long t = 0; t < nb * N; t++) {
+  lm_for_begin(nb * N);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+  for (long t = lo; t < hi; t++) {
     const long b = t / N, n = t % N;
     if (b != xb) lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
     const unsigned char *row = W->w + n * row_bytes;
@@ -574,8 +675,9 @@ static inline __attribute__((always_inline)) void lm_qgemv_axpy_q(
   float *buf = lm_scratch(A, M, K);
   const float *x[LM_GEMV_MAX_M];
   long xb = -1;
-  #pragma omp for schedule(static)
-  for (long t = 0; t < nb * parts; t++) {
+  lm_for_begin(nb * parts);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+  for (long t = lo; t < hi; t++) {
     const long b = t / parts, n0 = t % parts * LM_GEMV_CHUNK;
     const long nc = N - n0 < LM_GEMV_CHUNK ? N - n0 : LM_GEMV_CHUNK;
     if (b != xb) lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;

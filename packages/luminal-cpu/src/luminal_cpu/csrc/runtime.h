@@ -1,6 +1,29 @@
 /* luminal-cpu runtime API: what generated programs call (implementation: runtime.c, built
  * once into its own cached shared library that every generated library links to). */
 
+/* Work sharing without barriers. Every thread of lm_run's parallel region calls the same
+ * work-shared loops in the same order, each as
+ *
+ *     lm_for_begin(n);
+ *     for (long lo, hi; lm_for_next(&lo, &hi);)
+ *       for (long i = lo; i < hi; i++) ...
+ *
+ * Threads claim chunks of the n iterations from a shared counter until none are left, then
+ * wait until every claimed chunk is done: the next loop may read what this one wrote. No
+ * thread waits for another thread to *arrive*, only for claimed work to finish, so a thread
+ * that the OS keeps off its core holds nobody up unless it holds a chunk (and when it runs
+ * again it passes the loops the others finished without stopping). lm_run declares one
+ * zeroed team and every thread enters it. */
+typedef struct {
+  _Alignas(64) unsigned long long claim;  /* (loop number << 32) | next chunk */
+  _Alignas(64) unsigned long long done;   /* (loop number << 32) | chunks finished */
+  _Alignas(64) void *shared;              /* a pointer one thread hands the others */
+} lm_team;
+void lm_team_enter(lm_team *team);
+void lm_team_leave(void);
+void lm_for_begin(long n);
+int lm_for_next(long *lo, long *hi);
+
 enum { LM_F32 = 0, LM_F16 = 1, LM_BF16 = 2 };
 enum { LM_Q8_0 = 0, LM_Q4_0 = 1, LM_Q4_1 = 2 };
 
