@@ -23,6 +23,7 @@ Per execution:
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ import numpy as np
 from luminal.codegen.ir import Program, QuantOperand, kernel_dims
 from luminal.device_array import DeviceArray
 from luminal.graph import Graph
+from luminal.symbolic import evaluator
 
 from .codegen import NVRTC_OPTIONS, Gemm, Generated, Module, QuantGemm, fusible_function
 from .cublas import gemm_function
@@ -92,6 +94,8 @@ class CudaRuntime:
                        or n.id in self.assignments.values()]
         self.quant = [k for k, c in enumerate(module.codes) if isinstance(c, QuantGemm)]
         self.policy = self._dim_policy(graph)
+        self._assigned_shapes = evaluator(
+            d for src in self.assignments.values() for d in self.nodes[src].shape)
         self.cublas = cupy.cuda.cublas
         raw = cupy.RawModule(code=module.source, options=NVRTC_OPTIONS)
         self.launcher = Launcher(cupy, raw, gemm_function(cupy), cupy.cuda.get_cublas_handle(),
@@ -216,9 +220,11 @@ class CudaRuntime:
     # ----- execution ------------------------------------------------------------------------
     def _upload(self, graph: Graph) -> None:
         rt = self.cupy.cuda.runtime
-        for node in self.inputs:
-            version = graph.data_version.get(node, 0)
-            if self.uploaded.get(node) in (version, -1) and not self._replaced(graph, node):
+        uploaded, versions, data = self.uploaded, graph.data_version, graph.data
+        for node in self.inputs:  # every step: the common cases first and cheap
+            version = versions.get(node, 0)
+            done = uploaded.get(node)
+            if done == version or (done == -1 and data.get(node) is self._resident.get(node)):
                 continue
             n = self.nodes[node]
             host = np.ascontiguousarray(np.asarray(graph.data[node]), dtype=n.dtype.numpy)
@@ -235,12 +241,6 @@ class CudaRuntime:
         rt = self.cupy.cuda.runtime
         rt.memcpyAsync(self.memory.ptr("dims"), host.ctypes.data, host.nbytes,
                        rt.memcpyHostToDevice, self.stream.ptr)
-
-    def _replaced(self, graph: Graph, node: int) -> bool:
-        """An assigned input whose value the user replaced with set() since the last run."""
-        return self.uploaded.get(node) == -1 and not (
-            isinstance(graph.data.get(node), DeviceArray)
-            and graph.data[node] is self._resident.get(node))
 
     def execute(self, graph: Graph, dims: dict[str, int]) -> None:
         key = self.policy.key(dims)
@@ -326,14 +326,15 @@ class CudaRuntime:
 
     def _publish_assignments(self, graph: Graph, dims: dict[str, int]) -> None:
         generation = self.generation
+        values = iter(self._assigned_shapes(dims))
         for target, src in self.assignments.items():
             node = self.nodes[src]
-            shape = tuple(d.evaluate(dims) for d in node.shape)
-            nbytes = self._nbytes(src, dims)
+            shape = tuple(next(values) for _ in node.shape)
+            dt = node.dtype.numpy
+            nbytes = math.prod(shape) * dt.itemsize
             array = DeviceArray(
-                lambda target=target, nbytes=nbytes, dt=node.dtype.numpy: self._download(
-                    target, nbytes, dt),
-                shape, node.dtype.numpy, is_current=lambda g=generation: self.generation == g)
+                lambda target=target, nbytes=nbytes, dt=dt: self._download(target, nbytes, dt),
+                shape, dt, is_current=lambda g=generation: self.generation == g)
             graph.set_data(target, array)
             self._resident[target] = array
             self.uploaded[target] = -1
