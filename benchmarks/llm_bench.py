@@ -264,8 +264,8 @@ class Child:
         self.system = system
         cmd = [sys.executable, __file__, "--child", system, "--threads", str(args.threads),
                "--backend", args.backend, "--model", args.model]
-        # stderr to a file, not a pipe: a chatty child can never block on it
-        self._stderr = tempfile.TemporaryFile(mode="w+")
+        # stderr to a file, not a pipe: a chatty child can never block on it (closed by kill)
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._stderr, text=True,
                                      env=_child_env(args.threads))
@@ -312,6 +312,7 @@ class Child:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self._stderr.close()
 
 
 def _start_busy(n: int, seconds: float) -> list[subprocess.Popen]:
