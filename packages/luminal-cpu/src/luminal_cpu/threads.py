@@ -1,13 +1,12 @@
 """How many threads the next run uses: the cores, less those other processes keep busy.
 
-A run is one OpenMP parallel region whose kernels are separated by barriers, and a small
-model's decode step crosses hundreds of them. When another process holds a core, the thread
-that shares that core reaches each barrier a scheduler time slice late, and throughput
-collapses (SmolLM2 decode on 2 cores: 160 tok/s alone, 47 tok/s next to one busy process,
-100 tok/s with one thread). Passive waiting helps the contended case but costs 3x on an idle
-machine, so instead the governor measures, every `interval` seconds, how much of the CPUs this
-process may use the rest of the machine kept busy (`/proc/stat` less this process's own CPU
-time) and hands the runs only the cores that are left.
+A run is one OpenMP parallel region whose threads share each kernel's work in chunks
+(csrc/runtime.h): no barriers, but a thread that shares its core with another process still
+delays every kernel in which it holds a chunk when it is preempted, and a small model's
+decode step runs hundreds of kernels. Passive waiting helps the contended case but costs 3x
+on an idle machine, so the governor measures, every `interval` seconds, how much of the CPUs
+this process may use the rest of the machine kept busy (`/proc/stat` less this process's own
+CPU time) and hands the runs only the cores that are left.
 
 `OMP_NUM_THREADS` caps the count; `LUMINAL_CPU_THREADS=N` fixes it and turns the governor off.
 Without `/proc/stat` (not Linux) every run gets all cores.
