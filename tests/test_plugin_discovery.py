@@ -487,3 +487,16 @@ def test_misspelled_hook_is_blamed_on_its_plugin(pm, tmp_path: Path,
 def test_every_hookspec_has_a_registry() -> None:
     specs = {name for name in dir(hookspecs) if name.startswith("luminal_")}
     assert specs == set(hookspecs.REGISTRATION_HOOKS) == set(plugins._HOOKS)
+    assert hookspecs.REGISTRATION_HOOKS["luminal_register_backends"] == "backend"
+
+
+def test_docs_list_exactly_the_hookspecs() -> None:
+    """docs/plugins.md's hook table names every spec with its argument, and nothing else."""
+    import inspect
+
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    documented = {line.split("`")[1] for line in text.splitlines()
+                  if line.startswith("| `luminal_register_")}
+    specs = {f"{name}({', '.join(inspect.signature(getattr(hookspecs, name)).parameters)})"
+             for name in hookspecs.REGISTRATION_HOOKS}
+    assert documented == specs
