@@ -97,7 +97,7 @@ class _PrimitiveRuntime(Runtime):
     def upload(self, host: np.ndarray) -> Buffer:
         return self.backend.from_numpy(host)
 
-    def download(self, buffer: Buffer, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
+    def download(self, buffer: Buffer, dtype: DType) -> np.ndarray:
         return self.backend.to_numpy(buffer, dtype)
 
     def launch(self, inputs: dict[int, Buffer], dims: dict[str, int]) -> dict[int, Buffer]:

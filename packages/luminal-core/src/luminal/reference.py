@@ -74,7 +74,7 @@ class ReferenceRuntime(Runtime):
     def upload(self, host: np.ndarray) -> np.ndarray:
         return host
 
-    def download(self, buffer: np.ndarray, shape, dtype) -> np.ndarray:
+    def download(self, buffer: np.ndarray, dtype) -> np.ndarray:
         return buffer
 
     def launch(self, inputs: dict[int, np.ndarray], dims: dict[str, int]) -> dict[int, np.ndarray]:

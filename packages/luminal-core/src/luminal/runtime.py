@@ -6,10 +6,11 @@
     upload(host)                 -> Buffer   a device copy of a flat host array
     launch(inputs, dims)         -> {node: Buffer}  run every kernel; the retrieved, kept and
                                               assigned nodes' buffers
-    download(buffer, shape, dtype) -> np.ndarray  a host copy of the `shape` value at the
-                                              start of `buffer` (flat or shaped)
+    download(buffer, dtype)      -> np.ndarray  a flat host copy
 
-(allocating the buffers `launch` writes is the backend's own business).
+(allocating the buffers `launch` writes is the backend's own business; one whose buffers can
+be larger than the value they hold overrides `read(buffer, shape, dtype)` instead of
+`download`).
 
 The base owns the rest of the contract, in steps that a backend with its own memory plan
 (luminal-cpu's single native call, luminal-rocm's kernel arguments bound once, luminal-cuda's
@@ -75,10 +76,13 @@ class Runtime:
         """Run the graph on `inputs` (input node -> buffer); return the output nodes' buffers."""
         raise NotImplementedError
 
-    def download(self, buffer: Buffer, shape: Shape, dtype: DType) -> np.ndarray:
-        """A host copy (flat or of `shape`, `dtype`'s host type) of the value of `shape` at
-        the start of `buffer`."""
+    def download(self, buffer: Buffer, dtype: DType) -> np.ndarray:
+        """A flat host copy of `buffer`, of `dtype`'s host type."""
         raise NotImplementedError
+
+    def read(self, buffer: Buffer, shape: Shape, dtype: DType) -> np.ndarray:
+        """The value of `shape` at the start of `buffer`, on the host (`download` reshaped)."""
+        return self.download(buffer, dtype).reshape(shape)
 
     # ----- the contract -------------------------------------------------------------------
     def execute(self, graph: Graph, dims: dict[str, int]) -> None:
@@ -92,7 +96,7 @@ class Runtime:
         if host is None:
             (shape,) = self.shapes((node_id,), self._dims)
             dtype = self.node_info[node_id][1]
-            host = self.download(self._outputs[node_id], shape, dtype).reshape(shape)
+            host = self.read(self._outputs[node_id], shape, dtype)
             self._host[node_id] = host
         return host
 
@@ -145,7 +149,7 @@ class Runtime:
     def device_array(self, buffer: Buffer, shape: Shape, dtype: DType) -> DeviceArray:
         """A value that stays in `buffer`, downloaded only when read, and that a runtime of
         the same `owner` binds directly as an input."""
-        return DeviceArray(lambda: self.download(buffer, shape, dtype), shape, dtype.numpy,
+        return DeviceArray(lambda: self.read(buffer, shape, dtype), shape, dtype.numpy,
                            buffer=buffer, owner=self.owner)
 
     def shapes(self, nodes: Sequence[int] | Any, dims: dict[str, int]) -> list[Shape]:

@@ -150,7 +150,7 @@ class CpuRuntime(Runtime):
         assigned.clear()
         self.finish_run(graph, values, dims)
 
-    def download(self, buffer: np.ndarray, shape: Shape, dtype: object) -> np.ndarray:
+    def download(self, buffer: np.ndarray, dtype: object) -> np.ndarray:
         return buffer
 
     def hand_over(self, graph: Graph, target: int, src: int, buffer: np.ndarray | None,

@@ -134,7 +134,7 @@ class OpenCLRuntime(Runtime):
         self.finish_run(graph, {nid: self._bound[self._node_store[nid]]
                                 for nid in self._output_nodes}, dims)
 
-    def download(self, buffer: Any, shape: Shape, dtype: DType) -> np.ndarray:
+    def read(self, buffer: Any, shape: Shape, dtype: DType) -> np.ndarray:
         host = np.empty(shape, dtype.numpy)
         if host.size:
             self.cl.enqueue_copy(self.queue, host, buffer, is_blocking=True)
