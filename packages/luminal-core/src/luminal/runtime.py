@@ -16,9 +16,9 @@ The base owns the rest of the contract, in steps that a backend with its own mem
 (luminal-cpu's single native call, luminal-rocm's kernel arguments bound once, luminal-cuda's
 CUDA graphs) calls from its own `execute` instead of reimplementing them:
 
-- `device_buffer(data)` / `changed_input(graph, node)`: an input is bound directly when it
-  holds a `DeviceArray` of this device (`owner`), and uploaded only when `graph.data_version`
-  says it changed since its last upload;
+- `device_buffer(data)` / `changed_input(graph, node)` / `forget_upload(node)`: an input is
+  bound directly when it holds a `DeviceArray` of this device (`owner`), and uploaded only
+  when `graph.data_version` says it changed since its last upload;
 - `finish_run(graph, outputs, dims)`: records where this run's outputs are and carries out
   the assignments (`Graph.assign`), each value made by `hand_over`: by default a
   `DeviceArray` over the output's buffer (the next run reads it with no host round trip);
@@ -118,6 +118,10 @@ class Runtime:
         self._uploaded[nid] = version
         dtype = self.node_info[nid][1]
         return np.ascontiguousarray(graph.data[nid], dtype=dtype.numpy).reshape(-1)
+
+    def forget_upload(self, nid: int) -> None:
+        """The device copy of input `nid` is gone (its buffer moved): upload it again."""
+        self._uploaded.pop(nid, None)
 
     def finish_run(self, graph: Graph, outputs: dict[int, Buffer], dims: dict[str, int]) -> None:
         """Record this run's output buffers (`fetch` reads them) and hand every assigned value

@@ -16,6 +16,9 @@ Per execution:
    for another one: at worst it runs eagerly, never wrongly.
 4. Assignments (KV caches) are device-to-device copies at the end of the run, captured with
    it; the input then holds a `DeviceArray` on the host side.
+
+Input versions, assignments and `fetch` are core's `luminal.Runtime` steps; this module adds
+the allocations, the bindings and the CUDA graphs.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ import numpy as np
 from luminal.codegen.ir import Program, QuantOperand, kernel_dims
 from luminal.codegen.plan import plan_memory
 from luminal.device_array import DeviceArray
+from luminal.dtypes import DType
 from luminal.graph import Graph
+from luminal.runtime import Runtime, Shape
 
 from .codegen import NVRTC_OPTIONS, Gemm, Generated, Module, QuantGemm
 from .cublas import gemm_function
@@ -60,11 +65,12 @@ class RuntimeOptions:
     tf32: bool = False
 
 
-class CudaRuntime:
+class CudaRuntime(Runtime):
     """Runs a `Program` on one GPU (see the module docstring)."""
 
     def __init__(self, graph: Graph, program: Program, module: Module, cupy: Any, ordinal: int,
                  options: RuntimeOptions):
+        super().__init__(graph)
         self.cupy = cupy
         self.device = cupy.cuda.Device(ordinal)
         self.program = program
@@ -79,13 +85,9 @@ class CudaRuntime:
         self.memory = DeviceMemory(cupy, self.stream)
         self.memory.ensure("dims", 8 * max(len(program.dims), 1), grow=False)
         self.bindings: OrderedDict[tuple[int, ...], Binding] = OrderedDict()
-        # input node -> data_version on the device, or -1 when it holds an assigned value
-        self.uploaded: dict[int, int] = {}
-        self._resident: dict[int, DeviceArray] = {}  # assigned inputs: their DeviceArray
+        self.resident: set[int] = set()  # inputs whose allocation holds their assigned value
         self.generation = 0  # bumped per run: DeviceArrays of older runs are stale
-        self.last_dims: dict[str, int] = {}
         self.nodes = {n.id: n for n in graph.nodes.values()}
-        self.assignments = dict(graph.assignments)
         self.inputs = [n.id for n in graph.input_nodes()
                        if n.id in {b.node for b in program.buffers} or n.id in self.assignments
                        or n.id in self.assignments.values()]
@@ -125,11 +127,11 @@ class CudaRuntime:
             src = self.assignments.get(node)
             if src is not None:
                 need = max(need, self._nbytes(src, dims))
-            resident = self.uploaded.get(node) == -1
+            resident = node in self.resident
             if self.memory.ensure(node, need, preserve=resident):
                 moved = True
                 if not resident:
-                    self.uploaded.pop(node, None)
+                    self.forget_upload(node)
         for spec in self.program.buffers:
             if spec.role == "output":
                 moved |= self.memory.ensure(spec.node, self._nbytes(spec.node, dims))
@@ -190,15 +192,14 @@ class CudaRuntime:
     def _upload(self, graph: Graph) -> None:
         rt = self.cupy.cuda.runtime
         for node in self.inputs:
-            version = graph.data_version.get(node, 0)
-            if self.uploaded.get(node) in (version, -1) and not self._replaced(graph, node):
-                continue
-            n = self.nodes[node]
-            host = np.ascontiguousarray(np.asarray(graph.data[node]), dtype=n.dtype.numpy)
-            if host.nbytes:
+            allocation = self.device_buffer(graph.data[node])
+            if allocation is not None and allocation is self.memory.allocations.get(node):
+                continue  # its assigned value, in place
+            self.resident.discard(node)
+            host = self.changed_input(graph, node)
+            if host is not None and host.nbytes:
                 rt.memcpyAsync(self.memory.ptr(node), host.ctypes.data, host.nbytes,
                                rt.memcpyHostToDevice, self.stream.ptr)
-            self.uploaded[node] = version
 
     def _upload_dims(self, dims: dict[str, int]) -> None:
         """The real dim values, where every kernel reads them."""
@@ -209,12 +210,6 @@ class CudaRuntime:
         rt.memcpyAsync(self.memory.ptr("dims"), host.ctypes.data, host.nbytes,
                        rt.memcpyHostToDevice, self.stream.ptr)
 
-    def _replaced(self, graph: Graph, node: int) -> bool:
-        """An assigned input whose value the user replaced with set() since the last run."""
-        return self.uploaded.get(node) == -1 and not (
-            isinstance(graph.data.get(node), DeviceArray)
-            and graph.data[node] is self._resident.get(node))
-
     def execute(self, graph: Graph, dims: dict[str, int]) -> None:
         key = self.policy.key(dims)
         with self.device, self.stream:
@@ -224,8 +219,8 @@ class CudaRuntime:
             self.cublas.setStream(self.launcher.handle, self.stream.ptr)
             self._run(binding)
         self.generation += 1
-        self.last_dims = dict(dims)
-        self._publish_assignments(graph, dims)
+        self.finish_run(graph, {spec.node: spec.node for spec in self.program.buffers
+                                if spec.role == "output"}, dict(dims))
 
     def _run(self, binding: Binding) -> None:
         stats = self.stats
@@ -279,31 +274,25 @@ class CudaRuntime:
         return [(label, cuda.get_elapsed_time(a, b))
                 for label, a, b in zip(binding.labels, events, events[1:])]
 
-    def _publish_assignments(self, graph: Graph, dims: dict[str, int]) -> None:
+    def hand_over(self, graph: Graph, target: int, src: int, buffer: Any,
+                  shape: Shape) -> DeviceArray:
+        """The run copied `src` into `target`'s allocation: a `DeviceArray` over it, stale
+        after the next run."""
+        self.resident.add(target)
+        dtype = self.nodes[src].dtype
         generation = self.generation
-        for target, src in self.assignments.items():
-            node = self.nodes[src]
-            shape = tuple(d.evaluate(dims) for d in node.shape)
-            nbytes = self._nbytes(src, dims)
-            array = DeviceArray(
-                lambda target=target, nbytes=nbytes, dt=node.dtype.numpy: self._download(
-                    target, nbytes, dt),
-                shape, node.dtype.numpy, is_current=lambda g=generation: self.generation == g)
-            graph.set_data(target, array)
-            self._resident[target] = array
-            self.uploaded[target] = -1
+        return DeviceArray(lambda: self.read(target, shape, dtype), shape, dtype.numpy,
+                           buffer=self.memory.allocations[target], owner=self.owner,
+                           is_current=lambda: self.generation == generation)
 
     # ----- reading results ------------------------------------------------------------------
-    def _download(self, key: object, nbytes: int, dtype: np.dtype) -> np.ndarray:
-        host = np.empty(nbytes // np.dtype(dtype).itemsize, dtype)
+    def read(self, key: object, shape: Shape, dtype: DType) -> np.ndarray:
+        """The value of `shape` at the start of allocation `key` (a node id)."""
+        host = np.empty(shape, dtype.numpy)
         with self.device:
             self.stream.synchronize()
-            if nbytes:
+            if host.nbytes:
                 rt = self.cupy.cuda.runtime
-                rt.memcpy(host.ctypes.data, self.memory.ptr(key), nbytes, rt.memcpyDeviceToHost)
+                rt.memcpy(host.ctypes.data, self.memory.ptr(key), host.nbytes,
+                          rt.memcpyDeviceToHost)
         return host
-
-    def fetch(self, node_id: int) -> np.ndarray:
-        node = self.nodes[node_id]
-        return self._download(node_id, self._nbytes(node_id, self.last_dims), node.dtype.numpy)
-
