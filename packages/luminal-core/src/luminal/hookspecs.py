@@ -78,15 +78,6 @@ def luminal_register_compilers(register: Callable[..., None]) -> None:
     """
 
 
-@_registers("weight format")
-def luminal_register_weight_formats(register: Callable[..., None]) -> None:
-    """Register weight-file formats: `register(name, loader_factory, suffixes=(".gguf",))`.
-
-    `loader_factory` is called by the model loaders to read files of that format; `suffixes`
-    are the file-name endings the format claims (lower case, with the dot).
-    """
-
-
 @_registers("model")
 def luminal_register_models(register: Callable[..., None]) -> None:
     """Register model architectures: `register(name, factory, description="")`.
@@ -133,5 +124,4 @@ __all__ = [
     "luminal_register_compilers",
     "luminal_register_models",
     "luminal_register_rulesets",
-    "luminal_register_weight_formats",
 ]

@@ -73,16 +73,6 @@ class CompilerInfo:
 
 
 @dataclass(frozen=True)
-class WeightFormatInfo:
-    """A weight-file format and the file suffixes it claims."""
-
-    name: str
-    plugin: str
-    loader_factory: Callable[..., Any]
-    suffixes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class ModelInfo:
     """A model architecture: `factory(**kwargs)` builds it."""
 
@@ -273,21 +263,6 @@ def _compilers_arg(plugin: str, add: Add) -> Callable[..., None]:
     def register(name: str, factory: Callable[..., Any], description: str = "") -> None:
         _check_callable(plugin, f"compiler {name!r}", factory)
         add((name,), CompilerInfo(name, plugin, factory, str(description)))
-
-    return register
-
-
-@_argument_of(hookspecs.luminal_register_weight_formats)
-def _weight_formats_arg(plugin: str, add: Add) -> Callable[..., None]:
-    def register(name: str, loader_factory: Callable[..., Any],
-                 suffixes: str | Iterable[str] = ()) -> None:
-        _check_callable(plugin, f"weight format {name!r}", loader_factory)
-        suffixes = (suffixes,) if isinstance(suffixes, str) else tuple(suffixes)
-        if not all(isinstance(s, str) and s.startswith(".") for s in suffixes):
-            raise PluginError(f"plugin {plugin!r} registered weight format {name!r} with "
-                              f"suffixes {suffixes!r}; each must be a string like '.gguf'")
-        add((name,), WeightFormatInfo(name, plugin, loader_factory,
-                                      tuple(s.lower() for s in suffixes)))
 
     return register
 
@@ -535,11 +510,6 @@ def compiler(name: str, **kwargs: Any) -> Any:
     return info.factory(**kwargs)
 
 
-def weight_formats() -> list[WeightFormatInfo]:
-    """Every registered weight-file format, sorted by name."""
-    return _listed(hookspecs.luminal_register_weight_formats)
-
-
 def models() -> list[ModelInfo]:
     """Every registered model architecture, sorted by name."""
     return _listed(hookspecs.luminal_register_models)
@@ -568,7 +538,6 @@ __all__ = [
     "PluginError",
     "PluginInfo",
     "RulesetInfo",
-    "WeightFormatInfo",
     "backend",
     "backends",
     "commands",
@@ -579,5 +548,4 @@ __all__ = [
     "plugin_infos",
     "reset_plugins",
     "rulesets",
-    "weight_formats",
 ]
