@@ -258,22 +258,22 @@ def _backends_arg(plugin: str, add: Add) -> Callable[[Backend], None]:
     return register
 
 
-@_argument_of(hookspecs.luminal_register_compilers)
-def _compilers_arg(plugin: str, add: Add) -> Callable[..., None]:
-    def register(name: str, factory: Callable[..., Any], description: str = "") -> None:
-        _check_callable(plugin, f"compiler {name!r}", factory)
-        add((name,), CompilerInfo(name, plugin, factory, str(description)))
+def _declare_factories_arg(spec: Callable[..., None], info: type) -> None:
+    """Declare the argument of hook `spec`, whose plugins call `register(name, factory,
+    description="")`; each registration becomes `info(name, plugin, factory, description)`."""
+    kind = hookspecs.REGISTRATION_HOOKS[spec.__name__]
 
-    return register
+    @_argument_of(spec)
+    def build(plugin: str, add: Add) -> Callable[..., None]:
+        def register(name: str, factory: Callable[..., Any], description: str = "") -> None:
+            _check_callable(plugin, f"{kind} {name!r}", factory)
+            add((name,), info(name, plugin, factory, str(description)))
+
+        return register
 
 
-@_argument_of(hookspecs.luminal_register_models)
-def _models_arg(plugin: str, add: Add) -> Callable[..., None]:
-    def register(name: str, factory: Callable[..., Any], description: str = "") -> None:
-        _check_callable(plugin, f"model {name!r}", factory)
-        add((name,), ModelInfo(name, plugin, factory, str(description)))
-
-    return register
+_declare_factories_arg(hookspecs.luminal_register_compilers, CompilerInfo)
+_declare_factories_arg(hookspecs.luminal_register_models, ModelInfo)
 
 
 @_argument_of(hookspecs.luminal_register_rulesets)
