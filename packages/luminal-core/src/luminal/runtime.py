@@ -30,7 +30,7 @@ CUDA graphs) calls from its own `execute` instead of reimplementing them:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -156,7 +156,7 @@ class Runtime:
         return DeviceArray(lambda: self.read(buffer, shape, dtype), shape, dtype.numpy,
                            buffer=buffer, owner=self.owner)
 
-    def shapes(self, nodes: Sequence[int] | Any, dims: dict[str, int]) -> list[Shape]:
+    def shapes(self, nodes: Iterable[int], dims: dict[str, int]) -> list[Shape]:
         """The shapes of `nodes` at `dims` (one compiled evaluation per set of nodes)."""
         nodes = tuple(nodes)
         evaluate = self._evaluators.get(nodes)
