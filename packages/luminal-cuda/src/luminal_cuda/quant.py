@@ -4,10 +4,11 @@ The weight stays in its file layout, rows of 32-element blocks (ggml's `Q8_0` `{
 qs[32]}`, `Q4_0` `{f16 d; u8 qs[16]}`, `Q4_1` `{f16 d; f16 m; u8 qs[16]}`; low nibbles are
 elements 0..15, high nibbles 16..31), and is dequantized in registers:
 
-- `qmatvec`: a few activation rows (decode) times W^T. One warp per output column; each lane
-  takes 4 consecutive elements of one of 4 blocks in flight, so a warp streams 4 blocks per
-  step and every byte of W is read once per activation row. This is the memory-bound kernel
-  that decides decode speed (weight bytes/s against the memory bandwidth).
+- `qmatvec`: a few activation rows (decode) times W^T. One warp per output column (8 per
+  thread block of 256, the block size of every kernel, so qmatvecs can share a launch with
+  other kernels); each lane takes 4 consecutive elements of one of 4 blocks in flight, so a
+  warp streams 4 blocks per step and every byte of W is read once per activation row. This
+  is the memory-bound kernel that decides decode speed (weight bytes/s against bandwidth).
 - `dequant`: W expanded into a scratch matrix, then cuBLAS; for prefill (many rows), where the
   expansion is amortised over the rows, and for the rarer W (not W^T) products.
 """
@@ -22,12 +23,12 @@ from luminal.codegen.render import dim_names
 from luminal.dtypes import float32
 from luminal.symbolic import Expr
 
-from .dialect import CUDA, dim_loads
+from .dialect import CUDA, THREADS, KernelFunction, dim_loads, kernel_function
 from .matmul import CUDA_R
 
 BLOCK = 32
 TYPE_SIZE = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
-WARPS = 4  # output columns per qmatvec block
+WARPS = THREADS // 32  # output columns per qmatvec block
 # At most this many activation rows (batch x m) go through qmatvec; more dequantize + cuBLAS.
 QMATVEC_MAX_ROWS = 8
 
@@ -49,11 +50,9 @@ class QuantKernels:
     """The sources for one quantized `Matmul` and the plain `Matmul` over the dequantized
     scratch buffer (param 2 of `dequantized`) that the dequant path hands to cuBLAS."""
 
-    qmatvec: str | None  # None when W is read untransposed (no k-contiguous rows)
-    dequant: str
+    qmatvec: KernelFunction | None  # None when W is read untransposed (no k-contiguous rows)
+    dequant: KernelFunction
     dequantized: Matmul
-    qmatvec_uses_dims: bool  # whether each takes the `lm_dims` array after its buffers
-    dequant_uses_dims: bool
 
 
 def scratch_dtype(mm: Matmul):
@@ -73,9 +72,8 @@ def quant_kernels(mm: Matmul, name: str, slots: dict[str, int]) -> QuantKernels:
     scratch = (MatOperand(2, zero, q.cols, one) if q.k_contiguous
                else MatOperand(2, zero, one, q.cols))
     dequantized = replace(mm, params=(*mm.params[:2], Param(sdt)), b=scratch)
-    deq, deq_dims = _dequant_source(q, sdt, f"{name}_deq", slots)
-    qmv, qmv_dims = (_qmatvec_source(mm, f"{name}_qmv", slots) if q.k_contiguous else (None, ()))
-    return QuantKernels(qmv, deq, dequantized, bool(qmv_dims), bool(deq_dims))
+    qmv = _qmatvec_source(mm, f"{name}_qmv", slots) if q.k_contiguous else None
+    return QuantKernels(qmv, _dequant_source(q, sdt, f"{name}_deq", slots), dequantized)
 
 
 def _dims_of(exprs: list[Expr]) -> tuple[str, ...]:
@@ -85,32 +83,28 @@ def _dims_of(exprs: list[Expr]) -> tuple[str, ...]:
     return tuple(sorted(n for n in names if not n.startswith("_")))
 
 
-def _signature(name: str, params: list[tuple[str, str, bool]], dims: tuple[str, ...],
-               slots: dict[str, int]) -> str:
-    """The kernel's first lines: signature and dim loads."""
-    head = CUDA.signature(name, params, list(dim_names(dims).values())) + " {"
-    return "\n  ".join([head, *dim_loads(dims, slots)])
+def _function(name: str, params: list[tuple[str, str, bool]], dims: tuple[str, ...],
+              slots: dict[str, int], body: str) -> KernelFunction:
+    lines = [*dim_loads(dims, slots), *body.strip("\n").split("\n")]
+    return kernel_function(name, params, list(dim_names(dims).values()), lines)
 
 
-def _dequant_source(q: QuantOperand, sdt, name: str,
-                    slots: dict[str, int]) -> tuple[str, tuple[str, ...]]:
+def _dequant_source(q: QuantOperand, sdt, name: str, slots: dict[str, int]) -> KernelFunction:
     dims = _dims_of([q.rows, q.cols])
     names = dim_names(dims)
     total = (q.rows * q.cols).render_c(names)
     params = [(CUDA.storage_type(sdt), "p0", True), ("unsigned char", "p1", False)]
-    src = f"""{_signature(name, params, dims, slots)}
-  const long lm_gid = (long)blockIdx.x * blockDim.x + threadIdx.x;
-  if (lm_gid >= {total}) return;
-  const unsigned char *q = p1 + (lm_gid >> 5) * {TYPE_SIZE[q.qtype]};
-  const int e = (int)(lm_gid & 31);
-  {_scale()}
-  p0[lm_gid] = {CUDA.store(sdt, _ELEMENT[q.qtype])};
-}}
-"""
-    return src, dims
+    return _function(name, params, dims, slots, f"""
+const long lm_gid = lm_block * blockDim.x + threadIdx.x;
+if (lm_gid >= {total}) return;
+const unsigned char *q = p1 + (lm_gid >> 5) * {TYPE_SIZE[q.qtype]};
+const int e = (int)(lm_gid & 31);
+{_scale()}
+p0[lm_gid] = {CUDA.store(sdt, _ELEMENT[q.qtype])};
+""")
 
 
-def _qmatvec_source(mm: Matmul, name: str, slots: dict[str, int]) -> tuple[str, tuple[str, ...]]:
+def _qmatvec_source(mm: Matmul, name: str, slots: dict[str, int]) -> KernelFunction:
     q, a = mm.b, mm.a
     assert isinstance(q, QuantOperand)
     dims = kernel_dims(mm)
@@ -125,30 +119,30 @@ def _qmatvec_source(mm: Matmul, name: str, slots: dict[str, int]) -> tuple[str, 
     ts = TYPE_SIZE[q.qtype]
     params = [(CUDA.storage_type(out_dt), "p0", True), (CUDA.storage_type(a_dt), "p1", False),
               ("unsigned char", "p2", False)]
-    body = "\n  ".join(decl)
-    src = f"""{_signature(name, params, dims, slots)}
-  /* grid (ceil(n / {WARPS}), m, batch), block (32, {WARPS}): warp threadIdx.y owns column _n */
-  const long _n = (long)blockIdx.x * {WARPS} + threadIdx.y;
-  const long _m = blockIdx.y;
-  const long lm_b = blockIdx.z;
-  {body}
-  if (_n >= {mm.n.render_c(names)}) return;
-  const int lane = threadIdx.x, e0 = (lane & 7) * 4;
-  const long nblk = {(q.cols // BLOCK).render_c(names)};
-  const unsigned char *row = p2 + _n * nblk * {ts};
-  float acc = 0.0f;
-  for (long blk = lane >> 3; blk < nblk; blk += 4) {{
-    const unsigned char *q = row + blk * {ts};
-    {_scale()}
-    #pragma unroll
-    for (int t = 0; t < 4; t++) {{
-      const int e = e0 + t;
-      const long _k = blk * {BLOCK} + e;
-      acc += {_ELEMENT[q.qtype]} * {CUDA.load(a_dt, "p1", a_index)};
-    }}
+    body = "\n".join(decl)
+    n_cols = mm.n.render_c(names)
+    # the grid is (column blocks x m x batch) flattened; m and n are exact dims (see dims.py)
+    return _function(name, params, dims, slots, f"""
+const long lm_nb = ({n_cols} + {WARPS - 1}) / {WARPS}, lm_rows = {mm.m.render_c(names)};
+const long _n = (lm_block % lm_nb) * {WARPS} + (threadIdx.x >> 5);
+const long _m = (lm_block / lm_nb) % lm_rows;
+const long lm_b = lm_block / (lm_nb * lm_rows);
+{body}
+if (_n >= {n_cols}) return;
+const int lane = threadIdx.x & 31, e0 = (lane & 7) * 4;
+const long nblk = {(q.cols // BLOCK).render_c(names)};
+const unsigned char *row = p2 + _n * nblk * {ts};
+float acc = 0.0f;
+for (long blk = lane >> 3; blk < nblk; blk += 4) {{
+  const unsigned char *q = row + blk * {ts};
+  {_scale()}
+  #pragma unroll
+  for (int t = 0; t < 4; t++) {{
+    const int e = e0 + t;
+    const long _k = blk * {BLOCK} + e;
+    acc += {_ELEMENT[q.qtype]} * {CUDA.load(a_dt, "p1", a_index)};
   }}
-  acc = lm_warp_sum(acc);
-  if (lane == 0) p0[{out_index}] = {CUDA.store(out_dt, "acc")};
 }}
-"""
-    return src, dims
+acc = lm_warp_sum(acc);
+if (lane == 0) p0[{out_index}] = {CUDA.store(out_dt, "acc")};
+""")

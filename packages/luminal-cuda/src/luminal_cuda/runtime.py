@@ -14,8 +14,10 @@ Per execution:
    workspace outside any capture); the second captures them into a CUDA graph, and every later
    run with the same key is a single `cudaGraphLaunch`. A key never reuses a graph captured
    for another one: at worst it runs eagerly, never wrongly.
-4. Assignments (KV caches) are device-to-device copies at the end of the run, captured with
-   it; the input then holds a `DeviceArray` on the host side.
+4. Launches follow the module's levels of independent calls, each level one fused launch
+   where it can be (`fusion.py`). Assignments (KV caches) are device-to-device copies at the
+   end of the run, all in one launch, captured with it; the input then holds a `DeviceArray`
+   on the host side.
 
 Input versions, assignments and `fetch` are core's `luminal.Runtime` steps; this module adds
 the allocations, the bindings and the CUDA graphs.
@@ -31,13 +33,12 @@ from typing import Any
 
 import numpy as np
 from luminal.codegen.ir import Program, QuantOperand, kernel_dims
-from luminal.codegen.plan import plan_memory
 from luminal.device_array import DeviceArray
 from luminal.dtypes import DType
 from luminal.graph import Graph
 from luminal.runtime import Runtime, Shape
 
-from .codegen import NVRTC_OPTIONS, Gemm, Generated, Module, QuantGemm
+from .codegen import NVRTC_OPTIONS, Gemm, Generated, Module, QuantGemm, fusible_function
 from .cublas import gemm_function
 from .dims import DimPolicy
 from .memory import DeviceMemory
@@ -79,7 +80,7 @@ class CudaRuntime(Runtime):
         # runs launched kernel by kernel, captures into CUDA graphs, replays of captured graphs
         self.stats = {"eager": 0, "captured": 0, "replayed": 0}
         self.capture_warned = False
-        self.plan = plan_memory(program)
+        self.plan = module.plan
         self.slot_of = self.plan.slot_of
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.memory = DeviceMemory(cupy, self.stream)
@@ -173,20 +174,46 @@ class CudaRuntime(Runtime):
         scratch = self.memory.ptr("scratch")
         steps: list[Step] = []
         labels: list[str] = []
-        for call in self.program.calls:
-            code = self.module.codes[call.kernel]
-            launched = self.launcher.steps(code, [ptrs[a] for a in call.args], scratch, dims)
+        for level in self.module.levels:
+            launched, what = self._level(level.calls, ptrs, scratch, dims)
             steps += launched
-            labels += self.launcher.labels(code, len(launched), dims)
-        for target, src in self.assignments.items():
-            copies = self.launcher.copy(self.memory.ptr(target), self.memory.ptr(src),
-                                        self._nbytes(src, dims))
+            labels += what
+        if self.assignments:
+            self.memory.ensure(("copies", key), 24 * len(self.assignments), grow=False)
+            copies = self.launcher.copies(self.memory.ptr(("copies", key)), [
+                (self.memory.ptr(target), self.memory.ptr(src), self._nbytes(src, dims))
+                for target, src in self.assignments.items()])
             steps += copies
-            labels += ["copy assignment"] * len(copies)
+            labels += [f"copy {len(self.assignments)} assignments"] * len(copies)
         binding = self.bindings[key] = Binding(steps, labels)
         while len(self.bindings) > max(self.options.graph_cache, 1):
             self.bindings.popitem(last=False)
         return binding
+
+    def _level(self, calls: tuple[int, ...], ptrs: list[int], scratch: int,
+                dims: dict[str, int]) -> tuple[list[Step], list[str]]:
+        """The launches of one level of independent calls (`fusion.py`) and their labels: the
+        level's kernels in one fused launch when each is one kernel at `dims`."""
+        codes, program = self.module.codes, self.program
+        args = {c: [ptrs[a] for a in program.calls[c].args] for c in calls}
+        fusible = [c for c in calls if fusible_function(codes[program.calls[c].kernel])]
+        members = [self.launcher.member(codes[program.calls[c].kernel], args[c], dims)
+                   for c in fusible]
+        name = self.module.fused.get(tuple(program.calls[c].kernel for c in fusible))
+        steps: list[Step] = []
+        labels: list[str] = []
+        alone = list(calls)
+        if name is not None and all(m is not None for m in members):
+            launched = self.launcher.fused(name, [m for m in members if m is not None])
+            steps += launched
+            labels += [f"fused {name} ({len(members)} kernels)"] * len(launched)
+            alone = [c for c in calls if c not in fusible]
+        for c in alone:
+            code = codes[program.calls[c].kernel]
+            launched = self.launcher.steps(code, args[c], scratch, dims)
+            steps += launched
+            labels += self.launcher.labels(code, len(launched), dims)
+        return steps, labels
 
     # ----- execution ------------------------------------------------------------------------
     def _upload(self, graph: Graph) -> None:
@@ -273,6 +300,24 @@ class CudaRuntime(Runtime):
             events[-1].synchronize()
         return [(label, cuda.get_elapsed_time(a, b))
                 for label, a, b in zip(binding.labels, events, events[1:])]
+
+    def replay_ms(self, times: int = 32) -> float | None:
+        """GPU milliseconds per replay of the last run's CUDA graph, timed between CUDA events
+        over `times` back-to-back replays (no host work in between, unlike a real step, so
+        comparing it with a step's wall time splits GPU time from host overhead). None when
+        that binding was not captured."""
+        binding = next(reversed(self.bindings.values()))
+        if binding.graph is None:
+            return None
+        cuda = self.cupy.cuda
+        with self.device, self.stream:
+            start, end = cuda.Event(), cuda.Event()
+            start.record(self.stream)
+            for _ in range(times):
+                binding.graph.launch(self.stream)
+            end.record(self.stream)
+            end.synchronize()
+        return cuda.get_elapsed_time(start, end) / times
 
     def hand_over(self, graph: Graph, target: int, src: int, buffer: Any,
                   shape: Shape) -> DeviceArray:
