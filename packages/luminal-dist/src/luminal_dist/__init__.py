@@ -21,11 +21,21 @@ from .comm import (
 )
 from .data_parallel import DataParallel
 from .fingerprint import check_same_graph, graph_fingerprint
+from .mpi import MpiCommunicator
+from .nccl import NcclCommunicator
 from .ops import AllGather, AllReduce, Broadcast, Collective, ReduceScatter
 from .ops import all_gather, all_reduce, broadcast, reduce_scatter
 from .staged import Distributed, StagedRuntime, split_stages
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "TensorParallel":  # needs luminal-nn, imported only when asked for
+        from .tensor_parallel import TensorParallel
+
+        return TensorParallel
+    raise AttributeError(f"module 'luminal_dist' has no attribute {name!r}")
 
 __all__ = [
     "AllGather",
@@ -36,10 +46,13 @@ __all__ = [
     "Communicator",
     "DataParallel",
     "Distributed",
+    "MpiCommunicator",
+    "NcclCommunicator",
     "DistributedError",
     "ReduceScatter",
     "SingleProcess",
     "StagedRuntime",
+    "TensorParallel",
     "all_gather",
     "all_reduce",
     "broadcast",

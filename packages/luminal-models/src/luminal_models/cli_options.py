@@ -99,10 +99,12 @@ def threads_from_args(args: argparse.Namespace) -> None:
 
 
 def load_generator(model: str, backend_name: str | None = None, ctx: int | None = None,
-                   progress: bool = True, search: bool = False) -> tuple[Any, Path]:
+                   progress: bool = True, search: bool = False,
+                   tensor_parallel: int = 1) -> tuple[Any, Path]:
     """Load `model` (a name, .gguf file or checkpoint directory) and compile it for the
     backend (through the search compiler with `search`); returns the `Generator` and the
-    model's path. Progress bars go to stderr."""
+    model's path. Progress bars go to stderr. `tensor_parallel` > 1 shards the model over
+    that many MPI ranks (the compiler "tensor-parallel" of luminal-dist, found by name)."""
     import luminal as lm
 
     from .generate import Generator
@@ -125,7 +127,7 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
                              "tokenizer.json)")
         # the reference backend has no quantized kernels: it would decode every weight on
         # every step, so it gets float32 weights decoded once at load
-        quantized = backend.name != "reference"
+        quantized = backend.name != "reference" and tensor_parallel == 1
         # parsed once for the tokenizer and the weights; closing it frees the parsed
         # metadata (the weights keep the file's memory map alive)
         with GGUFFile(path) as gguf:
@@ -134,6 +136,9 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
     # the search compiler wraps the backend: it picks the plan, the backend compiles it
     compiler = lm.plugins.compiler("search", backend=backend,
                                    progress=progress) if search else backend
+    if tensor_parallel > 1:  # shards are sliced from float weights
+        compiler = lm.plugins.compiler("tensor-parallel", backend=compiler, size=tensor_parallel)
+        compiler.shard(llama)
     return Generator(llama, tokenizer, compiler, max_context=ctx, progress=progress), path
 
 
