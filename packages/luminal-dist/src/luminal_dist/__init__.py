@@ -23,8 +23,17 @@ from .data_parallel import DataParallel
 from .fingerprint import check_same_graph, graph_fingerprint
 from .mpi import MpiCommunicator
 from .nccl import NcclCommunicator
-from .ops import AllGather, AllReduce, Broadcast, Collective, ReduceScatter
-from .ops import all_gather, all_reduce, broadcast, reduce_scatter
+from .ops import (
+    AllGather,
+    AllReduce,
+    Broadcast,
+    Collective,
+    ReduceScatter,
+    all_gather,
+    all_reduce,
+    broadcast,
+    reduce_scatter,
+)
 from .staged import Distributed, StagedRuntime, split_stages
 
 __version__ = "0.1.0"
@@ -46,9 +55,9 @@ __all__ = [
     "Communicator",
     "DataParallel",
     "Distributed",
+    "DistributedError",
     "MpiCommunicator",
     "NcclCommunicator",
-    "DistributedError",
     "ReduceScatter",
     "SingleProcess",
     "StagedRuntime",

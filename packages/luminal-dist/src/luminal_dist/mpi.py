@@ -11,6 +11,7 @@ Nothing is pickled: small metadata travels as JSON text.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import time
@@ -96,7 +97,7 @@ class MpiCommunicator:
         out = np.empty(int(sizes.sum()), np.uint8)
         self._wait(self.comm.Iallgatherv(data, (out, sizes)), "allgather_object")
         starts = np.concatenate([[0], np.cumsum(sizes)])
-        return [json.loads(out[a:b].tobytes()) for a, b in zip(starts[:-1], starts[1:])]
+        return [json.loads(out[a:b].tobytes()) for a, b in itertools.pairwise(starts)]
 
     # ----- waiting ------------------------------------------------------------------------
     def _wait(self, request: Any, what: str) -> None:
