@@ -31,8 +31,8 @@ def buckets(grads: Sequence[GraphTensor], bucket_bytes: int) -> list[list[int]]:
     out: list[list[int]] = []
     size, dtype = 0, None
     for k, g in enumerate(grads):
-        nbytes = g.layout.numel * g.dtype.numpy.itemsize if isinstance(
-            g.layout.numel, int) else bucket_bytes
+        numel = g.layout.numel  # a symbolic size (never for parameters) fills a bucket
+        nbytes = numel.value * g.dtype.numpy.itemsize if numel.is_const else bucket_bytes
         if not out or g.dtype != dtype or size + nbytes > bucket_bytes:
             out.append([])
             size, dtype = 0, g.dtype

@@ -51,11 +51,11 @@ class NcclCommunicator:
 
     def __init__(self, bootstrap: Any = None, device: int | None = None,
                  timeout: float | None = None) -> None:
+        nccl = _nccl()  # first: without CuPy, the error says what to install
         import cupy
 
         from .mpi import MpiCommunicator
 
-        nccl = _nccl()
         self.bootstrap = bootstrap if bootstrap is not None else MpiCommunicator()
         self.rank, self.size = self.bootstrap.rank, self.bootstrap.size
         self.timeout = default_timeout() if timeout is None else float(timeout)

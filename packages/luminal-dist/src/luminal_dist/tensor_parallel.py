@@ -117,6 +117,8 @@ class TensorParallel:
             mlps = [m for m in modules if isinstance(m, nn.SwiGLU)]
             local = {"num_heads": attn[0].num_heads, "num_kv_heads": attn[0].num_kv_heads,
                      "intermediate_size": mlps[0].gate_proj.out_features if mlps else None}
+            if not attn:
+                raise ValueError(f"{type(model).__name__} has no attention blocks to shard")
             model.config = dataclasses.replace(config, **{
                 k: v for k, v in local.items() if v is not None and hasattr(config, k)})
         return model
