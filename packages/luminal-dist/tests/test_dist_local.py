@@ -177,3 +177,13 @@ def test_nccl_types_and_missing_cupy() -> None:
     except ImportError:  # the case here: the error says what to install
         with pytest.raises(ImportError, match=r"luminal-dist\[cuda\]"):
             ld.NcclCommunicator(bootstrap=ld.SingleProcess())
+
+
+def test_generate_tensor_parallel_outside_mpi_fails_before_loading() -> None:
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "luminal", "generate", "--tensor-parallel", "2",
+                           "-n", "1", "hi"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "launch it with `mpiexec -n 2 ...`" in done.stderr
+    assert "loading" not in done.stderr  # no weights were read for nothing

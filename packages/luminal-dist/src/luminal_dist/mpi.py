@@ -1,8 +1,9 @@
 """`MpiCommunicator`: the collectives over MPI (mpi4py), with a timeout on every one.
 
 MPI's blocking collectives wait forever for a rank that died or hangs, so each collective is
-started non-blocking and polled until it completes or `timeout` passes; polling sleeps between
-tests so a waiting rank leaves the CPU to a rank still computing (two ranks on two cores).
+started non-blocking and polled until it completes or `timeout` passes; polling yields the CPU
+between tests, and sleeps after the first milliseconds, so a waiting rank leaves the CPU to a
+rank still computing (two ranks on two cores).
 On a timeout, or any other uncaught exception in a job of several ranks, the process aborts
 the whole MPI job (as `python -m mpi4py` does) instead of waiting in MPI's exit for ranks that
 will never arrive. Half-precision reductions are carried out in float32 (MPI has no bfloat16).
@@ -101,16 +102,17 @@ class MpiCommunicator:
 
     # ----- waiting ------------------------------------------------------------------------
     def _wait(self, request: Any, what: str) -> None:
-        deadline = time.monotonic() + self.timeout
-        polls = 0
+        start = time.monotonic()
+        deadline = start + self.timeout
         while not request.Test():
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise CollectiveTimeout(
                     f"rank {self.rank}/{self.size}: {what} did not complete within "
                     f"{self.timeout:g} s: another rank died, hangs, or runs a different graph "
                     f"(set $LUMINAL_DIST_TIMEOUT to wait longer)")
-            polls += 1
-            time.sleep(0 if polls < 64 else 2e-4)
+            # yield for the first milliseconds (peers usually arrive by then), then sleep
+            time.sleep(0 if now - start < 2e-3 else 1e-4)
 
     def __repr__(self) -> str:
         return f"MpiCommunicator(rank={self.rank}, size={self.size})"

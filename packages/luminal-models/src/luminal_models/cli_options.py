@@ -114,6 +114,11 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
     from .tokenizer import Tokenizer
 
     backend = lm.backend(backend_name)
+    # the search compiler wraps the backend: it picks the plan, the backend compiles it
+    compiler = lm.plugins.compiler("search", backend=backend,
+                                   progress=progress) if search else backend
+    if tensor_parallel > 1:  # before loading: a job of the wrong size fails at once
+        compiler = lm.plugins.compiler("tensor-parallel", backend=compiler, size=tensor_parallel)
     checkpoint = _checkpoint_dir(model)
     if checkpoint is not None:
         path = checkpoint
@@ -127,17 +132,14 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
                              "tokenizer.json)")
         # the reference backend has no quantized kernels: it would decode every weight on
         # every step, so it gets float32 weights decoded once at load
+        # (tensor-parallel shards are sliced from float weights too)
         quantized = backend.name != "reference" and tensor_parallel == 1
         # parsed once for the tokenizer and the weights; closing it frees the parsed
         # metadata (the weights keep the file's memory map alive)
         with GGUFFile(path) as gguf:
             tokenizer = Tokenizer.from_gguf(gguf)
             llama = Llama.from_gguf(gguf, quantized=quantized, progress=progress)
-    # the search compiler wraps the backend: it picks the plan, the backend compiles it
-    compiler = lm.plugins.compiler("search", backend=backend,
-                                   progress=progress) if search else backend
-    if tensor_parallel > 1:  # shards are sliced from float weights
-        compiler = lm.plugins.compiler("tensor-parallel", backend=compiler, size=tensor_parallel)
+    if tensor_parallel > 1:
         compiler.shard(llama)
     return Generator(llama, tokenizer, compiler, max_context=ctx, progress=progress), path
 
