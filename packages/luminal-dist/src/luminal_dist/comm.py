@@ -118,6 +118,20 @@ class SingleProcess:
         return "SingleProcess()"
 
 
+class OnCommunicator:
+    """Base of the objects that work over a communicator `comm`: its `rank` and `size`."""
+
+    comm: Communicator
+
+    @property
+    def rank(self) -> int:
+        return self.comm.rank
+
+    @property
+    def size(self) -> int:
+        return self.comm.size
+
+
 def world() -> Communicator:
     """The communicator of this job: MPI's world when launched by `mpiexec` with more than
     one rank, else a `SingleProcess`."""

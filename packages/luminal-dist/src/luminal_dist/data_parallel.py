@@ -20,7 +20,7 @@ from typing import Any
 import luminal as lm
 from luminal import GraphTensor
 
-from .comm import Communicator, world
+from .comm import Communicator, OnCommunicator, world
 from .ops import all_reduce
 from .staged import Distributed
 
@@ -41,7 +41,7 @@ def buckets(grads: Sequence[GraphTensor], bucket_bytes: int) -> list[list[int]]:
     return out
 
 
-class DataParallel:
+class DataParallel(OnCommunicator):
     """Averages gradients over the ranks of `comm` (default: this job's world) inside the
     compiled training step; pass it to `luminal_train.TrainStep(data_parallel=...)`.
 
@@ -55,14 +55,6 @@ class DataParallel:
             raise ValueError(f"bucket_mb must be positive, got {bucket_mb}")
         self.comm = comm if comm is not None else world()
         self.bucket_bytes = int(bucket_mb * (1 << 20))
-
-    @property
-    def rank(self) -> int:
-        return self.comm.rank
-
-    @property
-    def size(self) -> int:
-        return self.comm.size
 
     def reduce_gradients(self, grads: Sequence[GraphTensor]) -> list[GraphTensor]:
         """The gradients averaged over the ranks, one all-reduce per bucket."""

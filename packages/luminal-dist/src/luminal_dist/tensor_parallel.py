@@ -22,7 +22,7 @@ import luminal_nn as nn
 import numpy as np
 from luminal import GraphTensor
 
-from .comm import Communicator, world
+from .comm import Communicator, OnCommunicator, world
 from .ops import all_reduce
 from .staged import Distributed
 
@@ -70,7 +70,7 @@ def _units(count: int, width: int, part: np.ndarray) -> np.ndarray:
     return (part[:, None] * width + np.arange(width)).reshape(-1)
 
 
-class TensorParallel:
+class TensorParallel(OnCommunicator):
     """Shards Llama-family models over the ranks of `comm` and compiles their graphs for
     `backend` (see the module docstring).
 
@@ -90,14 +90,6 @@ class TensorParallel:
                 f"launch it with `mpiexec -n {size} ...` (or `luminal launch -n {size} ...`)")
         self.backend = backend
         self.distributed = Distributed(backend, self.comm)
-
-    @property
-    def rank(self) -> int:
-        return self.comm.rank
-
-    @property
-    def size(self) -> int:
-        return self.comm.size
 
     def shard(self, model: Any) -> Any:
         """Keep this rank's share of every attention and MLP block of `model` (in place);
