@@ -45,6 +45,8 @@ def test_collectives_equal_numpy(tmp_path, backend) -> None:
         np.testing.assert_array_equal(d["graph_max"], np.maximum(xs[0], xs[1]))
         np.testing.assert_array_equal(d["graph_int_sum"], ints[0] + ints[1])
         np.testing.assert_array_equal(d["graph_gather"], np.concatenate(xs, axis=1))
+        np.testing.assert_array_equal(d["graph_input"], np.concatenate(xs, axis=0))
+        np.testing.assert_array_equal(d["graph_iota"], 2 * np.arange(5))
         np.testing.assert_array_equal(d["graph_bcast"], xs[1] + 1)
         np.testing.assert_allclose(d["graph_chain"], np.exp2(xs[0] + xs[1]), rtol=1e-5)
     scattered = 2 * (xs[0] + xs[1])

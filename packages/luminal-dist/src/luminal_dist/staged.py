@@ -158,7 +158,7 @@ class StagedRuntime(Runtime):
                     values[nid] = np.array(stage.graph.fetch(local), copy=True).reshape(-1)
             for node in stage.collectives:
                 edge = node.inputs[0]
-                x = read_view(self._flat(graph, values, edge.src), edge.view, dims)
+                x = read_view(self._flat(graph, values, edge.src, dims), edge.view, dims)
                 values[node.id] = np.ascontiguousarray(
                     node.op.run(self.comm, x), dtype=node.dtype.numpy).reshape(-1)
         self._outputs = values
@@ -185,14 +185,15 @@ class StagedRuntime(Runtime):
                 stage.graph.set_data(local, values[nid].reshape(shape))
 
     @staticmethod
-    def _flat(graph: Graph, values: dict[int, np.ndarray], nid: int) -> np.ndarray:
+    def _flat(graph: Graph, values: dict[int, np.ndarray], nid: int,
+              dims: dict[str, int]) -> np.ndarray:
         if nid in values:
             return values[nid]
         node = graph.nodes[nid]
         if isinstance(node.op, ops.Input):
             return np.asarray(graph.data[nid]).reshape(-1)
         # a constant or iota read directly by a collective: evaluate it on the host
-        return np.asarray(node.op.reference([], node.dtype, {}), node.dtype.numpy).reshape(-1)
+        return np.asarray(node.op.reference([], node.dtype, dims), node.dtype.numpy).reshape(-1)
 
     def fetch(self, node_id: int) -> np.ndarray:
         shape, _ = self._shape(node_id)

@@ -23,6 +23,9 @@ results = {
     "graph_gather": ld.all_gather(a, dim=1).retrieve(),
     "graph_scatter": ld.reduce_scatter(a * 2.0, dim=0).retrieve(),
     "graph_bcast": ld.broadcast(a + 1.0, root=1).retrieve(),
+    # collectives reading graph leaves directly: an input, and an iota (arange)
+    "graph_input": ld.all_gather(a, dim=0).retrieve(),
+    "graph_iota": ld.all_reduce(g.arange(5)).retrieve(),
     # a second round: a collective of a value computed from a collective
     "graph_chain": ld.all_reduce(ld.all_reduce(a).exp2() * 0.5).retrieve(),
 }
