@@ -18,7 +18,8 @@ CUDA graphs) calls from its own `execute` instead of reimplementing them:
 
 - `device_buffer(data)` / `changed_input(graph, node)` / `forget_upload(node)`: an input is
   bound directly when it holds a `DeviceArray` of this device (`owner`), and uploaded only
-  when `graph.data_version` says it changed since its last upload;
+  when `graph.data_version` says it changed since its last upload (an assigned value handed
+  over as such a `DeviceArray` counts as uploaded);
 - `finish_run(graph, outputs, dims)`: records where this run's outputs are and carries out
   the assignments (`Graph.assign`), each value made by `hand_over`: by default a
   `DeviceArray` over the output's buffer (the next run reads it with no host round trip);
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 Buffer = Any
 Shape = tuple[int, ...]
+_NEVER = object()  # the upload record of an input never uploaded
 
 
 class Runtime:
@@ -113,7 +115,7 @@ class Runtime:
         the caller's own array); None when the device holds its current version already.
         Records the version as uploaded."""
         version = graph.data_version.get(nid)
-        if nid in self._uploaded and self._uploaded[nid] == version:
+        if self._uploaded.get(nid, _NEVER) == version:  # every input, every run: kept cheap
             return None
         self._uploaded[nid] = version
         dtype = self.node_info[nid][1]
@@ -135,7 +137,11 @@ class Runtime:
         if self._assigned_shapes is None or self._assigned_shapes[0] != key:
             self._assigned_shapes = (key, self.shapes(self.assignments.values(), dims))
         for (target, src), shape in zip(self.assignments.items(), self._assigned_shapes[1]):
-            graph.set_data(target, self.hand_over(graph, target, src, outputs.get(src), shape))
+            value = self.hand_over(graph, target, src, outputs.get(src), shape)
+            graph.set_data(target, value)
+            if isinstance(value, DeviceArray) and value.owner is self.owner:
+                # the device holds this version: the next run's changed_input() is None
+                self._uploaded[target] = graph.data_version[target]
 
     def release_outputs(self) -> None:
         """Drop every reference to the last run's outputs (before reusing their buffers)."""

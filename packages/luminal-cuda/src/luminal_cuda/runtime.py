@@ -218,13 +218,13 @@ class CudaRuntime(Runtime):
     # ----- execution ------------------------------------------------------------------------
     def _upload(self, graph: Graph) -> None:
         rt = self.cupy.cuda.runtime
-        for node in self.inputs:
-            allocation = self.device_buffer(graph.data[node])
-            if allocation is not None and allocation is self.memory.allocations.get(node):
-                continue  # its assigned value, in place
-            self.resident.discard(node)
-            host = self.changed_input(graph, node)
-            if host is not None and host.nbytes:
+        changed_input = self.changed_input
+        for node in self.inputs:  # every step: one version check for weights and caches
+            host = changed_input(graph, node)
+            if host is None:
+                continue
+            self.resident.discard(node)  # replaced by set(): its allocation needs no keeping
+            if host.nbytes:
                 rt.memcpyAsync(self.memory.ptr(node), host.ctypes.data, host.nbytes,
                                rt.memcpyHostToDevice, self.stream.ptr)
 
