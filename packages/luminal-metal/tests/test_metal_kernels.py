@@ -1,6 +1,10 @@
-"""Model-shaped graphs on MSL kernels run as C++ on the CPU (`msl_cpu.CpuMetalBackend`, one
-thread per point; see test_metal_cpu_conformance.py for what that does and does not check):
-quantized matmuls against gguf's own dequantization, a KV cache kept across runs, bfloat16."""
+"""Model-shaped graphs on the Metal kernels: quantized matmuls against gguf's own
+dequantization, a KV cache kept across runs, bfloat16, SmolLM2's logits.
+
+Each test runs twice: on MSL run as C++ on the CPU (`msl_cpu.CpuMetalBackend`, one thread per
+point; see test_metal_cpu_conformance.py for what that does and does not check), and on a real
+Metal device (marked `metal`: skipped, with the reason, elsewhere than on Apple silicon).
+"""
 
 from __future__ import annotations
 
@@ -10,19 +14,24 @@ import pytest
 from luminal import quant
 from luminal.codegen import Matmul, QuantOperand, lower
 from luminal.device_array import DeviceArray
+from luminal_metal import MetalBackend
 from luminal_metal_tests_msl_cpu import CpuMetalBackend
 
 rng = np.random.default_rng(0)
 
 
-@pytest.fixture(scope="module")
-def backend(msl) -> CpuMetalBackend:
+@pytest.fixture(scope="module", params=["metal-on-cpu",
+                                        pytest.param("metal", marks=pytest.mark.metal)])
+def backend(request: pytest.FixtureRequest) -> lm.Backend:
+    if request.param == "metal":
+        return MetalBackend()
+    request.getfixturevalue("msl")  # skips without clang++
     return CpuMetalBackend()
 
 
 @pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q4_1"])
 @pytest.mark.parametrize("layout", ["x@W.T", "x@W"])
-def test_metal_cpu_quantized_matmul_matches_gguf(backend, qtype, layout):
+def test_metal_quantized_matmul_matches_gguf(backend, qtype, layout):
     gguf = pytest.importorskip("gguf")
     shape = (64, 96) if layout == "x@W.T" else (96, 64)  # (n, k) or (k, n)
     kind = getattr(gguf.GGMLQuantizationType, qtype.upper())
@@ -43,7 +52,7 @@ def test_metal_cpu_quantized_matmul_matches_gguf(backend, qtype, layout):
         np.testing.assert_allclose(out.numpy(), want, atol=1e-4, rtol=1e-4)
 
 
-def test_metal_cpu_kv_cache_stays_with_the_runtime(backend):
+def test_metal_kv_cache_stays_with_the_runtime(backend):
     """An assigned value (a KV cache) is handed back to its input between runs."""
     g = lm.Graph()
     cache = g.tensor((1, "past", 4), name="cache").set(np.zeros((1, 0, 4), np.float32))
@@ -60,11 +69,11 @@ def test_metal_cpu_kv_cache_stays_with_the_runtime(backend):
         g.set_dim("past", g.dims["past"] + n)
         seen = np.concatenate([seen, step * 2], axis=1)
         np.testing.assert_allclose(total.numpy(), seen.sum(1), atol=1e-5)
-        assert isinstance(g.data[cache.id], DeviceArray)
+        assert isinstance(g.data[cache.id], DeviceArray)  # never copied to the host
     np.testing.assert_allclose(np.asarray(g.data[cache.id]), seen, atol=1e-6)
 
 
-def test_metal_cpu_bfloat16_matches_reference(backend):
+def test_metal_bfloat16_matches_reference(backend):
     def run(compilers):
         g = lm.Graph()
         x = g.tensor((3, 40), name="x", dtype="bfloat16").set(data)
@@ -83,9 +92,9 @@ def test_metal_cpu_bfloat16_matches_reference(backend):
     np.testing.assert_allclose(got, want, atol=2e-2, rtol=1e-2)
 
 
-def test_metal_cpu_smollm2_logits_match_luminal_cpu(backend):
+def test_metal_smollm2_logits_match_luminal_cpu(backend):
     """SmolLM2-135M with its quantized GGUF weights: a prefill and two decode steps through the
-    Metal kernels (one thread per point, on the CPU) give luminal-cpu's logits (the NumPy
+    Metal kernels give luminal-cpu's logits (the NumPy
     reference backend takes 15 s a step on this model; luminal-cpu is tested against it and
     against transformers in luminal-models)."""
     hub = pytest.importorskip("luminal_models.hub", reason="luminal-models is not installed")
