@@ -6,10 +6,13 @@ Two checks, neither of them Metal verification (see the header's comment):
   simdgroup-matrix GEMMs, quantized GEMVs included) goes through `clang++ -fsyntax-only`, a few
   hundred kernels per translation unit, the units compiled concurrently (one clang process per
   kernel would take ten times longer);
-- `CpuMetalBackend`: a luminal backend that renders every kernel one thread per point (matmuls
-  one thread per output), compiles them as C++ into shared libraries and runs each kernel by
-  calling it for every thread id in turn, so the generated arithmetic and index expressions are
-  compared with the reference backend. Threadgroup and simdgroup cooperation never runs here.
+- `CpuMetalBackend`: a luminal backend that compiles the kernels as C++ into shared libraries
+  and runs them on the CPU, so the generated arithmetic, index expressions and dtype
+  conversions are compared with the reference backend. One-thread-per-point kernels are
+  called for every thread id in turn; the cooperative ones (threadgroup reductions, SIMD
+  GEMVs, simdgroup-matrix GEMMs) run a threadgroup at a time on real threads with the shim's
+  barriers and lane exchanges. Apple's scheduling, memory model, matrix hardware and
+  fast-math are not emulated.
 
 Identical IR kernels (the same op in many graphs) are rendered and compiled once.
 """
@@ -17,13 +20,16 @@ Identical IR kernels (the same op in many graphs) are rendered and compiled once
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +37,17 @@ import numpy as np
 from luminal import Backend, BackendStatus, Runtime
 from luminal.codegen import Kernel, Matmul, QuantOperand, lower
 from luminal.symbolic import evaluator
+from luminal_metal import dialect as metal_dialect
+from luminal_metal import kernels as metal_kernels
+from luminal_metal import matmul as metal_matmul
 from luminal_metal.dialect import METAL
-from luminal_metal.kernels import KernelSource, library_source, render_kernel_source
+from luminal_metal.kernels import KernelSource, Launch, library_source, render_kernel_source
 
 SHIM = Path(__file__).with_name("shim")
 CLANG = shutil.which("clang++")
 FLAGS = ["-std=c++17", "-x", "c++", "-I", str(SHIM), "-Wno-unknown-attributes",
          "-Werror=return-type", "-fno-strict-aliasing", "-ffp-contract=off"]
-# compiled CPU kernels, by source hash (atomic renames: pytest-xdist workers share it)
+# compiled CPU kernels, by source hash (shared by pytest-xdist workers and later sessions)
 CACHE = Path(tempfile.gettempdir()) / f"luminal-metal-cpu-{os.getuid()}"
 BATCH = 400  # kernels per translation unit
 JOBS = 2
@@ -51,14 +60,48 @@ def _run(args: list[str]) -> None:
         raise AssertionError(f"clang++ failed ({' '.join(args[-3:])}):\n{proc.stderr[-8000:]}")
 
 
-def _units(kernels: Sequence[Kernel | Matmul], cpu: bool) -> list[tuple[str, list[str]]]:
-    """Translation units of at most BATCH kernels: (source, kernel function names)."""
+MODES = ("thread", "metal", "cooperative")
+
+
+@contextmanager
+def _rendering(mode: str) -> Iterator[None]:
+    """Render kernels in `mode` (see `CpuMetalBackend`): "cooperative" lowers the backend's
+    thresholds so that every reduction and matmul takes its cooperative form, with 64-thread
+    groups for reductions (two simdgroups, so the cross-simdgroup step runs too)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode != "cooperative":
+        yield
+        return
+    saved = (metal_dialect.THREADGROUP_MIN_REDUCE, metal_dialect.THREADGROUP_MAX_POINTS,
+             metal_matmul.PER_THREAD_MAX_K, metal_kernels.THREADS)
+    metal_dialect.THREADGROUP_MIN_REDUCE, metal_dialect.THREADGROUP_MAX_POINTS = 0, 1 << 62
+    metal_matmul.PER_THREAD_MAX_K, metal_kernels.THREADS = 0, 64
+    try:
+        yield
+    finally:
+        (metal_dialect.THREADGROUP_MIN_REDUCE, metal_dialect.THREADGROUP_MAX_POINTS,
+         metal_matmul.PER_THREAD_MAX_K, metal_kernels.THREADS) = saved
+
+
+def _units(kernel_list: Sequence[Kernel | Matmul], mode: str, drivers: bool = False
+           ) -> list[tuple[str, list[KernelSource]]]:
+    """Translation units of at most BATCH kernels, kernel i named `f{i}`, rendered in `mode`,
+    with a `run_` driver per kernel function where `drivers`."""
     units = []
-    for start in range(0, len(kernels), BATCH):
-        chunk = kernels[start:start + BATCH]
-        sources = [render_kernel_source(k, f"f{start + i}", cpu) for i, k in enumerate(chunk)]
-        units.append((library_source(sources) + _drivers(chunk, sources, start) if cpu
-                      else library_source(sources), [s.launches[0].function for s in sources]))
+    for start in range(0, len(kernel_list), BATCH):
+        chunk = kernel_list[start:start + BATCH]
+        with _rendering(mode):
+            sources = [render_kernel_source(k, f"f{start + i}", mode == "thread")
+                       for i, k in enumerate(chunk)]
+        source = library_source(sources)
+        if drivers:
+            # threadgroup memory is shared by the threads of a group: function-static here
+            # (the groups of a dispatch run one after the other), see the shim's lm_dispatch
+            source = re.sub(r"(?m)^(\s*)threadgroup ", r"\1static ", source)
+            source += "".join(_driver(k, launch) for k, ks in zip(chunk, sources)
+                              for launch in ks.launches)
+        units.append((source, sources))
     return units
 
 
@@ -69,7 +112,7 @@ def unique(kernels: Iterable[Kernel | Matmul]) -> list[Kernel | Matmul]:
 def syntax_check(kernels: Sequence[Kernel | Matmul]) -> int:
     """Compile every kernel (as rendered for Metal) with -fsyntax-only; returns how many
     kernel functions were checked."""
-    units = _units(unique(kernels), cpu=False)
+    units = _units(unique(kernels), "metal")
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(JOBS) as pool:
         paths = []
         for i, (source, _) in enumerate(units):
@@ -77,7 +120,7 @@ def syntax_check(kernels: Sequence[Kernel | Matmul]) -> int:
             path.write_text(source)
             paths.append(path)
         list(pool.map(lambda p: _run([CLANG, *FLAGS, "-fsyntax-only", str(p)]), paths))
-    return sum(source.count("\nkernel void ") for source, _ in units)
+    return sum(len(ks.launches) for _, sources in units for ks in sources)
 
 
 # ----- running one thread per point on the CPU ------------------------------------------------
@@ -88,18 +131,20 @@ def _param_types(kernel: Kernel | Matmul) -> list[str]:
             " const") + " *" for k, p in enumerate(kernel.params)]
 
 
-def _drivers(kernels: Sequence[Kernel | Matmul], sources: Sequence[KernelSource],
-             start: int) -> str:
-    """`run_fN(buffers, dims, threads)`: kernel fN called for every thread id in turn."""
-    out = []
-    for i, (kernel, source) in enumerate(zip(kernels, sources)):
-        launch = source.launches[0]
-        args = [f"({t})b[{k}]" for k, t in enumerate(_param_types(kernel))]
-        args += [f"d[{j}]" for j in range(len(launch.dims))]
-        out.append(f'extern "C" void run_f{start + i}(void **b, long *d, unsigned long n) {{\n'
-                   f"  for (unsigned long t = 0; t < n; t++) f{start + i}({', '.join(args)}, "
-                   "(uint)t);\n}\n")
-    return "".join(out)
+def _driver(kernel: Kernel | Matmul, launch: Launch) -> str:
+    """`run_<function>(buffers, dims, size, threads)`: the kernel function dispatched as the
+    GPU would, `size` threads one after the other, or `size` threadgroups of `threads`."""
+    args = [f"({t})b[{k}]" for k, t in enumerate(_param_types(kernel))]
+    args += [f"d[{j}]" for j in range(len(launch.dims))]
+    fn = launch.function
+    if launch.per_thread:
+        body = (f"  for (unsigned long t = 0; t < n; t++) {fn}({', '.join(args)}, (uint)t);\n")
+    else:
+        coords = "(uint)g, t, threads, t % 32, t / 32"
+        body = (f"  lm_dispatch(n, threads, [&](unsigned long g, unsigned t) {{ "
+                f"{fn}({', '.join(args)}, {coords}); }});\n")
+    return (f'extern "C" void run_{fn}(void **b, long *d, unsigned long n, unsigned threads) '
+            f"{{\n{body}}}\n")
 
 
 def _half_runtime() -> list[str]:
@@ -111,59 +156,77 @@ def _half_runtime() -> list[str]:
 
 
 class KernelLibrary:
-    """Compiled CPU versions of IR kernels: `function(kernel)` is a ctypes function
-    `(void **buffers, long *dims, unsigned long threads)` and the kernel's launch."""
+    """Compiled CPU versions of IR kernels: `functions(kernel, mode)` gives each launch of the
+    kernel rendered in `mode` (see `CpuMetalBackend`) with its ctypes driver
+    `(void **buffers, long *dims, unsigned long size, unsigned threads)`."""
 
     def __init__(self, cache: Path = CACHE):
         self.cache = cache
-        self._found: dict[Kernel | Matmul, tuple[Any, KernelSource]] = {}
+        self._found: dict[tuple[Kernel | Matmul, str], list[tuple[Launch, Any]]] = {}
 
-    def build(self, kernels: Iterable[Kernel | Matmul]) -> None:
-        todo = [k for k in unique(kernels) if k not in self._found]
+    def build(self, kernel_list: Iterable[Kernel | Matmul], mode: str = "thread") -> None:
+        todo = [k for k in unique(kernel_list) if (k, mode) not in self._found]
         if not todo:
             return
-        units = _units(todo, cpu=True)
+        units = _units(todo, mode, drivers=True)
         with ThreadPoolExecutor(JOBS) as pool:
             libs = list(pool.map(self._compile, [source for source, _ in units]))
-        for start, (lib, (_, names)) in zip(range(0, len(todo), BATCH), zip(libs, units)):
-            for i, name in enumerate(names):
-                kernel = todo[start + i]
-                fn = getattr(lib, f"run_f{start + i}")
-                fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_long),
-                               ctypes.c_ulong]
-                fn.restype = None
-                self._found[kernel] = (fn, render_kernel_source(kernel, name, cpu=True))
+        for lib, (_, sources) in zip(libs, units):
+            for ks in sources:
+                kernel = todo[int(ks.launches[0].function[1:].split("_")[0])]
+                found = []
+                for launch in ks.launches:
+                    fn = getattr(lib, f"run_{launch.function}")
+                    fn.argtypes = [ctypes.POINTER(ctypes.c_void_p),
+                                   ctypes.POINTER(ctypes.c_long), ctypes.c_ulong, ctypes.c_uint]
+                    fn.restype = None
+                    found.append((launch, fn))
+                self._found[kernel, mode] = found
 
     def _compile(self, source: str) -> Any:
-        """A shared library of `source`, cached on disk by its hash (atomic renames, so the
-        two pytest-xdist workers may build the same one at once)."""
+        """A shared library of `source`, cached on disk by its hash (the pytest-xdist workers
+        share it: one builds, the other waits on the lock)."""
         digest = hashlib.sha256(source.encode()).hexdigest()[:32]
         lib = self.cache / f"{digest}.so"
-        if not lib.exists():
-            self.cache.mkdir(parents=True, exist_ok=True)
-            src = self.cache / f"{digest}.{os.getpid()}.cpp"
-            src.write_text(source)
-            tmp = self.cache / f"{digest}.{os.getpid()}.so"
-            _run([CLANG, *FLAGS, "-O1", "-shared", "-fPIC", "-w", str(src), "-o", str(tmp),
-                  *_half_runtime()])
-            os.replace(tmp, lib)
-            src.unlink()
+        self.cache.mkdir(parents=True, exist_ok=True)
+        with open(self.cache / f"{digest}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker waits, then loads it
+            if not lib.exists():
+                src = self.cache / f"{digest}.{os.getpid()}.cpp"
+                src.write_text(source)
+                tmp = self.cache / f"{digest}.{os.getpid()}.so"
+                _run([CLANG, *FLAGS, "-O1", "-shared", "-fPIC", "-pthread", "-w", str(src),
+                      "-o", str(tmp), *_half_runtime()])
+                os.replace(tmp, lib)
+                src.unlink()
         return ctypes.CDLL(str(lib))
 
-    def function(self, kernel: Kernel | Matmul) -> tuple[Any, KernelSource]:
-        if kernel not in self._found:
-            self.build([kernel])
-        return self._found[kernel]
+    def functions(self, kernel: Kernel | Matmul, mode: str) -> list[tuple[Launch, Any]]:
+        if (kernel, mode) not in self._found:
+            self.build([kernel], mode)
+        return self._found[kernel, mode]
 
 
 class CpuMetalBackend(Backend):
-    """Runs the MSL kernels, rendered one thread per point, on the CPU (see the module
-    docstring). `kernels` collects every IR kernel it compiled graphs into."""
+    """Runs MSL kernels on the CPU (see the module docstring), rendered in `mode`:
+
+    - "thread": one thread per point (matmuls one thread per output), the kernels called for
+      every thread id in turn;
+    - "metal": exactly as `MetalBackend` renders them; the cooperative ones (threadgroup
+      reductions, GEMV, GEMM) run through the shim's `lm_dispatch`: real threads, barriers and
+      lane exchanges (slow: for small graphs);
+    - "cooperative": as "metal", with every reduction and matmul in its cooperative form
+      whatever its size (the kit's shapes are mostly below the backend's thresholds).
+
+    `kernels` collects every IR kernel it compiled graphs into."""
 
     name = "metal-on-cpu"
     dtypes = ("float32", "float16", "bfloat16", "int32", "bool", "uint8")
 
-    def __init__(self, library: KernelLibrary | None = None):
+    def __init__(self, mode: str = "thread", library: KernelLibrary | None = None):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.mode = mode
         self.library = library or KernelLibrary()
         self.kernels: list[Kernel | Matmul] = []
 
@@ -175,18 +238,20 @@ class CpuMetalBackend(Backend):
     def compile(self, graph) -> None:
         program = lower(graph)
         self.kernels += program.kernels
-        graph.set_runtime(_CpuRuntime(graph, program, self.library))
+        graph.set_runtime(_CpuRuntime(graph, program, self.library, self.mode))
 
 
 class _CpuRuntime(Runtime):
-    def __init__(self, graph, program, library: KernelLibrary):
+    def __init__(self, graph, program, library: KernelLibrary, mode: str):
         super().__init__(graph)
-        library.build(program.kernels)
+        library.build(program.kernels, mode)
         self.program = program
-        self.functions = [library.function(k) for k in program.kernels]
-        launches = [source.launches[0] for _, source in self.functions]
-        self.evaluate = evaluator([*(launch.size for launch in launches),
-                                   *(b.numel * b.dtype.itemsize for b in program.buffers)])
+        self.launches = [library.functions(k, mode) for k in program.kernels]
+        exprs = [e for launches in self.launches for launch, _ in launches
+                 for e in (launch.size, launch.when)]
+        self.evaluate = evaluator([*exprs, *(b.numel * b.dtype.itemsize
+                                             for b in program.buffers)])
+        self.sizes_at = len(exprs)
 
     def upload(self, host: np.ndarray) -> np.ndarray:
         return host.view(np.uint8).copy()
@@ -195,21 +260,21 @@ class _CpuRuntime(Runtime):
         return buffer.view(dtype.numpy).copy()
 
     def launch(self, inputs: dict[int, np.ndarray], dims: dict[str, int]) -> dict[int, Any]:
-        values = self.evaluate(dims)
-        sizes = values[len(self.functions):]
+        values = iter(self.evaluate(dims))
+        geometry = [[(next(values), next(values)) for _ in launches]
+                    for launches in self.launches]
+        sizes = list(values)
         arrays = [inputs[b.node] if b.role == "input" else np.zeros(sizes[k], np.uint8)
                   for k, b in enumerate(self.program.buffers)]
         for call in self.program.calls:
-            fn, source = self.functions[call.kernel]
-            launch = source.launches[0]
-            threads = values[call.kernel]
-            if threads <= 0:
-                continue
             pointers = (ctypes.c_void_p * max(len(call.args), 1))(
                 *(arrays[b].ctypes.data for b in call.args))
-            dim_values = (ctypes.c_long * max(len(launch.dims), 1))(
-                *(dims[d] for d in launch.dims))
-            fn(pointers, dim_values, threads)
+            for (launch, fn), (size, when) in zip(self.launches[call.kernel],
+                                                  geometry[call.kernel]):
+                if when and size > 0:
+                    dim_values = (ctypes.c_long * max(len(launch.dims), 1))(
+                        *(dims[d] for d in launch.dims))
+                    fn(pointers, dim_values, size, launch.threads)
         return {b.node: arrays[k] for k, b in enumerate(self.program.buffers)
                 if b.role == "output"}
 

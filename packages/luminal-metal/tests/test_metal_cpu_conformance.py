@@ -1,11 +1,14 @@
-"""The conformance kit, in full, on MSL kernels run as C++ on the CPU (`msl_cpu.CpuMetalBackend`)
-against the reference backend.
+"""The conformance kit on MSL kernels run as C++ on the CPU (`msl_cpu.CpuMetalBackend`)
+against the reference backend, twice:
 
-Every kernel is rendered one thread per point (matmuls one thread per output) with the Metal
-dialect, compiled by clang++ against `shim/metal_stdlib`, and called for every thread id in
-turn: this checks the generated arithmetic, index expressions, dtype conversions and symbolic
-dims numerically. It is not Metal verification (see the shim), and the cooperative kernels
-(threadgroup reductions, simdgroup-matrix GEMMs, SIMD GEMVs) do not run here.
+- in full (every case and variant), every kernel rendered one thread per point (matmuls one
+  thread per output) and called for every thread id in turn;
+- base and symbolic variants with every reduction and matmul in its cooperative form
+  (threadgroup reductions with SIMD-group combines, SIMD GEMVs, simdgroup-matrix GEMMs), run a
+  threadgroup at a time on real threads with the shim's barriers and lane exchanges.
+
+This checks the generated arithmetic, index expressions, dtype conversions, symbolic dims and
+the cooperative algorithms numerically. It is not Metal verification (see the shim).
 
 Before the first case runs, a session fixture renders the kernels of every selected case and
 compiles them a few hundred to a shared library (cached on disk by source hash); a case whose
@@ -20,19 +23,27 @@ import pytest
 from luminal.testing import conformance_tests
 from luminal_metal_tests_msl_cpu import CpuMetalBackend, kit_kernels
 
-BACKEND = CpuMetalBackend()
+BACKENDS = {"test_metal_cpu_conformance": CpuMetalBackend("thread"),
+            "test_metal_cooperative_conformance": CpuMetalBackend("cooperative")}
 
 
 @pytest.fixture(scope="session")
-def prebuilt(msl, request: pytest.FixtureRequest) -> int:
-    """Compile the kernels of every conformance test selected in this session; returns how
-    many distinct kernels that was."""
-    pairs = [(item.callspec.params["case"], item.callspec.params["variant"])
-             for item in request.session.items
-             if item.path == Path(__file__) and item.originalname == "test_metal_cpu_conformance"]
-    kernels = msl.unique(k for case, variant in pairs for k in kit_kernels(case, variant))
-    BACKEND.library.build(kernels)
-    return len(kernels)
+def prebuilt(msl, request: pytest.FixtureRequest) -> dict[str, int]:
+    """Compile the kernels of every conformance test selected in this session, per backend;
+    returns how many distinct kernels each has."""
+    counts = {}
+    for name, backend in BACKENDS.items():
+        pairs = [(item.callspec.params["case"], item.callspec.params["variant"])
+                 for item in request.session.items
+                 if item.path == Path(__file__) and item.originalname == name]
+        kernels = msl.unique(k for case, variant in pairs for k in kit_kernels(case, variant))
+        backend.library.build(kernels, backend.mode)
+        counts[name] = len(kernels)
+    return counts
 
 
-test_metal_cpu_conformance = pytest.mark.usefixtures("prebuilt")(conformance_tests(BACKEND))
+test_metal_cpu_conformance = pytest.mark.usefixtures("prebuilt")(
+    conformance_tests(BACKENDS["test_metal_cpu_conformance"]))
+test_metal_cooperative_conformance = pytest.mark.usefixtures("prebuilt")(
+    conformance_tests(BACKENDS["test_metal_cooperative_conformance"],
+                      variants=("base", "symbolic")))

@@ -1,9 +1,11 @@
 """Model-shaped graphs on the Metal kernels: quantized matmuls against gguf's own
 dequantization, a KV cache kept across runs, bfloat16, SmolLM2's logits.
 
-Each test runs twice: on MSL run as C++ on the CPU (`msl_cpu.CpuMetalBackend`, one thread per
-point; see test_metal_cpu_conformance.py for what that does and does not check), and on a real
-Metal device (marked `metal`: skipped, with the reason, elsewhere than on Apple silicon).
+Each test runs three times: on MSL run as C++ on the CPU (`msl_cpu.CpuMetalBackend`; see
+test_metal_cpu_conformance.py for what that does and does not check), rendered one thread per
+point and exactly as the Metal backend renders it (threadgroup reductions, SIMD GEMVs and
+simdgroup-matrix GEMMs on emulated threadgroups), and on a real Metal device (marked `metal`:
+skipped, with the reason, elsewhere than on Apple silicon).
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ from luminal_metal_tests_msl_cpu import CpuMetalBackend
 rng = np.random.default_rng(0)
 
 
-@pytest.fixture(scope="module", params=["metal-on-cpu",
-                                        pytest.param("metal", marks=pytest.mark.metal)])
+@pytest.fixture(scope="module", params=["thread", "metal",
+                                        pytest.param("device", marks=pytest.mark.metal)])
 def backend(request: pytest.FixtureRequest) -> lm.Backend:
-    if request.param == "metal":
+    if request.param == "device":
         return MetalBackend()
     request.getfixturevalue("msl")  # skips without clang++
-    return CpuMetalBackend()
+    return CpuMetalBackend(request.param)
 
 
 @pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q4_1"])
@@ -92,11 +94,14 @@ def test_metal_bfloat16_matches_reference(backend):
     np.testing.assert_allclose(got, want, atol=2e-2, rtol=1e-2)
 
 
-def test_metal_smollm2_logits_match_luminal_cpu(backend):
+@pytest.mark.parametrize("where", ["thread", pytest.param("device", marks=pytest.mark.metal)])
+def test_metal_smollm2_logits_match_luminal_cpu(request, where):
     """SmolLM2-135M with its quantized GGUF weights: a prefill and two decode steps through the
     Metal kernels give luminal-cpu's logits (the NumPy
     reference backend takes 15 s a step on this model; luminal-cpu is tested against it and
-    against transformers in luminal-models)."""
+    against transformers in luminal-models). Not in the emulated-threadgroup mode: its real
+    threads and barriers would take minutes on this model; the quantized GEMV/GEMM tests above
+    cover those kernels."""
     hub = pytest.importorskip("luminal_models.hub", reason="luminal-models is not installed")
     pytest.importorskip("luminal_cpu", reason="luminal-cpu is not installed")
     from luminal_models.generate import Generator
@@ -107,6 +112,8 @@ def test_metal_smollm2_logits_match_luminal_cpu(backend):
     except hub.DownloadError as e:
         pytest.skip(f"SmolLM2 weights unavailable (scripts/setup.sh installs them): {e}")
     model = Llama.from_gguf(path, quantized=True, progress=False)
+    backend = request.getfixturevalue("msl").CpuMetalBackend() if where == "thread" else (
+        MetalBackend())
     runs = {}
     for name, b in (("metal", backend), ("cpu", lm.backend("cpu"))):
         gen = Generator(model, None, b, max_context=64)

@@ -26,7 +26,7 @@ from luminal.codegen import Matmul, QuantOperand, dim_names, kernel_dims
 from luminal.codegen.ir import MatOperand
 from luminal.symbolic import Expr, lt
 
-from .dialect import METAL
+from .dialect import GROUP_ARGS, METAL, THREAD_ARGS
 
 GEMV_MAX_ROWS = 4  # a GEMV re-reads B once per row of A: worth it only for a few rows
 GEMV_COLUMNS = 8  # simdgroups (output columns) per GEMV threadgroup
@@ -34,6 +34,8 @@ TILE = 32  # output tile of a GEMM threadgroup (four simdgroups of 16x16)
 TILE_K = 16
 GEMM_THREADS = 128
 SIMD_WIDTH = 32
+# reductions up to this long run one thread per output: a simdgroup would leave lanes idle
+PER_THREAD_MAX_K = SIMD_WIDTH - 1
 
 QUANT_PRELUDE = """\
 static inline float lm_q_scale(device const uchar *w, long at) {
@@ -160,13 +162,7 @@ def per_thread(ctx: _Ctx, name: str) -> str:
         f"for (long k = 0; k < K; k++) acc += {ctx.load_a('m', 'k')} * {ctx.load_b('n', 'k')};",
         ctx.store("m", "n", "acc"),
     ]
-    return _function(ctx.signature(name, "uint lm_tid [[thread_position_in_grid]]"), body)
-
-
-_GROUP_COORDS = ("uint lm_group [[threadgroup_position_in_grid]], "
-                 "uint lm_lid [[thread_position_in_threadgroup]], "
-                 "uint lm_lane [[thread_index_in_simdgroup]], "
-                 "uint lm_sg [[simdgroup_index_in_threadgroup]]")
+    return _function(ctx.signature(name, THREAD_ARGS), body)
 
 
 def gemv(ctx: _Ctx, name: str) -> str:
@@ -188,7 +184,7 @@ def gemv(ctx: _Ctx, name: str) -> str:
         f"  if (m < M && lm_lane == 0) {ctx.store('m', 'n', 'total')}",
         "}",
     ]
-    return _function(ctx.signature(name, _GROUP_COORDS), body)
+    return _function(ctx.signature(name, GROUP_ARGS), body)
 
 
 def gemm(ctx: _Ctx, name: str) -> str:
@@ -236,7 +232,7 @@ def gemm(ctx: _Ctx, name: str) -> str:
         f"  if (r < M && c < N) {ctx.store('r', 'c', 'lm_c[e]')}",
         "}",
     ]
-    return _function(ctx.signature(name, _GROUP_COORDS), body)
+    return _function(ctx.signature(name, GROUP_ARGS), body)
 
 
 def render_matmul(mm: Matmul, name: str, per_thread_only: bool = False) -> MatmulKernel:
@@ -245,7 +241,7 @@ def render_matmul(mm: Matmul, name: str, per_thread_only: bool = False) -> Matmu
     ctx = _Ctx(mm)
     batch = ctx.batch_size()
     outputs = batch * mm.m * mm.n
-    if per_thread_only or (mm.k.is_const and mm.k.value < SIMD_WIDTH):
+    if per_thread_only or (mm.k.is_const and mm.k.value <= PER_THREAD_MAX_K):
         variants = (Variant(name, per_thread(ctx, name), outputs, 256, Expr.const(1), True),)
     else:
         small = lt(mm.m, GEMV_MAX_ROWS + 1)
