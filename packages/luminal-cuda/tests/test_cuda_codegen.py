@@ -25,6 +25,7 @@ from luminal_cuda import CudaBackend
 from luminal_cuda.codegen import build_module
 from luminal_cuda.dialect import CUDA
 from luminal_cuda.lowering import lower
+from luminal_cuda.prelude import COPY_KERNEL
 
 ARCHS = ("sm_80", "sm_90")
 
@@ -35,23 +36,38 @@ def _nvcc() -> str | None:
 
 
 needs_nvcc = pytest.mark.skipif(_nvcc() is None, reason="nvcc (the CUDA toolkit) is not installed")
-_FUNCTION = re.compile(r'(?=extern "C")')
+# a kernel's body and entry, or a fused entry (which calls bodies of its own module)
+_UNIT = re.compile(
+    r'(?=static __device__ void \w+_body\()|(?=extern "C" __global__ void \w+_fused)')
 _NAME = re.compile(r"void (\w+)\(")
+_UNIT_NAME = re.compile(r"void (\w+?)(?:_body)?\(")
+PRELUDE = CUDA.prelude() + "\n" + COPY_KERNEL
 
 
-def _functions(module_source: str) -> list[str]:
-    body = module_source[len(CUDA.prelude()):]
-    return [f for f in _FUNCTION.split(body) if f.strip()]
+def _kernels(module_source: str) -> str:
+    assert module_source.startswith(PRELUDE)
+    return module_source[len(PRELUDE):]
 
 
 def translation_unit(sources: list[str]) -> str:
-    """The prelude once, then every distinct function under a unique name."""
+    """The prelude once, then every distinct kernel (body and entry) under a unique name;
+    fused entries are left out (`whole_modules` keeps them)."""
     unique: dict[str, str] = {}
     for source in sources:
-        for fn in _functions(source):
-            unique.setdefault(_NAME.sub("void K(", fn, count=1), fn)
-    renamed = (_NAME.sub(f"void f{i}(", fn, count=1) for i, fn in enumerate(unique.values()))
-    return CUDA.prelude() + "\n".join(renamed)
+        for unit in _UNIT.split(_kernels(source)):
+            if not unit.strip() or "_fused" in unit.split("(", 1)[0]:
+                continue
+            name = re.escape(_UNIT_NAME.search(unit).group(1))
+            unique.setdefault(re.sub(rf"\b{name}(?=_body\(|\()", "K", unit), unit)
+    renamed = (re.sub(r"\bK(?=_body\(|\()", f"f{i}", fn) for i, fn in enumerate(unique))
+    return PRELUDE + "\n".join(renamed)
+
+
+def whole_modules(sources: list[str]) -> str:
+    """The prelude once, then every module whole (fused entries included), each module's
+    functions renamed apart."""
+    return PRELUDE + "\n".join(re.sub(r"\blm_k(?=\d|_fused)", f"m{j}_k", _kernels(s))
+                                for j, s in enumerate(sources))
 
 
 def compile_cuda(source: str, tmp: Path, flags: dict[str, list[str]]) -> None:
@@ -156,8 +172,8 @@ def test_cuda_conformance_kernels_compile(tmp_path):
 @needs_nvcc
 def test_cuda_model_kernels_build_with_ptxas(tmp_path):
     sources = attention_sources() + kv_cache_sources() + quant_sources()
-    source = translation_unit(sources)
-    assert "lm_block_reduce" in source and "lm_warp_sum" in source
+    source = whole_modules(sources)
+    assert "lm_block_reduce" in source and "lm_warp_sum" in source and "_fused" in source
     compile_cuda(source, tmp_path, {arch: ["-c"] for arch in ARCHS})
 
 
@@ -180,7 +196,7 @@ def test_cuda_symbolic_dims_are_read_from_the_dims_array():
     program = lower(g)
     source = build_module(program).source
     assert program.dims == ("batch", "seq")
-    lines = source[len(CUDA.prelude()):].splitlines()
-    assert lines[1].endswith("const long long *__restrict__ lm_dims) {")
+    lines = _kernels(source).splitlines()
+    assert lines[1].endswith("const long long *__restrict__ lm_dims, const long lm_block) {")
     assert lines[2:4] == ["  const long d0 = (long)lm_dims[0];",
                           "  const long d1 = (long)lm_dims[1];"]

@@ -17,7 +17,7 @@ from luminal.codegen.render import BodyWriter, Scope, dim_names
 from luminal.symbolic import INF, Expr
 
 from .attention import I_VAR, J_VAR, THREADS, Attention, Dot
-from .dialect import CUDA, RenderedKernel, dim_loads
+from .dialect import CUDA, RenderedKernel, dim_loads, kernel_function
 
 
 class _ScoreWriter(BodyWriter):
@@ -66,17 +66,15 @@ def render_attention(k: Attention, name: str, slots: dict[str, int]) -> Rendered
     decl = [f"const long {v.name} = {ex(e)};"
             for v, e in zip(batch_vars, unravel(Expr.var("lm_b", 0, INF), k.batch))]
     params = [(CUDA.storage_type(p.dtype), f"p{j}", p.output) for j, p in enumerate(k.params)]
-    signature = CUDA.signature(name, params, [names[x] for x in dims])
     c = CUDA.float_literal(k.log2e)
     batch = Expr.const(1)
     for e in k.batch:
         batch = batch * e
     lines = [
-        f"{signature} {{",
         *("  " + x for x in dim_loads(dims, slots)),
         f"  const long lm_sq = {ex(k.sq)}, lm_sk = {ex(k.sk)};",
-        f"  if (lm_sq <= 0 || blockIdx.x >= lm_sq * {ex(batch)}) return;",
-        "  const long _qi = blockIdx.x % lm_sq, lm_b = blockIdx.x / lm_sq;",
+        f"  if (lm_sq <= 0 || lm_block >= lm_sq * {ex(batch)}) return;",
+        "  const long _qi = lm_block % lm_sq, lm_b = lm_block / lm_sq;",
         *("  " + x for x in decl),
         f"  __shared__ float lm_q[{d}];",
         f"  __shared__ float lm_red[{THREADS // 32}][{dv}];",
@@ -117,7 +115,6 @@ def render_attention(k: Attention, name: str, slots: dict[str, int]) -> Rendered
         "    for (int w = 0; w < (int)(blockDim.x >> 5); w++) a += lm_red[w][lm_t];",
         f"    p0[{out_index}] = {CUDA.store(out_dt, CUDA.round(out_dt, 'a / lm_gl'))};",
         "  }",
-        "}",
     ]
-    return RenderedKernel(name, "\n".join(lines) + "\n", bool(dims), k.sq * batch, THREADS,
-                          True)
+    function = kernel_function(name, params, [names[x] for x in dims], lines)
+    return RenderedKernel(function, k.sq * batch, THREADS, True)
