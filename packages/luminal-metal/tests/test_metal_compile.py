@@ -21,6 +21,7 @@ from luminal.codegen.ir import MatOperand, Param
 from luminal.dtypes import bfloat16, float16, float32, uint8
 from luminal.symbolic import Expr
 from luminal.testing import CASES
+from luminal_metal import MetalBackend
 from luminal_metal.kernels import render_kernel_source
 from luminal_metal_tests_msl_cpu import CLANG, FLAGS, kit_kernels, syntax_check, unique
 
@@ -129,10 +130,20 @@ def test_metal_shim_rejects_what_msl_forbids(msl, tmp_path, bad, complaint):
     assert proc.returncode != 0 and complaint in proc.stderr, proc.stderr
 
 
+def test_metal_refuses_kernels_with_more_arguments_than_metal_binds():
+    g = lm.Graph()
+    xs = [g.tensor((4,), name=f"x{i}") for i in range(40)]
+    total = xs[0]
+    for x in xs[1:]:
+        total = total + x
+    total.retrieve()
+    g.compile(lm.GenericCompiler())
+    with pytest.raises(ValueError, match="41 buffers and 0 dims, more than the 31 arguments"):
+        MetalBackend().build(g)
+
+
 def test_metal_graph_kernels_render_from_the_backend():
     """`MetalBackend.build` needs no device: the library source holds every launch."""
-    from luminal_metal import MetalBackend
-
     g = lm.Graph()
     x = g.tensor(("n", 4096), name="x", dtype="float16")
     w = g.tensor((4096, 64), name="w", dtype="float16")

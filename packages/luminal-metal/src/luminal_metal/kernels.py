@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luminal.codegen import Kernel, Matmul, Program
+from luminal.codegen import Kernel, Matmul, Program, kernel_dims
 from luminal.symbolic import Expr
 
 from .dialect import METAL, THREADS, render_metal_kernel
@@ -60,7 +60,19 @@ def library_source(sources: list[KernelSource]) -> str:
     return METAL.prelude() + quant + "".join(s.body for s in sources)
 
 
+# Metal's argument table holds 31 buffers per kernel (dims are bound like buffers)
+MAX_ARGUMENTS = 31
+
+
 def render_program(program: Program, cpu: bool = False) -> tuple[str, list[KernelSource]]:
-    """The library source of `program` and kernel `i`'s functions (named `k{i}`) as entry i."""
+    """The library source of `program` and kernel `i`'s functions (named `k{i}`) as entry i.
+    Raises ValueError for a kernel with more arguments than Metal can bind."""
+    for i, k in enumerate(program.kernels):
+        dims = kernel_dims(k)
+        if len(k.params) + len(dims) > MAX_ARGUMENTS:
+            raise ValueError(
+                f"metal: fused kernel {i} takes {len(k.params)} buffers and {len(dims)} dims, "
+                f"more than the {MAX_ARGUMENTS} arguments Metal binds per kernel (argument "
+                "buffers are not implemented yet); run this graph on another backend")
     sources = [render_kernel_source(k, f"k{i}", cpu) for i, k in enumerate(program.kernels)]
     return library_source(sources), sources
