@@ -35,12 +35,11 @@ from typing import Any
 
 import numpy as np
 from luminal import Backend, BackendStatus, Runtime
-from luminal.codegen import Kernel, Matmul, QuantOperand, lower
+from luminal.codegen import Kernel, Matmul, lower
 from luminal.symbolic import evaluator
 from luminal_metal import dialect as metal_dialect
 from luminal_metal import kernels as metal_kernels
 from luminal_metal import matmul as metal_matmul
-from luminal_metal.dialect import METAL
 from luminal_metal.kernels import KernelSource, Launch, library_source, render_kernel_source
 
 SHIM = Path(__file__).with_name("shim")
@@ -87,7 +86,7 @@ def _rendering(mode: str) -> Iterator[None]:
 def _units(kernel_list: Sequence[Kernel | Matmul], mode: str, drivers: bool = False
            ) -> list[tuple[str, list[KernelSource]]]:
     """Translation units of at most BATCH kernels, kernel i named `f{i}`, rendered in `mode`,
-    with a `run_` driver per kernel function where `drivers`."""
+    made runnable on the CPU (`cpu_source`) where `drivers`."""
     units = []
     for start in range(0, len(kernel_list), BATCH):
         chunk = kernel_list[start:start + BATCH]
@@ -95,13 +94,7 @@ def _units(kernel_list: Sequence[Kernel | Matmul], mode: str, drivers: bool = Fa
             sources = [render_kernel_source(k, f"f{start + i}", mode == "thread")
                        for i, k in enumerate(chunk)]
         source = library_source(sources)
-        if drivers:
-            # threadgroup memory is shared by the threads of a group: function-static here
-            # (the groups of a dispatch run one after the other), see the shim's lm_dispatch
-            source = re.sub(r"(?m)^(\s*)threadgroup ", r"\1static ", source)
-            source += "".join(_driver(k, launch) for k, ks in zip(chunk, sources)
-                              for launch in ks.launches)
-        units.append((source, sources))
+        units.append((cpu_source(source) if drivers else source, sources))
     return units
 
 
@@ -124,27 +117,47 @@ def syntax_check(kernels: Sequence[Kernel | Matmul]) -> int:
 
 
 # ----- running one thread per point on the CPU ------------------------------------------------
-def _param_types(kernel: Kernel | Matmul) -> list[str]:
-    quant = kernel.b.buf if isinstance(kernel, Matmul) and isinstance(
-        kernel.b, QuantOperand) else None
-    return [("uchar" if k == quant else METAL.storage_type(p.dtype)) + ("" if p.output else
-            " const") + " *" for k, p in enumerate(kernel.params)]
+_SIGNATURE = re.compile(r"^kernel void (\w+)\((.*)\) \{$", re.MULTILINE)
 
 
-def _driver(kernel: Kernel | Matmul, launch: Launch) -> str:
-    """`run_<function>(buffers, dims, size, threads)`: the kernel function dispatched as the
-    GPU would, `size` threads one after the other, or `size` threadgroups of `threads`."""
-    args = [f"({t})b[{k}]" for k, t in enumerate(_param_types(kernel))]
-    args += [f"d[{j}]" for j in range(len(launch.dims))]
-    fn = launch.function
-    if launch.per_thread:
-        body = (f"  for (unsigned long t = 0; t < n; t++) {fn}({', '.join(args)}, (uint)t);\n")
-    else:
-        coords = "(uint)g, t, threads, t % 32, t / 32"
-        body = (f"  lm_dispatch(n, threads, [&](unsigned long g, unsigned t) {{ "
-                f"{fn}({', '.join(args)}, {coords}); }});\n")
-    return (f'extern "C" void run_{fn}(void **b, long *d, unsigned long n, unsigned threads) '
-            f"{{\n{body}}}\n")
+def signatures(source: str) -> dict[str, tuple[list[tuple[int, str]], list[int], bool]]:
+    """Per kernel function of an MSL source: its buffers (argument index, C pointer type),
+    the argument indices of its dims, and whether it runs one thread per point."""
+    out = {}
+    for name, args in _SIGNATURE.findall(source):
+        buffers, dims = [], []
+        for arg in args.split(", "):
+            slot = re.search(r"\[\[buffer\((\d+)\)\]\]", arg)
+            if slot is None:
+                continue
+            if "&" in arg:
+                dims.append(int(slot.group(1)))
+            else:
+                pointee = arg.split("*")[0].replace("device ", "").strip()
+                buffers.append((int(slot.group(1)), f"{pointee} *"))
+        out[name] = (buffers, dims, "lm_tid" in args)
+    return out
+
+
+def cpu_source(source: str) -> str:
+    """An MSL library made runnable on the CPU: threadgroup memory shared by the threads of a
+    group (function-static: the groups of a dispatch run one after the other, see the shim's
+    `lm_dispatch`), and per kernel function `fn` a driver `run_fn(buffers, dims, size,
+    threads)` that dispatches it as the GPU would: `size` threads one after the other, or
+    `size` threadgroups of `threads` threads."""
+    out = [re.sub(r"(?m)^(\s*)threadgroup ", r"\1static ", source)]
+    for fn, (buffers, dims, per_thread) in signatures(source).items():
+        args = [f"({t})b[{k}]" for k, (_, t) in enumerate(buffers)]
+        args += [f"d[{j}]" for j in range(len(dims))]
+        if per_thread:
+            body = f"  for (unsigned long t = 0; t < n; t++) {fn}({', '.join(args)}, (uint)t);\n"
+        else:
+            coords = "(uint)g, t, threads, t % 32, t / 32"
+            body = (f"  lm_dispatch(n, threads, [&](unsigned long g, unsigned t) {{ "
+                    f"{fn}({', '.join(args)}, {coords}); }});\n")
+        out.append(f'extern "C" void run_{fn}(void **b, long *d, unsigned long n, '
+                   f"unsigned threads) {{\n{body}}}\n")
+    return "".join(out)
 
 
 def _half_runtime() -> list[str]:
@@ -153,6 +166,15 @@ def _half_runtime() -> list[str]:
     path = subprocess.run([CLANG, "-rtlib=compiler-rt", "-print-libgcc-file-name"],
                           capture_output=True, text=True).stdout.strip()
     return ["-x", "none", path] if path and Path(path).exists() else []
+
+
+def driver(lib: Any, function: str) -> Any:
+    """The ctypes driver of kernel function `function` (see `cpu_source`)."""
+    fn = getattr(lib, f"run_{function}")
+    fn.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_long),
+                   ctypes.c_ulong, ctypes.c_uint]
+    fn.restype = None
+    return fn
 
 
 class KernelLibrary:
@@ -170,20 +192,14 @@ class KernelLibrary:
             return
         units = _units(todo, mode, drivers=True)
         with ThreadPoolExecutor(JOBS) as pool:
-            libs = list(pool.map(self._compile, [source for source, _ in units]))
+            libs = list(pool.map(self.compile, [source for source, _ in units]))
         for lib, (_, sources) in zip(libs, units):
             for ks in sources:
                 kernel = todo[int(ks.launches[0].function[1:].split("_")[0])]
-                found = []
-                for launch in ks.launches:
-                    fn = getattr(lib, f"run_{launch.function}")
-                    fn.argtypes = [ctypes.POINTER(ctypes.c_void_p),
-                                   ctypes.POINTER(ctypes.c_long), ctypes.c_ulong, ctypes.c_uint]
-                    fn.restype = None
-                    found.append((launch, fn))
-                self._found[kernel, mode] = found
+                self._found[kernel, mode] = [(launch, driver(lib, launch.function))
+                                             for launch in ks.launches]
 
-    def _compile(self, source: str) -> Any:
+    def compile(self, source: str) -> Any:
         """A shared library of `source`, cached on disk by its hash (the pytest-xdist workers
         share it: one builds, the other waits on the lock)."""
         digest = hashlib.sha256(source.encode()).hexdigest()[:32]

@@ -1,11 +1,12 @@
 """Model-shaped graphs on the Metal kernels: quantized matmuls against gguf's own
 dequantization, a KV cache kept across runs, bfloat16, SmolLM2's logits.
 
-Each test runs three times: on MSL run as C++ on the CPU (`msl_cpu.CpuMetalBackend`; see
+Each test runs four times: on MSL run as C++ on the CPU (`msl_cpu.CpuMetalBackend`; see
 test_metal_cpu_conformance.py for what that does and does not check), rendered one thread per
 point and exactly as the Metal backend renders it (threadgroup reductions, SIMD GEMVs and
-simdgroup-matrix GEMMs on emulated threadgroups), and on a real Metal device (marked `metal`:
-skipped, with the reason, elsewhere than on Apple silicon).
+simdgroup-matrix GEMMs on emulated threadgroups); through `MetalBackend` and its runtime on
+`fake_metal`'s emulated device; and on a real Metal device (marked `metal`: skipped, with the
+reason, elsewhere than on Apple silicon).
 """
 
 from __future__ import annotations
@@ -16,16 +17,20 @@ import pytest
 from luminal import quant
 from luminal.codegen import Matmul, QuantOperand, lower
 from luminal.device_array import DeviceArray
+from luminal.testing import run_case
 from luminal_metal import MetalBackend
 from luminal_metal_tests_msl_cpu import CpuMetalBackend
 
 rng = np.random.default_rng(0)
 
 
-@pytest.fixture(scope="module", params=["thread", "metal",
-                                        pytest.param("device", marks=pytest.mark.metal)])
+@pytest.fixture(params=["thread", "metal", "emulated-device",
+                        pytest.param("device", marks=pytest.mark.metal)])
 def backend(request: pytest.FixtureRequest) -> lm.Backend:
     if request.param == "device":
+        return MetalBackend()
+    if request.param == "emulated-device":  # MetalRuntime itself, on fake_metal's device
+        request.getfixturevalue("emulated_metal")
         return MetalBackend()
     request.getfixturevalue("msl")  # skips without clang++
     return CpuMetalBackend(request.param)
@@ -120,3 +125,16 @@ def test_metal_smollm2_logits_match_luminal_cpu(request, where):
         runs[name] = [gen.forward([1, 504, 3287, 282, 4]), gen.forward([28]), gen.forward([9])]
     for step, (got, want) in enumerate(zip(runs["metal"], runs["cpu"])):
         np.testing.assert_allclose(got, want, atol=2e-3, rtol=0, err_msg=f"step {step}")
+
+
+@pytest.mark.parametrize(("case", "variant"), [
+    ("softmax", "symbolic"), ("sdpa_causal", "base"), ("sdpa", "float16"), ("rms_norm", "base"),
+    ("matmul_batched", "permuted"), ("matmul_2d_sym_k", "symbolic"), ("embedding", "base"),
+    ("conv2d_groups", "strided"), ("cumsum_int", "base"), ("argmax_dim0", "symbolic"),
+])
+def test_metal_runtime_runs_kit_cases_on_the_emulated_device(emulated_metal, case, variant):
+    """`MetalBackend.compile` with its real runtime (one library, one command buffer per run,
+    dims by setBytes, the temporaries' arena) on fake_metal's device, against the reference."""
+    device = emulated_metal.MTLCreateSystemDefaultDevice()
+    run_case(case, MetalBackend(), variant)
+    assert device.libraries == 1  # the whole program is one library
