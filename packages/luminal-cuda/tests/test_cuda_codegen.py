@@ -125,18 +125,9 @@ def attention_sources() -> list[str]:
     return out
 
 
-def kv_cache_sources() -> list[str]:
-    nn = pytest.importorskip("luminal_nn")
-    out = []
-    for half in (None, "float16"):
-        g = lm.Graph()
-        block = nn.TransformerBlock(64, 4, 128, num_kv_heads=2, rope=nn.RotaryEmbedding(16))
-        cache = nn.KVCache(g, 1, 1, 2, 16)
-        x = g.tensor((1, "seq", 64), name="x")
-        block(x, cache[0]).retrieve()
-        g.compile(lm.GenericCompiler())
-        out.append(CudaBackend(dtype=half).build(g)[1].source)
-    return out
+def kv_cache_sources(decoder_graph) -> list[str]:
+    return [CudaBackend(dtype=half).build(decoder_graph()[0])[1].source
+            for half in (None, "float16")]
 
 
 def quant_matmul(qtype: str, k_contiguous: bool, a_dtype=float32, m: Expr | int = 1) -> Matmul:
@@ -170,8 +161,8 @@ def test_cuda_conformance_kernels_compile(tmp_path):
 
 
 @needs_nvcc
-def test_cuda_model_kernels_build_with_ptxas(tmp_path):
-    sources = attention_sources() + kv_cache_sources() + quant_sources()
+def test_cuda_model_kernels_build_with_ptxas(tmp_path, decoder_graph):
+    sources = attention_sources() + kv_cache_sources(decoder_graph) + quant_sources()
     source = whole_modules(sources)
     assert "lm_block_reduce" in source and "lm_warp_sum" in source and "_fused" in source
     compile_cuda(source, tmp_path, {arch: ["-c"] for arch in ARCHS})
