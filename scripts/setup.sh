@@ -13,6 +13,8 @@ command -v dot >/dev/null || need_apt+=(graphviz)
 # speech test data for Whisper: real read speech with transcripts, and a speech synthesizer
 [ -d /usr/share/pocketsphinx/test/data/librivox ] || need_apt+=(pocketsphinx-testdata)
 command -v espeak-ng >/dev/null || need_apt+=(espeak-ng)
+# luminal-metal's tests compile its generated Metal kernels as C++ with clang++
+command -v clang++ >/dev/null || need_apt+=(clang)
 if [ ${#need_apt[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
