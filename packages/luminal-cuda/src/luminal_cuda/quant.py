@@ -20,13 +20,16 @@ from luminal.codegen.indexing import unravel
 from luminal.codegen.ir import Matmul, MatOperand, Param, QuantOperand, kernel_dims
 from luminal.codegen.render import dim_names
 from luminal.dtypes import float32
+from luminal.quant import BLOCK_FORMATS
 from luminal.symbolic import Expr
 
 from .dialect import CUDA, dim_loads
 from .matmul import CUDA_R
 
 BLOCK = 32
-TYPE_SIZE = {"q8_0": 34, "q4_0": 18, "q4_1": 20}
+# the formats these kernels decode (the others run core's decomposition)
+QUANT_KERNELS = frozenset({"q8_0", "q4_0", "q4_1"})
+TYPE_SIZE = {q: BLOCK_FORMATS[q].type_size for q in QUANT_KERNELS}
 WARPS = 4  # output columns per qmatvec block
 # At most this many activation rows (batch x m) go through qmatvec; more dequantize + cuBLAS.
 QMATVEC_MAX_ROWS = 8

@@ -33,6 +33,8 @@ _EXPORTS = {
     "IncrementalDecoder": "tokenizer",
     "resolve_model": "hub",
     "smollm2_path": "hub",
+    "gemma3_path": "hub",
+    "Gemma3": "gemma3",
     "CT2Error": "errors",
     "CT2File": "ct2_file",
     "Bert": "bert",

