@@ -1,5 +1,6 @@
 """The GGUF format table and its primitive-op decompositions against the `gguf` package's
-`gguf.quants.dequantize`, on random blocks and on real blocks of the Gemma 3 file."""
+`gguf.quants.dequantize`, on random blocks (real blocks of the Gemma 3 file: the cross-package
+test tests/test_gemma3_quant_blocks.py)."""
 
 from __future__ import annotations
 
@@ -7,25 +8,12 @@ import luminal as lm
 import numpy as np
 import pytest
 from luminal.quant import BLOCK_FORMATS, FORMATS, dequantize, quant_format, row_bytes
+from luminal.testing.quant import random_blocks
 
 gguf = pytest.importorskip("gguf")
 from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
 
 rng = np.random.default_rng(14)
-# where each format keeps its f16 scales (random bytes there could be inf or NaN)
-HALF_OFFSETS = {"q8_0": (0,), "q4_0": (0,), "q4_1": (0, 2), "q5_0": (0,), "q4_k": (0, 2),
-                "q5_k": (0, 2), "q6_k": (208,)}
-
-
-def random_blocks(qtype: str, rows: int, blocks_per_row: int) -> np.ndarray:
-    """Random bytes in every field, finite random f16 scales (subnormals and signs included)."""
-    fmt = BLOCK_FORMATS[qtype]
-    raw = rng.integers(0, 256, (rows, blocks_per_row, fmt.type_size), dtype=np.uint8)
-    for at in HALF_OFFSETS[qtype]:
-        scales = (rng.standard_normal((rows, blocks_per_row)) * 10.0 ** rng.integers(
-            -7, 2, (rows, blocks_per_row))).astype("<f2")
-        raw[..., at:at + 2] = scales[..., None].view(np.uint8).reshape(rows, blocks_per_row, 2)
-    return raw.reshape(rows, -1)
 
 
 def run_dequantize(raw: np.ndarray, qtype: str, cols: int) -> np.ndarray:
@@ -49,29 +37,11 @@ def test_table_matches_gguf_sizes():
 @pytest.mark.parametrize("qtype", sorted(BLOCK_FORMATS))
 def test_decomposition_matches_gguf_on_random_blocks(qtype):
     fmt = BLOCK_FORMATS[qtype]
-    raw = random_blocks(qtype, 3, 2)
     cols = 2 * fmt.block_size
+    raw = random_blocks(qtype, 3, cols, rng)
     want = gguf_dequantize(raw, gguf.GGMLQuantizationType(fmt.ggml_type)).astype(np.float32)
     got = run_dequantize(raw, qtype, cols)
     np.testing.assert_allclose(got, want.reshape(3, cols), rtol=1e-6, atol=0)
-
-
-def test_decomposition_matches_gguf_on_gemma_blocks():
-    from luminal_models.gguf_file import GGUFFile
-    from luminal_models.hub import gemma3_path
-
-    with GGUFFile(gemma3_path(progress=False)) as f:
-        seen = set()
-        for info in f.tensors.values():
-            key = info.qtype.name.lower()
-            if key not in BLOCK_FORMATS or key in seen or len(info.shape) != 2:
-                continue
-            seen.add(key)
-            raw = f.tensor(info.name, dequantize=False)[:4]
-            want = gguf_dequantize(raw, gguf.GGMLQuantizationType(info.qtype.ggml_type))
-            got = run_dequantize(np.ascontiguousarray(raw), key, info.shape[1])
-            np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, err_msg=info.name)
-    assert seen == {"q8_0", "q5_0", "q4_k", "q6_k"}
 
 
 def test_unknown_format_is_named():
@@ -80,3 +50,21 @@ def test_unknown_format_is_named():
         dequantize(g.tensor((1, 110), dtype=lm.uint8), "q3_k", (1, 256))
     with pytest.raises(KeyError, match="IQ2_XS"):
         quant_format("IQ2_XS")
+
+
+def test_lowering_fuses_only_the_backends_formats():
+    """A backend's quantized matmul is used for the formats it lists; the others run the
+    decomposition (a float product of the decoded weight)."""
+    from luminal.codegen import Matmul, QuantOperand, lower
+
+    g = lm.Graph()
+    x = g.tensor((1, 256))
+    raw = g.tensor((4, row_bytes("q4_k", 256)), dtype=lm.uint8)
+    (x @ dequantize(raw, "q4_k", (4, 256)).T).retrieve()
+
+    def quant_operands(kernels):
+        return [k.b.qtype for k in lower(g, quant_kernels=kernels).kernels
+                if isinstance(k, Matmul) and isinstance(k.b, QuantOperand)]
+
+    assert quant_operands({"q4_k"}) == ["q4_k"]
+    assert quant_operands({"q8_0", "q4_0", "q4_1"}) == []
