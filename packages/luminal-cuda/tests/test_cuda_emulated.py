@@ -168,6 +168,26 @@ def test_cuda_emulated_quantized_matmul(emulated_cuda, qtype, seq):
     assert "_qmv" in g.runtime.module.source
 
 
+@pytest.mark.parametrize("qtype", ["q5_0", "q4_k", "q5_k", "q6_k"])
+@pytest.mark.parametrize("seq", [1, 12])  # qmatvec, then dequantize + cuBLAS
+def test_cuda_emulated_kquant_matmul(emulated_cuda, qtype, seq):
+    """Q5_0 and the K-quants (random blocks, every bit pattern) decode in the kernels to the
+    values of core's decomposition, which the reference backend runs."""
+    from luminal import quant
+    from luminal.testing.quant import random_blocks
+
+    rng = np.random.default_rng(1)
+    raw = random_blocks(qtype, 40, 512, rng)
+
+    def build(g):
+        x = g.tensor(("seq", 512), name="x")
+        r = g.tensor(raw.shape, name="w", dtype="uint8").set(raw)
+        return [x], [(x @ quant.dequantize(r, qtype, (40, 512)).T).retrieve()]
+
+    g = both(build, [[rng.standard_normal((seq, 512)).astype(np.float32)]], rtol=1e-4, atol=1e-2)
+    assert "_qmv" in g.runtime.module.source
+
+
 def test_cuda_emulated_block_reductions(emulated_cuda):
     def build(g):
         x = g.tensor(("rows", 3000), name="x")

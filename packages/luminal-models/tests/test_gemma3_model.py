@@ -5,8 +5,8 @@ the same GGUF dequantized by transformers' own loader), and its K-quant blocks a
 transformers is the oracle at test time: it is loaded once per session and every output it
 gives (logits, greedy ids, top-2 margins, token ids) is computed here. Tolerance for the first
 forward's logits: both systems use the same dequantized fp32 weights, so only fp32 summation
-order differs (luminal's fused kernels, torch's GEMM); 2e-3 absolute on logits spanning about
--30..40 is about 10x the largest difference seen (the 262,144-entry head included).
+order differs (luminal's fused kernels, torch's GEMM); 2e-4 absolute on logits spanning about
+-22..22 is about 10x the largest difference measured (2.3e-5, the 262,144-entry head included).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 
-LOGITS_ATOL = 2e-3
+LOGITS_ATOL = 2e-4
 GREEDY_TOKENS = 32
 PROMPTS = {"plain": ("The capital of France is", False),
            "chat": ("Write one sentence about the sea.", True)}

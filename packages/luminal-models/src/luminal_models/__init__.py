@@ -35,6 +35,7 @@ _EXPORTS = {
     "smollm2_path": "hub",
     "gemma3_path": "hub",
     "Gemma3": "gemma3",
+    "load_causal_lm": "causal_lm",
     "CT2Error": "errors",
     "CT2File": "ct2_file",
     "Bert": "bert",

@@ -106,7 +106,7 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
     model's path. Progress bars go to stderr."""
     import luminal as lm
 
-    from .gemma3 import Gemma3
+    from .causal_lm import load_causal_lm
     from .generate import Generator
     from .gguf_file import GGUFFile
     from .hub import resolve_model
@@ -132,8 +132,7 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
         # metadata (the weights keep the file's memory map alive)
         with GGUFFile(path) as gguf:
             tokenizer = Tokenizer.from_gguf(gguf)
-            architecture = Gemma3 if gguf.architecture == "gemma3" else Llama
-            llama = architecture.from_gguf(gguf, quantized=quantized, progress=progress)
+            llama = load_causal_lm(gguf, quantized=quantized, progress=progress)
     # the search compiler wraps the backend: it picks the plan, the backend compiles it
     compiler = lm.plugins.compiler("search", backend=backend,
                                    progress=progress) if search else backend
