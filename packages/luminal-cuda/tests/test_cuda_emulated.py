@@ -150,41 +150,30 @@ def _q4_1(w):
     return np.concatenate([head, q[..., :16] | (q[..., 16:] << 4)], -1).reshape(w.shape[0], -1)
 
 
-@pytest.mark.parametrize("qtype", ["q8_0", "q4_1"])
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"])
 @pytest.mark.parametrize("seq", [1, 12])  # qmatvec, then dequantize + cuBLAS
 def test_cuda_emulated_quantized_matmul(emulated_cuda, qtype, seq):
-    from luminal import quant
-
-    rng = np.random.default_rng(0)
-    w = rng.standard_normal((40, 64)).astype(np.float32)
-    raw = (_q8_0 if qtype == "q8_0" else _q4_1)(w)
-
-    def build(g):
-        x = g.tensor(("seq", 64), name="x")
-        r = g.tensor(raw.shape, name="w", dtype="uint8").set(raw)
-        return [x], [(x @ quant.dequantize(r, qtype, (40, 64)).T).retrieve()]
-
-    g = both(build, [[rng.standard_normal((seq, 64)).astype(np.float32)]], rtol=1e-4, atol=1e-4)
-    assert "_qmv" in g.runtime.module.source
-
-
-@pytest.mark.parametrize("qtype", ["q5_0", "q4_k", "q5_k", "q6_k"])
-@pytest.mark.parametrize("seq", [1, 12])  # qmatvec, then dequantize + cuBLAS
-def test_cuda_emulated_kquant_matmul(emulated_cuda, qtype, seq):
-    """Q5_0 and the K-quants (random blocks, every bit pattern) decode in the kernels to the
-    values of core's decomposition, which the reference backend runs."""
+    """Q8_0 and Q4_1 weights encoded from floats; Q5_0 and the K-quants as random blocks
+    (every bit pattern). The kernels decode the values of core's decomposition, which the
+    reference backend runs."""
     from luminal import quant
     from luminal.testing.quant import random_blocks
 
-    rng = np.random.default_rng(1)
-    raw = random_blocks(qtype, 40, 512, rng)
+    rng = np.random.default_rng(0)
+    cols = 512
+    if qtype in ("q8_0", "q4_1"):
+        w = rng.standard_normal((40, cols)).astype(np.float32)
+        raw, atol = (_q8_0 if qtype == "q8_0" else _q4_1)(w), 1e-4
+    else:
+        raw, atol = random_blocks(qtype, 40, cols, rng), 1e-2  # larger values: rtol decides
 
     def build(g):
-        x = g.tensor(("seq", 512), name="x")
+        x = g.tensor(("seq", cols), name="x")
         r = g.tensor(raw.shape, name="w", dtype="uint8").set(raw)
-        return [x], [(x @ quant.dequantize(r, qtype, (40, 512)).T).retrieve()]
+        return [x], [(x @ quant.dequantize(r, qtype, (40, cols)).T).retrieve()]
 
-    g = both(build, [[rng.standard_normal((seq, 512)).astype(np.float32)]], rtol=1e-4, atol=1e-2)
+    g = both(build, [[rng.standard_normal((seq, cols)).astype(np.float32)]], rtol=1e-4,
+             atol=atol)
     assert "_qmv" in g.runtime.module.source
 
 
