@@ -135,14 +135,17 @@ def test_gemma3_greedy_generation_matches_transformers(generator: Generator, ora
 
 @pytest.mark.parametrize("qtype", ["q8_0", "q5_0", "q4_k", "q6_k"])
 def test_gemma3_blocks_decode_as_gguf_does(gemma_path, qtype):
-    """Real blocks of each format in the file: core's decomposition (reference backend) and the
-    cpu backend's fused matvec against the gguf package's decoder."""
+    """Real blocks of each format in the file: GGUFFile's decoding, core's decomposition
+    (reference backend) and the cpu backend's fused matvec against the gguf package's
+    decoder."""
     with GGUFFile(gemma_path) as f:
         info = next(i for i in f.tensors.values()
                     if i.qtype.name.lower() == qtype and len(i.shape) == 2)
         raw = np.ascontiguousarray(f.tensor(info.name, dequantize=False)[:8])
+        loaded = f.tensor(info.name)[:8]  # GGUFFile's own float32 decoding
     fmt = BLOCK_FORMATS[qtype]
     want = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(fmt.ggml_type))
+    np.testing.assert_array_equal(loaded, want.astype(np.float32))
     rows, cols = raw.shape[0], info.shape[1]
     x = np.random.default_rng(0).standard_normal((1, cols)).astype(np.float32)
     for backend in (lm.backend("reference"), cpu_backend()):
