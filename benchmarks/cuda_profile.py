@@ -44,6 +44,8 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["float32", "float16", "both"], default="both")
     parser.add_argument("--model", default="smollm2", help="model name or .gguf path")
     parser.add_argument("--top", type=int, default=8, help="slowest launches to list")
+    parser.add_argument("--trace", type=int, default=0, metavar="N",
+                        help="also list the first N launches of a decode step in order")
     args = parser.parse_args()
 
     from luminal_cuda import CudaBackend
@@ -70,12 +72,18 @@ def main() -> None:
         step_ms = (time.perf_counter() - start) / 32 * 1000
         profile = runtime.profile()
         launched = summarize(f"{dtype} decode step", profile, args.top)
+        for label, ms in profile[:args.trace]:
+            print(f"  {1000 * ms:8.1f} us  {label}")
+        replay = runtime.replay_ms()
         matvec = sum(ms for label, ms in profile if label.startswith(("qmatvec", "gemm")))
         print(f"\n{dtype}: decode step {step_ms:.3f} ms end to end (graph replay + upload + "
               f"logits download), {launched:.3f} ms launched one by one, prefill "
               f"{prefill:.2f} ms; weights {weight_bytes / 1e6:.0f} MB: "
               f"{weight_bytes / matvec / 1e6:.0f} GB/s in the matmuls, "
               f"{weight_bytes / step_ms / 1e6:.0f} GB/s over the whole step")
+        if replay is not None:
+            print(f"{dtype}: the decode step's CUDA graph replays in {replay:.3f} ms on the GPU "
+                  f"alone, so host work is {step_ms - replay:.3f} ms of the step")
         for key, binding in runtime.bindings.items():
             state = "captured" if binding.graph is not None else (
                 f"not captured: {binding.capture_error}" if binding.capture_error else "eager")

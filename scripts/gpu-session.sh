@@ -3,7 +3,10 @@
 # device machine of the development workplace), from a checkout that carries:
 #   .whl/          the luminal wheels (`bash scripts/gpu-session.sh pack` builds them here)
 #                  plus gguf's wheel (transformers reads the GGUF through it)
-#   .model/        SmolLM2-135M-Instruct.Q4_1.gguf, whole or as part.* pieces sent in turn
+#   .model/        SmolLM2-135M-Instruct.Q4_1.gguf, whole or as part.* pieces sent in turn, or
+#                  only its skeleton (scripts/gguf_skeleton.py strip, 0.6 MB): the stages then
+#                  run on random weights of the same shapes and types (speed only; `models`
+#                  still compares cuda with cpu on them)
 # Usage: bash scripts/gpu-session.sh pack            (on the development machine)
 #        bash scripts/gpu-session.sh STAGE [STAGE...] (on the GPU machine; STAGE in
 #        env tests models profile bench); logs go to $OUT (or ./gpu-out).
@@ -13,6 +16,7 @@ OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 MODEL_DIR=${LUMINAL_CACHE:-/root/luminal-models}
+MODEL=smollm2
 export LUMINAL_CACHE=$MODEL_DIR PYTHONUNBUFFERED=1
 
 pack() {
@@ -33,6 +37,13 @@ install() {
   if [ ! -f "$MODEL_DIR/SmolLM2-135M-Instruct.Q4_1.gguf" ] && compgen -G "$MODEL_DIR/part.*" >/dev/null \
      && [ "$(ls "$MODEL_DIR"/part.* | wc -l)" -ge 2 ]; then
     cat "$MODEL_DIR"/part.* > "$MODEL_DIR/SmolLM2-135M-Instruct.Q4_1.gguf"
+  fi
+  if [ ! -f "$MODEL_DIR/SmolLM2-135M-Instruct.Q4_1.gguf" ] && [ -f .model/smollm2.skeleton.gguf.gz ]; then
+    mkdir -p /tmp/synthetic
+    "$PY" scripts/gguf_skeleton.py fill .model/smollm2.skeleton.gguf.gz \
+      /tmp/synthetic/SmolLM2-135M-Instruct.Q4_1.gguf || exit 1
+    MODEL=/tmp/synthetic/SmolLM2-135M-Instruct.Q4_1.gguf
+    echo "SYNTHETIC WEIGHTS (random, SmolLM2's shapes and types): speed figures only"
   fi
 }
 
@@ -63,11 +74,11 @@ run_models() {
 }
 
 run_profile() {
-  "$PY" benchmarks/cuda_profile.py 2>&1 | tee "$OUT/profile.log"
+  "$PY" benchmarks/cuda_profile.py --model "$MODEL" --trace "${TRACE:-0}" 2>&1 | tee "$OUT/profile.log"
 }
 
 run_bench() {
-  "$PY" benchmarks/cuda_bench.py --runs 5 --json > "$OUT/bench.json" 2> "$OUT/bench.err"
+  "$PY" benchmarks/cuda_bench.py --model "$MODEL" --runs "${RUNS:-5}" ${SYSTEMS:+--systems "$SYSTEMS"} --json > "$OUT/bench.json" 2> "$OUT/bench.err"
   cat "$OUT/bench.json"; tail -5 "$OUT/bench.err"
 }
 

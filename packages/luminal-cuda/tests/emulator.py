@@ -89,8 +89,13 @@ _HALF = {  # the PTX conversions of the prelude, as host code
         "_Float16 x = (_Float16)f; lm_half h; std::memcpy(&h, &x, 2); return h;",
 }
 _SIGNATURE = re.compile(r'extern "C" __global__ void (\w+)\(([^)]*)\) \{')
+_BODY = re.compile(r"static __device__ void (\w+_body)\(")
 _SYNCS = ("__syncthreads", "lm_block_reduce", "lm_warp_sum", "__shfl")
 _CACHE = Path(tempfile.gettempdir()) / "luminal-cuda-emulator"
+
+
+def _syncs(code: str) -> bool:
+    return any(s in code for s in _SYNCS)
 
 
 def host_compiler() -> str | None:
@@ -101,16 +106,20 @@ def build_library(source: str) -> ctypes.CDLL:
     """Compile a module's CUDA C for the host, with one `run_<kernel>` launcher per kernel."""
     for cuda, host in _HALF.items():
         source = source.replace(cuda, host)
+    # a kernel runs its threads concurrently when it, or a body it calls, synchronises
+    chunks = re.split(r'(?m)^(?=static __device__ |extern "C" |template )', source)
+    syncing = {m.group(1) for c in chunks if (m := _BODY.match(c)) and _syncs(c)}
     wrappers = []
-    for fn in source.split('extern "C"')[1:]:
-        match = _SIGNATURE.match('extern "C"' + fn)
+    for fn in chunks:
+        match = _SIGNATURE.match(fn)
         if match is None:
             continue
         name, params = match.groups()
         types = [p.rsplit(" ", 1)[0].replace("__restrict__", "").strip() for p in
                  params.split(", ")]
         args = ", ".join(f"({t})a[{i}]" for i, t in enumerate(types))
-        parallel = "true" if any(s in fn for s in _SYNCS) else "false"
+        calls = set(re.findall(r"(\w+_body)\(", fn))
+        parallel = "true" if _syncs(fn) or calls & syncing else "false"
         wrappers.append(
             f'extern "C" void run_{name}(unsigned gx, unsigned gy, unsigned gz, unsigned bx, '
             f"unsigned by, unsigned bz, void **a) {{ lm_launch([&] {{ {name}({args}); }}, "

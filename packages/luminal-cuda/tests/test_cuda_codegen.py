@@ -25,6 +25,7 @@ from luminal_cuda import CudaBackend
 from luminal_cuda.codegen import build_module
 from luminal_cuda.dialect import CUDA
 from luminal_cuda.lowering import lower
+from luminal_cuda.prelude import COPY_KERNEL
 
 ARCHS = ("sm_80", "sm_90")
 
@@ -35,23 +36,38 @@ def _nvcc() -> str | None:
 
 
 needs_nvcc = pytest.mark.skipif(_nvcc() is None, reason="nvcc (the CUDA toolkit) is not installed")
-_FUNCTION = re.compile(r'(?=extern "C")')
+# a kernel's body and entry, or a fused entry (which calls bodies of its own module)
+_UNIT = re.compile(
+    r'(?=static __device__ void \w+_body\()|(?=extern "C" __global__ void \w+_fused)')
 _NAME = re.compile(r"void (\w+)\(")
+_UNIT_NAME = re.compile(r"void (\w+?)(?:_body)?\(")
+PRELUDE = CUDA.prelude() + "\n" + COPY_KERNEL
 
 
-def _functions(module_source: str) -> list[str]:
-    body = module_source[len(CUDA.prelude()):]
-    return [f for f in _FUNCTION.split(body) if f.strip()]
+def _kernels(module_source: str) -> str:
+    assert module_source.startswith(PRELUDE)
+    return module_source[len(PRELUDE):]
 
 
 def translation_unit(sources: list[str]) -> str:
-    """The prelude once, then every distinct function under a unique name."""
+    """The prelude once, then every distinct kernel (body and entry) under a unique name;
+    fused entries are left out (`whole_modules` keeps them)."""
     unique: dict[str, str] = {}
     for source in sources:
-        for fn in _functions(source):
-            unique.setdefault(_NAME.sub("void K(", fn, count=1), fn)
-    renamed = (_NAME.sub(f"void f{i}(", fn, count=1) for i, fn in enumerate(unique.values()))
-    return CUDA.prelude() + "\n".join(renamed)
+        for unit in _UNIT.split(_kernels(source)):
+            if not unit.strip() or "_fused" in unit.split("(", 1)[0]:
+                continue
+            name = re.escape(_UNIT_NAME.search(unit).group(1))
+            unique.setdefault(re.sub(rf"\b{name}(?=_body\(|\()", "K", unit), unit)
+    renamed = (re.sub(r"\bK(?=_body\(|\()", f"f{i}", fn) for i, fn in enumerate(unique))
+    return PRELUDE + "\n".join(renamed)
+
+
+def whole_modules(sources: list[str]) -> str:
+    """The prelude once, then every module whole (fused entries included), each module's
+    functions renamed apart."""
+    return PRELUDE + "\n".join(re.sub(r"\blm_k(?=\d|_fused)", f"m{j}_k", _kernels(s))
+                                for j, s in enumerate(sources))
 
 
 def compile_cuda(source: str, tmp: Path, flags: dict[str, list[str]]) -> None:
@@ -109,18 +125,9 @@ def attention_sources() -> list[str]:
     return out
 
 
-def kv_cache_sources() -> list[str]:
-    nn = pytest.importorskip("luminal_nn")
-    out = []
-    for half in (None, "float16"):
-        g = lm.Graph()
-        block = nn.TransformerBlock(64, 4, 128, num_kv_heads=2, rope=nn.RotaryEmbedding(16))
-        cache = nn.KVCache(g, 1, 1, 2, 16)
-        x = g.tensor((1, "seq", 64), name="x")
-        block(x, cache[0]).retrieve()
-        g.compile(lm.GenericCompiler())
-        out.append(CudaBackend(dtype=half).build(g)[1].source)
-    return out
+def kv_cache_sources(decoder_graph) -> list[str]:
+    return [CudaBackend(dtype=half).build(decoder_graph()[0])[1].source
+            for half in (None, "float16")]
 
 
 def quant_matmul(qtype: str, k_contiguous: bool, a_dtype=float32, m: Expr | int = 1) -> Matmul:
@@ -140,7 +147,8 @@ def quant_sources() -> list[str]:
 
     kernels = [
         quant_matmul(qt, kc, dt, m)
-        for qt in ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k") for kc in (True, False)
+        for qt in ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")
+        for kc in (True, False)
         for dt, m in ((float32, 1), (float16, Expr.var("seq")))
     ]
     program = Program(kernels, [Call(i, (0, 1, 2)) for i in range(len(kernels))], [], ("seq",))
@@ -155,10 +163,10 @@ def test_cuda_conformance_kernels_compile(tmp_path):
 
 
 @needs_nvcc
-def test_cuda_model_kernels_build_with_ptxas(tmp_path):
-    sources = attention_sources() + kv_cache_sources() + quant_sources()
-    source = translation_unit(sources)
-    assert "lm_block_reduce" in source and "lm_warp_sum" in source
+def test_cuda_model_kernels_build_with_ptxas(tmp_path, decoder_graph):
+    sources = attention_sources() + kv_cache_sources(decoder_graph) + quant_sources()
+    source = whole_modules(sources)
+    assert "lm_block_reduce" in source and "lm_warp_sum" in source and "_fused" in source
     compile_cuda(source, tmp_path, {arch: ["-c"] for arch in ARCHS})
 
 
@@ -181,7 +189,7 @@ def test_cuda_symbolic_dims_are_read_from_the_dims_array():
     program = lower(g)
     source = build_module(program).source
     assert program.dims == ("batch", "seq")
-    lines = source[len(CUDA.prelude()):].splitlines()
-    assert lines[1].endswith("const long long *__restrict__ lm_dims) {")
+    lines = _kernels(source).splitlines()
+    assert lines[1].endswith("const long long *__restrict__ lm_dims, const long lm_block) {")
     assert lines[2:4] == ["  const long d0 = (long)lm_dims[0];",
                           "  const long d1 = (long)lm_dims[1];"]

@@ -150,22 +150,27 @@ def _q4_1(w):
     return np.concatenate([head, q[..., :16] | (q[..., 16:] << 4)], -1).reshape(w.shape[0], -1)
 
 
-@pytest.mark.parametrize("qtype", ["q8_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k"])
-@pytest.mark.parametrize("seq", [1, 12])  # qmatvec, then dequantize + cuBLAS
-def test_cuda_emulated_quantized_matmul(emulated_cuda, qtype, seq):
-    """Q8_0 and Q4_1 weights encoded from floats; Q5_0 and the K-quants as random blocks
-    (every bit pattern). The kernels decode the values of core's decomposition, which the
-    reference backend runs."""
+def _q4_0(w):
+    """Random Q4_0 blocks (`w` only gives the shape): a float16 scale, then 16 nibble bytes."""
+    rng = np.random.default_rng(1)
+    blocks = w.shape[1] // 32
+    d = (rng.uniform(0.01, 0.1, (w.shape[0], blocks, 1))).astype(np.float16).view(np.uint8)
+    qs = rng.integers(0, 256, (w.shape[0], blocks, 16), dtype=np.uint8)
+    return np.concatenate([d, qs], -1).reshape(w.shape[0], -1)
+
+
+QUANTIZERS = {"q8_0": _q8_0, "q4_0": _q4_0, "q4_1": _q4_1}
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q4_1"])
+@pytest.mark.parametrize(("seq", "cols"), [(1, 64), (1, 1280), (12, 64)])  # qmatvec (one lane
+# per block, 40 blocks: lanes loop), then dequantize + cuBLAS
+def test_cuda_emulated_quantized_matmul(emulated_cuda, qtype, seq, cols):
     from luminal import quant
-    from luminal.testing.quant import random_blocks
 
     rng = np.random.default_rng(0)
-    cols = 512
-    if qtype in ("q8_0", "q4_1"):
-        w = rng.standard_normal((40, cols)).astype(np.float32)
-        raw, atol = (_q8_0 if qtype == "q8_0" else _q4_1)(w), 1e-4
-    else:
-        raw, atol = random_blocks(qtype, 40, cols, rng), 1e-2  # larger values: rtol decides
+    w = rng.standard_normal((40, cols)).astype(np.float32)
+    raw = QUANTIZERS[qtype](w)
 
     def build(g):
         x = g.tensor(("seq", cols), name="x")
@@ -173,7 +178,30 @@ def test_cuda_emulated_quantized_matmul(emulated_cuda, qtype, seq):
         return [x], [(x @ quant.dequantize(r, qtype, (40, cols)).T).retrieve()]
 
     g = both(build, [[rng.standard_normal((seq, cols)).astype(np.float32)]], rtol=1e-4,
-             atol=atol)
+             atol=1e-3)
+    assert "_qmv" in g.runtime.module.source
+
+
+@pytest.mark.parametrize("qtype", ["q5_0", "q4_k", "q5_k", "q6_k"])
+@pytest.mark.parametrize(("seq", "cols"), [(1, 512), (1, 1536), (12, 512)])  # qmatvec (48
+# chunks of 32: lanes loop), then dequantize + cuBLAS
+def test_cuda_emulated_kquant_matmul(emulated_cuda, qtype, seq, cols):
+    """Q5_0 and the K-quants as random blocks (every bit pattern): the kernels decode the
+    values of core's decomposition, which the reference backend runs."""
+    from luminal import quant
+    from luminal.testing.quant import random_blocks
+
+    rng = np.random.default_rng(1)
+    raw = random_blocks(qtype, 40, cols, rng)
+
+    def build(g):
+        x = g.tensor(("seq", cols), name="x")
+        r = g.tensor(raw.shape, name="w", dtype="uint8").set(raw)
+        return [x], [(x @ quant.dequantize(r, qtype, (40, cols)).T).retrieve()]
+
+    # random blocks decode to large values: the relative tolerance decides
+    g = both(build, [[rng.standard_normal((seq, cols)).astype(np.float32)]], rtol=1e-4,
+             atol=1e-2)
     assert "_qmv" in g.runtime.module.source
 
 

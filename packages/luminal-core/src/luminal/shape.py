@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from .symbolic import (
     Expr,
@@ -70,7 +71,7 @@ class View:
     def numel(self) -> Expr:
         return prod(self.shape)
 
-    @property
+    @cached_property  # asked on every read of a result: symbolic strides are slow to build
     def is_contiguous(self) -> bool:
         """Reads a row-major buffer front to back: no copy is needed to materialise it."""
         return (

@@ -35,7 +35,7 @@ from luminal.symbolic import INF, Expr
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256  # per-thread accumulators and the shared query row are sized by it
-THREADS = 128
+THREADS = 256  # the block size of every kernel: attention can share a launch too
 
 I_VAR = Expr.var("_qi", 0, INF)
 # "_r" prefix: the renderer treats it as a loop variable, so per-key work stays in the loop

@@ -1,12 +1,13 @@
 """CUDA C for a fused `Attention` kernel: one pass over the keys with an online softmax.
 
-One thread block per (batch, query row). The query row is staged in shared memory; each thread
-walks keys j = tid, tid + T, ... and keeps a running max `m`, normaliser `l` and the weighted
-sum of value rows `acc[dv]` in registers, rescaling them when the max grows (the flash-attention
-recurrence). At the end the block combines the per-thread states: max by block reduction,
-`l` and `acc` rescaled to it and summed (warp shuffles, then shared memory across warps). Keys
-whose score is -inf (masked) are skipped. Decode (one query) gets the whole block on the
-cache; prefill gets one block per query. Queries of a KV head share its cache rows in L2.
+One thread block per (batch, query row). The query row is staged in shared memory; each warp
+walks keys j = warp, warp + W, ... with its lanes across the head dimension: a key's dot
+product is one coalesced row read and a warp sum, and each lane keeps the running max `m`,
+normaliser `l` and its share of the weighted sum of value rows `acc` in registers, rescaling
+them when the max grows (the flash-attention recurrence). At the end the warps' states meet in
+shared memory, rescaled to the common max. Keys whose score is -inf (masked) are skipped. Decode
+(one query) gets the whole block on the cache; prefill gets one block per query. Queries of a
+KV head share its cache rows in L2.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from luminal.codegen.render import BodyWriter, Scope, dim_names
 from luminal.symbolic import INF, Expr
 
 from .attention import I_VAR, J_VAR, THREADS, Attention, Dot
-from .dialect import CUDA, RenderedKernel, dim_loads
+from .dialect import CUDA, RenderedKernel, dim_loads, kernel_function
 
 
 class _ScoreWriter(BodyWriter):
@@ -66,58 +67,65 @@ def render_attention(k: Attention, name: str, slots: dict[str, int]) -> Rendered
     decl = [f"const long {v.name} = {ex(e)};"
             for v, e in zip(batch_vars, unravel(Expr.var("lm_b", 0, INF), k.batch))]
     params = [(CUDA.storage_type(p.dtype), f"p{j}", p.output) for j, p in enumerate(k.params)]
-    signature = CUDA.signature(name, params, [names[x] for x in dims])
     c = CUDA.float_literal(k.log2e)
     batch = Expr.const(1)
     for e in k.batch:
         batch = batch * e
+    warps, per_lane = THREADS // 32, -(-dv // 32)
     lines = [
-        f"{signature} {{",
-        *("  " + x for x in dim_loads(dims, slots)),
-        f"  const long lm_sq = {ex(k.sq)}, lm_sk = {ex(k.sk)};",
-        f"  if (lm_sq <= 0 || blockIdx.x >= lm_sq * {ex(batch)}) return;",
-        "  const long _qi = blockIdx.x % lm_sq, lm_b = blockIdx.x / lm_sq;",
-        *("  " + x for x in decl),
-        f"  __shared__ float lm_q[{d}];",
-        f"  __shared__ float lm_red[{THREADS // 32}][{dv}];",
-        f"  for (long lm_t = threadIdx.x; lm_t < {d}; lm_t += blockDim.x) lm_q[lm_t] = {q_ref};",
-        "  __syncthreads();",
-        *("  " + x for x in writer.root.lines),
-        f"  float lm_m = -INFINITY, lm_l = 0.0f, lm_acc[{dv}];",
+        *dim_loads(dims, slots),
+        f"const long lm_sq = {ex(k.sq)}, lm_sk = {ex(k.sk)};",
+        f"if (lm_sq <= 0 || lm_block >= lm_sq * {ex(batch)}) return;",
+        "const long _qi = lm_block % lm_sq, lm_b = lm_block / lm_sq;",
+        *decl,
+        f"__shared__ float lm_q[{d}];",
+        f"__shared__ float lm_wm[{warps}], lm_wl[{warps}], lm_wacc[{warps}][{dv}];",
+        f"for (long lm_t = threadIdx.x; lm_t < {d}; lm_t += blockDim.x) lm_q[lm_t] = {q_ref};",
+        "__syncthreads();",
+        *writer.root.lines,
+        "const int lm_lane = threadIdx.x & 31, lm_warp = threadIdx.x >> 5;",
+        f"float lm_m = -INFINITY, lm_l = 0.0f, lm_acc[{per_lane}];",
+        "#pragma unroll",
+        f"for (int lm_i = 0; lm_i < {per_lane}; lm_i++) lm_acc[lm_i] = 0.0f;",
+        f"for (long _rj = lm_warp; _rj < lm_sk; _rj += {warps}) {{",
+        "  float lm_dot = 0.0f;",
+        f"  for (long lm_t = lm_lane; lm_t < {d}; lm_t += 32) lm_dot += lm_q[lm_t] * {k_ref};",
+        "  lm_dot = lm_warp_sum(lm_dot);",
+        *("  " + x for x in inner.lines),
+        f"  const float lm_x = {score};",
+        "  if (lm_x == -INFINITY) continue;  /* the same key on every lane: warp-uniform */",
+        "  const float lm_mn = lm_x > lm_m ? lm_x : lm_m;",
+        f"  const float lm_c = exp2f((lm_m - lm_mn) * {c});",
+        f"  const float lm_p = exp2f((lm_x - lm_mn) * {c});",
+        "  lm_l = lm_l * lm_c + lm_p;",
         "  #pragma unroll",
-        f"  for (int lm_t = 0; lm_t < {dv}; lm_t++) lm_acc[lm_t] = 0.0f;",
-        "  for (long _rj = threadIdx.x; _rj < lm_sk; _rj += blockDim.x) {",
-        "    float lm_dot = 0.0f;",
-        "    #pragma unroll 8",
-        f"    for (long lm_t = 0; lm_t < {d}; lm_t++) lm_dot += lm_q[lm_t] * {k_ref};",
-        *("    " + x for x in inner.lines),
-        f"    const float lm_x = {score};",
-        "    if (lm_x == -INFINITY) continue;",
-        "    const float lm_mn = lm_x > lm_m ? lm_x : lm_m;",
-        f"    const float lm_c = exp2f((lm_m - lm_mn) * {c});",
-        f"    const float lm_p = exp2f((lm_x - lm_mn) * {c});",
-        "    lm_l = lm_l * lm_c + lm_p;",
-        "    #pragma unroll",
-        f"    for (long lm_t = 0; lm_t < {dv}; lm_t++)",
-        f"      lm_acc[lm_t] = lm_acc[lm_t] * lm_c + lm_p * {v_ref};",
-        "    lm_m = lm_mn;",
+        f"  for (int lm_i = 0; lm_i < {per_lane}; lm_i++) {{",
+        "    const long lm_t = lm_lane + 32 * lm_i;",
+        f"    if (lm_t < {dv}) lm_acc[lm_i] = lm_acc[lm_i] * lm_c + lm_p * {v_ref};",
         "  }",
-        "  const float lm_gm = lm_block_reduce(lm_m, LmMax(), -INFINITY);",
-        f"  const float lm_s = lm_m == -INFINITY ? 0.0f : exp2f((lm_m - lm_gm) * {c});",
-        "  const float lm_gl = lm_block_reduce(lm_l * lm_s, LmAdd(), 0.0f);",
-        "  const int lm_lane = threadIdx.x & 31, lm_warp = threadIdx.x >> 5;",
-        "  #pragma unroll",
-        f"  for (int lm_t = 0; lm_t < {dv}; lm_t++) {{",
-        "    const float a = lm_warp_sum(lm_acc[lm_t] * lm_s);",
-        "    if (lm_lane == 0) lm_red[lm_warp][lm_t] = a;",
-        "  }",
-        "  __syncthreads();",
-        f"  for (long lm_t = threadIdx.x; lm_t < {dv}; lm_t += blockDim.x) {{",
-        "    float a = 0.0f;",
-        "    for (int w = 0; w < (int)(blockDim.x >> 5); w++) a += lm_red[w][lm_t];",
-        f"    p0[{out_index}] = {CUDA.store(out_dt, CUDA.round(out_dt, 'a / lm_gl'))};",
-        "  }",
+        "  lm_m = lm_mn;",
+        "}",
+        "if (lm_lane == 0) { lm_wm[lm_warp] = lm_m; lm_wl[lm_warp] = lm_l; }",
+        "#pragma unroll",
+        f"for (int lm_i = 0; lm_i < {per_lane}; lm_i++) {{",
+        "  const long lm_t = lm_lane + 32 * lm_i;",
+        f"  if (lm_t < {dv}) lm_wacc[lm_warp][lm_t] = lm_acc[lm_i];",
+        "}",
+        "__syncthreads();",
+        # every warp's state rescaled to the common max; a row with every key masked gives
+        # 0 / 0 = NaN, as PyTorch's scaled_dot_product_attention does
+        "float lm_gm = -INFINITY, lm_gl = 0.0f;",
+        f"for (int w = 0; w < {warps}; w++) lm_gm = lm_wm[w] > lm_gm ? lm_wm[w] : lm_gm;",
+        f"float lm_s[{warps}];",
+        f"for (int w = 0; w < {warps}; w++) {{",
+        f"  lm_s[w] = lm_wm[w] == -INFINITY ? 0.0f : exp2f((lm_wm[w] - lm_gm) * {c});",
+        "  lm_gl += lm_wl[w] * lm_s[w];",
+        "}",
+        f"for (long lm_t = threadIdx.x; lm_t < {dv}; lm_t += blockDim.x) {{",
+        "  float a = 0.0f;",
+        f"  for (int w = 0; w < {warps}; w++) a += lm_wacc[w][lm_t] * lm_s[w];",
+        f"  p0[{out_index}] = {CUDA.store(out_dt, CUDA.round(out_dt, 'a / lm_gl'))};",
         "}",
     ]
-    return RenderedKernel(name, "\n".join(lines) + "\n", bool(dims), k.sq * batch, THREADS,
-                          True)
+    function = kernel_function(name, params, [names[x] for x in dims], lines)
+    return RenderedKernel(function, k.sq * batch, THREADS, True)

@@ -53,8 +53,8 @@ class CudaBackend(Backend):
 
         if self.half is not None:
             self.half.compile(graph)
-        program = lower(graph, self.fuse_attention)
-        return program, build_module(program)
+        module = build_module(lower(graph, self.fuse_attention))
+        return module.program, module
 
     def compile(self, graph: Graph) -> None:
         from .runtime import CudaRuntime, RuntimeOptions

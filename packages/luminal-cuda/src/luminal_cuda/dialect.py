@@ -8,6 +8,10 @@ domain point, every reduction at the top of the body strided over the block's th
 combined with warp shuffles (`lm_block_reduce`); nested reductions stay per thread. Thread 0
 stores the result.
 
+Every kernel is a `__device__` *body* taking its block index as an argument (`lm_block`), and
+an `extern "C" __global__` entry that calls it with `blockIdx.x`. Independent kernels can then
+share one launch (`fusion.py`): a fused entry hands each body its own range of blocks.
+
 Symbolic dims reach kernels through device memory (`const long long *lm_dims`, one slot per
 dim of the program) rather than as by-value arguments: a captured CUDA graph then stays valid
 when a dim changes, as long as its grids (sized for an upper bound, every kernel checks its
@@ -40,7 +44,7 @@ class NvrtcDialect(GpuDialect):
     helper_qualifier = "static __device__ __forceinline__"
     restrict = "__restrict__"
     half_storage = "lm_half"
-    global_id = "(long)blockIdx.x * blockDim.x + threadIdx.x"
+    global_id = "(long)lm_block * blockDim.x + threadIdx.x"
     kernel_qualifier = 'extern "C" __global__'
 
     def load(self, dt: DType, buf: str, index: str) -> str:
@@ -57,12 +61,16 @@ class NvrtcDialect(GpuDialect):
     def prelude(self) -> str:
         return CUDA_PRELUDE + Dialect.prelude(self)
 
-    def signature(self, name: str, params: list[tuple[str, str, bool]], dims: list[str],
-                  attributes: str = "") -> str:
+    def arguments(self, params: list[tuple[str, str, bool]], uses_dims: bool) -> list[str]:
         """Buffers, then the device array of dim values when the kernel uses any dim."""
         args = [f"{'' if out else 'const '}{t} *{self.restrict} {n}" for t, n, out in params]
-        if dims:
+        if uses_dims:
             args.append(f"const long long *{self.restrict} lm_dims")
+        return args
+
+    def signature(self, name: str, params: list[tuple[str, str, bool]], dims: list[str],
+                  attributes: str = "") -> str:
+        args = self.arguments(params, bool(dims))
         return f"{self.qualifiers(attributes)} void {name}({', '.join(args)})"
 
 
@@ -73,6 +81,32 @@ def dim_loads(dims: tuple[str, ...], slots: dict[str, int]) -> list[str]:
 
 
 CUDA = NvrtcDialect()
+
+
+@dataclass(frozen=True)
+class KernelFunction:
+    """A kernel's body (`{name}_body`, a `__device__` function whose last argument is its block
+    index) and its entry (`{name}`, launched alone). `params` are the buffer parameters
+    (C element type, name, written) and `uses_dims` whether `lm_dims` follows them."""
+
+    name: str
+    params: tuple[tuple[str, str, bool], ...]
+    uses_dims: bool
+    source: str
+
+
+def kernel_function(name: str, params: list[tuple[str, str, bool]], dims: list[str],
+                    body: list[str]) -> KernelFunction:
+    """`body` (lines reading the block index `lm_block`) as a body and an entry."""
+    args = CUDA.arguments(params, bool(dims))
+    names = [n for _, n, _ in params] + (["lm_dims"] if dims else [])
+    source = "\n".join([
+        f"static __device__ void {name}_body({', '.join([*args, 'const long lm_block'])}) {{",
+        *("  " + line for line in body),
+        "}",
+        f"{CUDA.signature(name, params, dims)} {{ {name}_body({', '.join(names)}, blockIdx.x); }}",
+    ]) + "\n"
+    return KernelFunction(name, tuple(params), bool(dims), source)
 
 
 class _BlockWriter(BodyWriter):
@@ -148,16 +182,29 @@ def wants_block_mode(kernel: Kernel) -> bool:
 
 @dataclass(frozen=True)
 class RenderedKernel:
-    """A `__global__` function and how to launch it: `block` threads per block, one thread per
-    domain point (thread mode) or one block per point (block mode). `uses_dims`: it takes
-    the `lm_dims` array after its buffers."""
+    """A kernel (body and entry) and how to launch it: `block` threads per block, one thread
+    per domain point (thread mode) or one block per point (block mode)."""
 
-    name: str
-    source: str
-    uses_dims: bool
+    function: KernelFunction
     points: Expr  # domain size
     block: int
     block_mode: bool
+
+    @property
+    def name(self) -> str:
+        return self.function.name
+
+    @property
+    def source(self) -> str:
+        return self.function.source
+
+    @property
+    def uses_dims(self) -> bool:
+        return self.function.uses_dims
+
+    def blocks(self, points: int) -> int:
+        """The grid for `points` domain points."""
+        return points if self.block_mode else -(-points // self.block)
 
 
 def render_cuda_kernel(kernel: Kernel, name: str, slots: dict[str, int],
@@ -176,14 +223,13 @@ def render_cuda_kernel(kernel: Kernel, name: str, slots: dict[str, int],
     extents = [writer.expr(e) for e in kernel.domain]
     loop_names = [v.name for v in kernel.loop_vars]
     params = [(CUDA.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
-    lines = [CUDA.signature(name, params, [names[d] for d in dims]) + " {"]
     body = dim_loads(dims, slots)
     if block_mode:
         total = " * ".join(f"({e})" for e in extents) or "1"
         # the grid may be sized for larger dims: whole blocks leave together, and no thread
         # returns later, since every thread must reach the block reductions' barriers
         body += [
-            "const long lm_gid = blockIdx.x;",
+            "const long lm_gid = lm_block;",
             f"if (lm_gid >= {total}) return;",
             *unravel_declarations("lm_gid", extents, loop_names),
             *writer.root.lines,
@@ -191,10 +237,8 @@ def render_cuda_kernel(kernel: Kernel, name: str, slots: dict[str, int],
         ]
     else:
         body += CUDA.domain(extents, loop_names, [*writer.root.lines, store])
-    lines += ["  " + line for line in body]
-    lines.append("}")
     points = Expr.const(1)
     for d in kernel.domain:
         points = points * d
-    return RenderedKernel(name, "\n".join(lines) + "\n", bool(dims), points, THREADS,
-                          block_mode)
+    function = kernel_function(name, params, [names[d] for d in dims], body)
+    return RenderedKernel(function, points, THREADS, block_mode)

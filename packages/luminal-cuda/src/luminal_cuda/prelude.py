@@ -52,3 +52,27 @@ static __device__ T lm_block_reduce(T v, Op op, T identity) {
   return v;
 }
 """
+
+# Every assignment of a run (KV caches) copied by one launch: entry i of `table` is
+# (destination, source, bytes); block b copies chunk b % chunks of entry b / chunks.
+COPY_CHUNK = 1 << 14
+COPY_KERNEL = r"""
+struct alignas(16) lm_u4 { unsigned int x, y, z, w; };
+extern "C" __global__ void lm_copies(const unsigned long long *__restrict__ t, const long chunks) {
+  const long entry = blockIdx.x / chunks, chunk = blockIdx.x % chunks;
+  unsigned char *dst = (unsigned char *)t[3 * entry];
+  const unsigned char *src = (const unsigned char *)t[3 * entry + 1];
+  const long n = (long)t[3 * entry + 2];
+  long begin = chunk * LM_CHUNK, end = begin + LM_CHUNK < n ? begin + LM_CHUNK : n;
+  if (begin >= end) return;
+  if (((unsigned long long)dst | (unsigned long long)src) % 16 == 0) {
+    const long words = (end - begin) / 16;
+    lm_u4 *d = (lm_u4 *)(dst + begin);
+    const lm_u4 *s = (const lm_u4 *)(src + begin);
+    for (long i = threadIdx.x; i < words; i += blockDim.x) d[i] = s[i];
+    begin += words * 16;
+  }
+  for (long i = begin + threadIdx.x; i < end; i += blockDim.x) dst[i] = src[i];
+}
+""".replace("LM_CHUNK", str(COPY_CHUNK))
+

@@ -14,13 +14,16 @@ Per execution:
    workspace outside any capture); the second captures them into a CUDA graph, and every later
    run with the same key is a single `cudaGraphLaunch`. A key never reuses a graph captured
    for another one: at worst it runs eagerly, never wrongly.
-4. Assignments (KV caches) are device-to-device copies at the end of the run, captured with
-   it; the input then holds a `DeviceArray` on the host side.
+4. Launches follow the module's levels of independent calls, each level one fused launch
+   where it can be (`fusion.py`). Assignments (KV caches) are device-to-device copies at the
+   end of the run, all in one launch, captured with it; the input then holds a `DeviceArray`
+   on the host side.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -28,11 +31,11 @@ from typing import Any
 
 import numpy as np
 from luminal.codegen.ir import Program, QuantOperand, kernel_dims
-from luminal.codegen.plan import plan_memory
 from luminal.device_array import DeviceArray
 from luminal.graph import Graph
+from luminal.symbolic import evaluator
 
-from .codegen import NVRTC_OPTIONS, Gemm, Generated, Module, QuantGemm
+from .codegen import NVRTC_OPTIONS, Gemm, Generated, Module, QuantGemm, fusible_function
 from .cublas import gemm_function
 from .dims import DimPolicy
 from .memory import DeviceMemory
@@ -73,7 +76,7 @@ class CudaRuntime:
         # runs launched kernel by kernel, captures into CUDA graphs, replays of captured graphs
         self.stats = {"eager": 0, "captured": 0, "replayed": 0}
         self.capture_warned = False
-        self.plan = plan_memory(program)
+        self.plan = module.plan
         self.slot_of = self.plan.slot_of
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.memory = DeviceMemory(cupy, self.stream)
@@ -91,6 +94,8 @@ class CudaRuntime:
                        or n.id in self.assignments.values()]
         self.quant = [k for k, c in enumerate(module.codes) if isinstance(c, QuantGemm)]
         self.policy = self._dim_policy(graph)
+        self._assigned_shapes = evaluator(
+            d for src in self.assignments.values() for d in self.nodes[src].shape)
         self.cublas = cupy.cuda.cublas
         raw = cupy.RawModule(code=module.source, options=NVRTC_OPTIONS)
         self.launcher = Launcher(cupy, raw, gemm_function(cupy), cupy.cuda.get_cublas_handle(),
@@ -171,27 +176,55 @@ class CudaRuntime:
         scratch = self.memory.ptr("scratch")
         steps: list[Step] = []
         labels: list[str] = []
-        for call in self.program.calls:
-            code = self.module.codes[call.kernel]
-            launched = self.launcher.steps(code, [ptrs[a] for a in call.args], scratch, dims)
+        for level in self.module.levels:
+            launched, what = self._level(level.calls, ptrs, scratch, dims)
             steps += launched
-            labels += self.launcher.labels(code, len(launched), dims)
-        for target, src in self.assignments.items():
-            copies = self.launcher.copy(self.memory.ptr(target), self.memory.ptr(src),
-                                        self._nbytes(src, dims))
+            labels += what
+        if self.assignments:
+            self.memory.ensure(("copies", key), 24 * len(self.assignments), grow=False)
+            copies = self.launcher.copies(self.memory.ptr(("copies", key)), [
+                (self.memory.ptr(target), self.memory.ptr(src), self._nbytes(src, dims))
+                for target, src in self.assignments.items()])
             steps += copies
-            labels += ["copy assignment"] * len(copies)
+            labels += [f"copy {len(self.assignments)} assignments"] * len(copies)
         binding = self.bindings[key] = Binding(steps, labels)
         while len(self.bindings) > max(self.options.graph_cache, 1):
             self.bindings.popitem(last=False)
         return binding
 
+    def _level(self, calls: tuple[int, ...], ptrs: list[int], scratch: int,
+                dims: dict[str, int]) -> tuple[list[Step], list[str]]:
+        """The launches of one level of independent calls (`fusion.py`) and their labels: the
+        level's kernels in one fused launch when each is one kernel at `dims`."""
+        codes, program = self.module.codes, self.program
+        args = {c: [ptrs[a] for a in program.calls[c].args] for c in calls}
+        fusible = [c for c in calls if fusible_function(codes[program.calls[c].kernel])]
+        members = [self.launcher.member(codes[program.calls[c].kernel], args[c], dims)
+                   for c in fusible]
+        name = self.module.fused.get(tuple(program.calls[c].kernel for c in fusible))
+        steps: list[Step] = []
+        labels: list[str] = []
+        alone = list(calls)
+        if name is not None and all(m is not None for m in members):
+            launched = self.launcher.fused(name, [m for m in members if m is not None])
+            steps += launched
+            labels += [f"fused {name} ({len(members)} kernels)"] * len(launched)
+            alone = [c for c in calls if c not in fusible]
+        for c in alone:
+            code = codes[program.calls[c].kernel]
+            launched = self.launcher.steps(code, args[c], scratch, dims)
+            steps += launched
+            labels += self.launcher.labels(code, len(launched), dims)
+        return steps, labels
+
     # ----- execution ------------------------------------------------------------------------
     def _upload(self, graph: Graph) -> None:
         rt = self.cupy.cuda.runtime
-        for node in self.inputs:
-            version = graph.data_version.get(node, 0)
-            if self.uploaded.get(node) in (version, -1) and not self._replaced(graph, node):
+        uploaded, versions, data = self.uploaded, graph.data_version, graph.data
+        for node in self.inputs:  # every step: the common cases first and cheap
+            version = versions.get(node, 0)
+            done = uploaded.get(node)
+            if done == version or (done == -1 and data.get(node) is self._resident.get(node)):
                 continue
             n = self.nodes[node]
             host = np.ascontiguousarray(np.asarray(graph.data[node]), dtype=n.dtype.numpy)
@@ -208,12 +241,6 @@ class CudaRuntime:
         rt = self.cupy.cuda.runtime
         rt.memcpyAsync(self.memory.ptr("dims"), host.ctypes.data, host.nbytes,
                        rt.memcpyHostToDevice, self.stream.ptr)
-
-    def _replaced(self, graph: Graph, node: int) -> bool:
-        """An assigned input whose value the user replaced with set() since the last run."""
-        return self.uploaded.get(node) == -1 and not (
-            isinstance(graph.data.get(node), DeviceArray)
-            and graph.data[node] is self._resident.get(node))
 
     def execute(self, graph: Graph, dims: dict[str, int]) -> None:
         key = self.policy.key(dims)
@@ -279,16 +306,35 @@ class CudaRuntime:
         return [(label, cuda.get_elapsed_time(a, b))
                 for label, a, b in zip(binding.labels, events, events[1:])]
 
+    def replay_ms(self, times: int = 32) -> float | None:
+        """GPU milliseconds per replay of the last run's CUDA graph, timed between CUDA events
+        over `times` back-to-back replays (no host work in between, unlike a real step, so
+        comparing it with a step's wall time splits GPU time from host overhead). None when
+        that binding was not captured."""
+        binding = next(reversed(self.bindings.values()))
+        if binding.graph is None:
+            return None
+        cuda = self.cupy.cuda
+        with self.device, self.stream:
+            start, end = cuda.Event(), cuda.Event()
+            start.record(self.stream)
+            for _ in range(times):
+                binding.graph.launch(self.stream)
+            end.record(self.stream)
+            end.synchronize()
+        return cuda.get_elapsed_time(start, end) / times
+
     def _publish_assignments(self, graph: Graph, dims: dict[str, int]) -> None:
         generation = self.generation
+        values = iter(self._assigned_shapes(dims))
         for target, src in self.assignments.items():
             node = self.nodes[src]
-            shape = tuple(d.evaluate(dims) for d in node.shape)
-            nbytes = self._nbytes(src, dims)
+            shape = tuple(next(values) for _ in node.shape)
+            dt = node.dtype.numpy
+            nbytes = math.prod(shape) * dt.itemsize
             array = DeviceArray(
-                lambda target=target, nbytes=nbytes, dt=node.dtype.numpy: self._download(
-                    target, nbytes, dt),
-                shape, node.dtype.numpy, is_current=lambda g=generation: self.generation == g)
+                lambda target=target, nbytes=nbytes, dt=dt: self._download(target, nbytes, dt),
+                shape, dt, is_current=lambda g=generation: self.generation == g)
             graph.set_data(target, array)
             self._resident[target] = array
             self.uploaded[target] = -1

@@ -13,10 +13,22 @@ from typing import Any
 
 import numpy as np
 
-from .codegen import Gemm, Generated, QuantGemm
-from .dialect import RenderedKernel
+from .codegen import Code, Gemm, Generated, QuantGemm
+from .dialect import THREADS, KernelFunction, RenderedKernel
 from .matmul import COMPUTE_32F, COMPUTE_32F_FAST_TF32, CUDA_R, GEMM_DEFAULT, plan_gemm
+from .prelude import COPY_CHUNK
 from .quant import QMATVEC_MAX_ROWS, WARPS
+
+
+@dataclass(frozen=True)
+class Member:
+    """One kernel's part of a launch: its body, its block count, its buffer pointers and the
+    threads per block its body is written for."""
+
+    function: KernelFunction
+    blocks: int
+    ptrs: list[int]
+    threads: int = THREADS
 
 Step = Callable[[], None]
 
@@ -53,13 +65,43 @@ class Launcher:
     def kernel(self, rk: RenderedKernel, ptrs: list[int], dims: dict[str, int]) -> list[Step]:
         """A generated kernel over its domain at `dims` (an upper bound of the real dims: the
         kernel checks its real extent)."""
-        points = rk.points.evaluate(dims)
-        grid = points if rk.block_mode else -(-points // rk.block)
-        if grid == 0:
+        return self.launch(Member(rk.function, rk.blocks(rk.points.evaluate(dims)), ptrs,
+                                  rk.block))
+
+    def launch(self, member: Member) -> list[Step]:
+        """`member`'s kernel launched on its own."""
+        if member.blocks == 0:
             return []
-        fn = self.function(rk.name)
-        args = self._args(ptrs, rk.uses_dims)
-        return [lambda: fn((grid,), (rk.block,), args)]
+        fn = self.function(member.function.name)
+        args = self._args(member.ptrs, member.function.uses_dims)
+        return [lambda: fn((member.blocks,), (member.threads,), args)]
+
+    def member(self, code: Code, ptrs: list[int], dims: dict[str, int]) -> Member | None:
+        """`code` at `dims` as one kernel that can share a launch, or None when it is not one
+        kernel there (cuBLAS, or a quantized matmul of many rows: dequantize + cuBLAS)."""
+        if isinstance(code, Generated):
+            rk = code.kernel
+            return Member(rk.function, rk.blocks(rk.points.evaluate(dims)), ptrs, rk.block)
+        if isinstance(code, QuantGemm):
+            rows, batch, n = self._quant_rows(code, dims)
+            if self._uses_qmatvec(code, rows * batch):
+                assert code.kernels.qmatvec is not None
+                return Member(code.kernels.qmatvec, -(-n // WARPS) * rows * batch, ptrs)
+        return None
+
+    def fused(self, name: str, members: list[Member]) -> list[Step]:
+        """`members` side by side in one launch of the fused entry `name` (`fusion.py`); each
+        must be written for `THREADS` threads per block."""
+        assert all(m.threads == THREADS for m in members), "fused bodies need THREADS threads"
+        total = sum(m.blocks for m in members)
+        if total == 0:
+            return []
+        fn = self.function(name)
+        args: list = [np.uint64(self.dims_ptr)]
+        for m in members:
+            args += [np.int64(m.blocks), *(np.uint64(p) for p in m.ptrs)]
+        args_t = tuple(args)
+        return [lambda: fn((total,), (THREADS,), args_t)]
 
     # ----- matmuls --------------------------------------------------------------------------
     def gemm(self, code: Gemm, ptrs: list[int], dims: dict[str, int]) -> list[Step]:
@@ -102,17 +144,14 @@ class Launcher:
         rows, batch, n = self._quant_rows(code, dims)
         if rows * batch == 0 or n == 0:
             return []
-        if self._uses_qmatvec(code, rows * batch):
-            fn = self.function(code.qmatvec_name)
-            args = self._args(ptrs, code.kernels.qmatvec_uses_dims)
-            grid = (-(-n // WARPS), rows, batch)
-            return [lambda: fn(grid, (32, WARPS), args)]
+        member = self.member(code, ptrs, dims)
+        if member is not None:
+            return self.launch(member)
         q = code.matmul.b
         total = q.rows.evaluate(dims) * q.cols.evaluate(dims)
-        deq = self.function(code.dequant_name)
-        deq_args = self._args([scratch, ptrs[2]], code.kernels.dequant_uses_dims)
-        steps: list[Step] = [lambda: deq((-(-total // 256),), (256,), deq_args)] if total else []
-        return steps + self.gemm(code.dequantized, [ptrs[0], ptrs[1], scratch], dims)
+        dequantize = Member(code.kernels.dequant, -(-total // THREADS), [scratch, ptrs[2]])
+        return self.launch(dequantize) + self.gemm(code.dequantized, [ptrs[0], ptrs[1], scratch],
+                                                   dims)
 
     def steps(self, code: Generated | Gemm | QuantGemm, ptrs: list[int], scratch: int,
               dims: dict[str, int]) -> list[Step]:
@@ -133,17 +172,26 @@ class Launcher:
             return [f"{kind} {rk.name}"] * count
         if isinstance(code, QuantGemm):
             rows, batch, _ = self._quant_rows(code, dims)
-            if self._uses_qmatvec(code, rows * batch):
-                return [f"qmatvec {code.qmatvec_name}"] * count
-            return ([f"dequantize {code.dequant_name}"] + ["gemm dequantized"] * count)[:count]
+            kernels = code.kernels
+            if self._uses_qmatvec(code, rows * batch) and kernels.qmatvec is not None:
+                return [f"qmatvec {kernels.qmatvec.name}"] * count
+            return ([f"dequantize {kernels.dequant.name}"] + ["gemm dequantized"] * count)[:count]
         cublas = code.types is not None and plan_gemm(code.matmul, dims) is not None
         return [f"{'gemm' if cublas else 'gemm-fallback'} {code.fallback.name}"] * count
 
-    def copy(self, dst: int, src: int, nbytes: int) -> list[Step]:
-        """Device-to-device copy (an assignment), recorded like a kernel."""
-        if nbytes == 0:
+    def copies(self, table_ptr: int, entries: list[tuple[int, int, int]]) -> list[Step]:
+        """Device-to-device copies (the assignments), (destination, source, bytes) each, in
+        one launch; the table is written to `table_ptr` (3 x 8 bytes per entry) now."""
+        entries = [e for e in entries if e[2]]
+        if not entries:
             return []
+        table = np.array(entries, np.uint64)
         rt = self.cupy.cuda.runtime
-        return [lambda: rt.memcpyAsync(dst, src, nbytes, rt.memcpyDeviceToDevice,
-                                       self.stream.ptr)]
+        self.stream.synchronize()  # a replay queued earlier may still read the old table
+        rt.memcpy(table_ptr, table.ctypes.data, table.nbytes, rt.memcpyHostToDevice)
+        chunks = max(-(-n // COPY_CHUNK) for _, _, n in entries)
+        fn = self.function("lm_copies")
+        args = (np.uint64(table_ptr), np.int64(chunks))
+        grid = len(entries) * chunks
+        return [lambda: fn((grid,), (THREADS,), args)]
 

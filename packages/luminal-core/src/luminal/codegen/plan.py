@@ -4,12 +4,15 @@ Sizes are symbolic, so the plan is made at compile time in terms of slots (which
 memory) and the layout (how big each slot is, where it starts) is computed at run time from the
 dim values: `MemoryPlan.layout(dims)`. A buffer's lifetime runs from the call that writes it to
 the last call that reads it; a call's output never shares a slot with any of its inputs, so
-kernels may assume their arguments do not alias.
+kernels may assume their arguments do not alias. A backend that runs several calls at once
+(a GPU launching independent kernels together) passes their *steps*: a buffer read in a step
+is then not reused until the step is over.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -46,8 +49,13 @@ class MemoryPlan:
         return evaluator(s for sizes in self.sizes for s in sizes)
 
 
-def plan_memory(program: Program) -> MemoryPlan:
-    """Assign every "temp" buffer of `program` to a slot (greedy, in call order)."""
+def plan_memory(program: Program, steps: Sequence[int] | None = None) -> MemoryPlan:
+    """Assign every "temp" buffer of `program` to a slot (greedy, in call order). `steps[c]`
+    (nondecreasing) is the step of call c, the calls of one step running at once; by default
+    every call is its own step."""
+    step = list(range(len(program.calls))) if steps is None else list(steps)
+    if len(step) != len(program.calls) or any(a > b for a, b in itertools.pairwise(step)):
+        raise ValueError("plan_memory: steps must give every call a nondecreasing step")
     last_read: dict[int, int] = {}
     writes: dict[int, list[int]] = {}
     for c, call in enumerate(program.calls):
@@ -75,7 +83,8 @@ def plan_memory(program: Program) -> MemoryPlan:
                 slot = len(members)
                 members.append([])
             members[slot].append(b)
-            dying.setdefault(last_read.get(b, c), []).append(slot)
-        free.extend(dying.pop(c, []))
+            dying.setdefault(step[last_read.get(b, c)], []).append(slot)
+        if c + 1 == len(step) or step[c + 1] != step[c]:
+            free.extend(dying.pop(step[c], []))
     sizes = tuple(tuple(nbytes[b] for b in m) for m in members)
     return MemoryPlan(tuple(tuple(m) for m in members), sizes)
