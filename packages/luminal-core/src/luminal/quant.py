@@ -250,8 +250,8 @@ def dequantize(raw: GraphTensor, qtype: str, shape: tuple[int | Expr, int]) -> G
     # rows may be symbolic: the rows an embedding lookup gathered from a quantized table
     rows, cols = (rows if isinstance(rows, Expr) else int(rows)), int(cols)
     if cols % fmt.block_size:
-        raise ValueError(f"dequantize: cols={cols} is not a multiple of the {fmt.name} block "
-                         f"size {fmt.block_size}")
+        raise ValueError(f"dequantize: cols={cols} is not a multiple of the block size "
+                         f"{fmt.block_size} of {fmt.name}")
     want = (rows, fmt.row_bytes(cols))
     if raw.dtype != uint8 or tuple(raw.shape) != want:
         raise ValueError(f"dequantize: {fmt.key} data for shape {(rows, cols)} must be uint8 "
