@@ -1,6 +1,7 @@
-"""SmolLM2-135M-Instruct (Q4_1 GGUF): prefill and decode speed and peak memory, luminal vs peers.
+"""An LLM's prefill and decode speed and peak memory, luminal vs peers (default: SmolLM2).
 
     python benchmarks/llm_bench.py                   # luminal cpu, transformers, llama.cpp
+    python benchmarks/llm_bench.py --model gemma3    # Gemma 3 270M, Q4_K_M
     python benchmarks/llm_bench.py --systems luminal --backend reference --runs 1
 
 Prefill = one forward over a fixed 128-token prompt with an empty cache. Decode = 128
@@ -13,7 +14,7 @@ other processes use less than 0.2 CPU; the table says how many runs could not.
 Systems:
   luminal       this repository, on --backend (default cpu)
   transformers  Hugging Face transformers, eager, fp32 (it dequantizes the GGUF), DynamicCache
-  llama.cpp     llama-cpp-python, Q4_1 weights as shipped; included only when importable
+  llama.cpp     llama-cpp-python, the GGUF's weights as shipped; included only when importable
                 (`bash scripts/setup-bench.sh` builds llama.cpp from source: ~15 minutes)
 """
 
@@ -94,16 +95,16 @@ def _time_runs(run_once: Callable[[], tuple[float, float]], runs: int) -> dict:
 
 def bench_luminal(model_path: Path, runs: int, backend_name: str) -> dict:
     import luminal as lm
+    from luminal_models.causal_lm import load_causal_lm
     from luminal_models.generate import Generator
     from luminal_models.gguf_file import GGUFFile
-    from luminal_models.llama import Llama
     from luminal_models.tokenizer import Tokenizer
 
     start = time.perf_counter()
     backend = _backend(lm, backend_name)
     with GGUFFile(model_path) as gguf:
         tokenizer = Tokenizer.from_gguf(gguf)
-        model = Llama.from_gguf(gguf, quantized=backend.name != "reference", progress=False)
+        model = load_causal_lm(gguf, quantized=backend.name != "reference", progress=False)
     generator = Generator(model, tokenizer, backend)
     setup_s = time.perf_counter() - start
     ids = _prompt_ids(tokenizer)
@@ -197,7 +198,7 @@ def bench_llama_cpp(model_path: Path, runs: int, threads: int) -> dict:
         return t1 - t0, time.perf_counter() - t1
 
     stats = _time_runs(run_once, runs)
-    return {**stats, "notes": f"llama-cpp-python {llama_cpp.__version__}, Q4_1 as shipped; "
+    return {**stats, "notes": f"llama-cpp-python {llama_cpp.__version__}, weights as shipped; "
                               f"load {load_s:.1f} s"}
 
 
@@ -218,6 +219,20 @@ def run_child(args: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------- driver
 SYSTEMS = ("luminal", "transformers", "llama.cpp")
+MODEL_TITLES = {"smollm2": "SmolLM2-135M-Instruct Q4_1", "gemma3": "Gemma 3 270M Q4_K_M"}
+
+
+def _failure(proc: subprocess.CompletedProcess) -> str:
+    """Why a system's subprocess failed: the signal that killed it, or its exit status, and
+    the end of its stderr (the exception, or the crash's last words)."""
+    if proc.returncode < 0:
+        import signal
+
+        cause = f"killed by {signal.Signals(-proc.returncode).name}"
+    else:
+        cause = f"exit status {proc.returncode}"
+    tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-3:]
+    return cause + (": " + " / ".join(tail) if tail else " (nothing on stderr)")
 
 
 def _importable(module: str) -> bool:
@@ -265,15 +280,16 @@ def main() -> None:
                "--threads", str(args.threads), "--backend", args.backend, "--model", args.model]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_child_env(args.threads))
         if proc.returncode != 0:
-            results[system] = {"failed": proc.stderr.strip().splitlines()[-1:] or ["?"]}
+            results[system] = {"failed": [_failure(proc)]}
             continue
         results[system] = json.loads(proc.stdout.strip().splitlines()[-1])
 
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"SmolLM2-135M-Instruct Q4_1, {PROMPT_TOKENS}-token prefill, {DECODE_TOKENS} greedy "
-          f"decode steps, {args.threads} threads, median of {args.runs} runs (best)\n")
+    print(f"{MODEL_TITLES.get(args.model.lower(), args.model)}, {PROMPT_TOKENS}-token prefill, "
+          f"{DECODE_TOKENS} greedy decode steps, {args.threads} threads, median of {args.runs} "
+          "runs (best)\n")
     print("| system | prefill tok/s | decode tok/s | peak RSS | notes |")
     print("| --- | --- | --- | --- | --- |")
     for system, r in results.items():

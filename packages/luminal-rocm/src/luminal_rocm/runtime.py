@@ -32,6 +32,7 @@ from luminal.symbolic import Expr
 from .dialect import DeviceDialect
 from .kernels import KernelSource, render_program
 from .launch import ExprTable
+from .matmul import QUANT_KERNELS
 
 if TYPE_CHECKING:
     from luminal import Graph
@@ -64,7 +65,7 @@ class OpenCLRuntime(Runtime):
         self.device = device
         self.cl = device.cl
         self.queue = device.queue
-        program = lower(graph, schedule)
+        program = lower(graph, schedule, QUANT_KERNELS)
         plan = plan_memory(program)
         self.dims = program.dims
         sources = kernel_sources(program, device)
