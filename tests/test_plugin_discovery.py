@@ -349,8 +349,6 @@ def test_duplicate_compiler_names(pm) -> None:
      "plugin 'bad' registered compiler 't-c' = 42, which is not callable"),
     ({"compilers": lambda register: register(7, object)},
      "plugin 'bad' registered a compiler named 7"),
-    ({"weight_formats": lambda register: register("t-w", object, suffixes=("gguf",))},
-     "plugin 'bad' registered weight format 't-w' with suffixes"),
     ({"models": lambda register: register("t-m", None)},
      "plugin 'bad' registered model 't-m' = None, which is not callable"),
     ({"commands": lambda cli: cli.register("t-cmd", "help", None, "run")},
@@ -359,7 +357,7 @@ def test_duplicate_compiler_names(pm) -> None:
 def test_wrong_registrations_name_the_plugin(pm, hooks, message: str) -> None:
     pm.register(make_plugin(**hooks), name="bad")
     lookup = {"backends": plugins.backends, "compilers": plugins.compilers,
-              "weight_formats": plugins.weight_formats, "models": plugins.models,
+              "models": plugins.models,
               "commands": plugins.commands}[next(iter(hooks))]
     with pytest.raises(PluginError, match=message):
         lookup()
@@ -381,21 +379,19 @@ def test_hook_that_raises_is_isolated(pm) -> None:
     assert infos["fine"].hooks == ("luminal_register_backends",)
 
 
-def test_compilers_models_weight_formats_commands(pm) -> None:
+def test_compilers_models_commands(pm) -> None:
     def factory(**kwargs):
         return ("built", kwargs)
 
     pm.register(make_plugin(
         compilers=lambda register: register("t-comp", factory, "a test compiler"),
         models=lambda register: register("t-model", factory, description="a test model"),
-        weight_formats=lambda register: register("t-fmt", factory, suffixes=(".T", ".tt")),
         commands=lambda cli: cli.register("t-cmd", "a test command", None, lambda args: 3),
     ), name="many")
     assert plugins.compiler("t-comp", level=2) == ("built", {"level": 2})
     assert [(c.name, c.plugin, c.description) for c in plugins.compilers()
             if c.name == "t-comp"] == [("t-comp", "many", "a test compiler")]
     assert [m.description for m in plugins.models() if m.name == "t-model"] == ["a test model"]
-    assert [f.suffixes for f in plugins.weight_formats()] == [(".t", ".tt")]
     assert {c.name for c in plugins.commands()} >= {"plugins", "backends", "t-cmd"}
     assert cli.main(["t-cmd"]) == 3
     with pytest.raises(ValueError, match=r"unknown compiler 'nope'; registered compilers: "
@@ -487,3 +483,16 @@ def test_misspelled_hook_is_blamed_on_its_plugin(pm, tmp_path: Path,
 def test_every_hookspec_has_a_registry() -> None:
     specs = {name for name in dir(hookspecs) if name.startswith("luminal_")}
     assert specs == set(hookspecs.REGISTRATION_HOOKS) == set(plugins._HOOKS)
+    assert hookspecs.REGISTRATION_HOOKS["luminal_register_backends"] == "backend"
+
+
+def test_docs_list_exactly_the_hookspecs() -> None:
+    """docs/plugins.md's hook table names every spec with its argument, and nothing else."""
+    import inspect
+
+    text = (ROOT / "docs" / "plugins.md").read_text()
+    documented = {line.split("`")[1] for line in text.splitlines()
+                  if line.startswith("| `luminal_register_")}
+    specs = {f"{name}({', '.join(inspect.signature(getattr(hookspecs, name)).parameters)})"
+             for name in hookspecs.REGISTRATION_HOOKS}
+    assert documented == specs

@@ -112,23 +112,51 @@ def test_out_of_range_embedding_ids_are_an_error_on_the_reference_backend(bad):
     g.compile(lm.GenericCompiler())
     ids.set(np.array(bad, np.int32))
     with pytest.raises(IndexError, match=rf"input 'ids': index {max(bad) if min(bad) >= 0 else -1}"
-                       r" is out of range for an axis of size 4 \(embedding ids must be in "
-                       r"\[0, 4\)\)"):
+                       r" is out of range for an axis of size 4 \(ids must be in \[0, 4\)\)"):
         g.execute()
     ids.set(np.array([3, 0, 2], np.int32))
     g.execute()
     np.testing.assert_array_equal(rows.numpy(), [[9, 10, 11], [0, 1, 2], [6, 7, 8]])
 
 
-def test_out_of_range_gather_index_selects_nothing():
-    # documented: gather / index_select ids outside the axis give 0 (losses use -1 to ignore)
+def _selection(op: str):
+    """(graph, ids input, output) of one id-taking op over a (2, 3) table."""
     g = lm.Graph()
     x = g.tensor((2, 3), name="x").set(np.arange(6, dtype=np.float32).reshape(2, 3) + 1)
-    index = g.tensor((2, 2), name="index", dtype=lm.int32)
-    out = x.gather(1, index).retrieve()
-    index.set(np.array([[0, 3], [-1, 2]], np.int32))
+    if op == "gather":
+        ids = g.tensor((2, 2), name="ids", dtype=lm.int32)
+        return g, ids, x.gather(1, ids).retrieve()
+    ids = g.tensor((2,), name="ids", dtype=lm.int32)
+    if op == "index_select":
+        return g, ids, x.index_select(1, ids).retrieve()
+    return g, ids, F.one_hot(ids, 3).retrieve()
+
+
+BAD_IDS = {"gather": [[0, 3], [-1, 2]], "index_select": [0, 3], "one_hot": [-1, 2]}
+
+
+@pytest.mark.parametrize("op", ["gather", "index_select", "one_hot"])
+def test_out_of_range_ids_are_an_error_on_the_reference_backend(op):
+    g, ids, _ = _selection(op)
+    g.compile((lm.GenericCompiler(), lm.backend("reference")))
+    ids.set(np.array(BAD_IDS[op], np.int32))
+    with pytest.raises(IndexError, match=r"input 'ids': index -?\d+ is out of range for an "
+                                         r"axis of size 3 \(ids must be in \[0, 3\)\)"):
+        g.execute()
+
+
+@pytest.mark.parametrize("op", ["gather", "index_select", "one_hot"])
+def test_out_of_range_ids_pick_nothing_on_compiled_backends(op):
+    # documented: compiled backends do not check; an id outside picks a zero, as torch's
+    # one-hot product would, and never reads outside the table
+    pytest.importorskip("luminal_cpu")
+    g, ids, out = _selection(op)
+    g.compile((lm.GenericCompiler(), lm.backend("cpu")))
+    ids.set(np.array(BAD_IDS[op], np.int32))
     g.execute()
-    np.testing.assert_array_equal(out.numpy(), [[1, 0], [0, 6]])
+    want = {"gather": [[1, 0], [0, 6]], "index_select": [[1, 0], [4, 0]],
+            "one_hot": [[0, 0, 0], [0, 0, 1]]}[op]
+    np.testing.assert_array_equal(out.numpy(), want)
 
 
 def test_int32_sums_wrap_modulo_2_32_like_numpy():

@@ -107,8 +107,8 @@ def test_dequantize_rejects_wrong_shapes():
         dequantize(g.tensor((4, 30), dtype=lm.uint8), "q4_0", (4, 64))
     with pytest.raises(ValueError, match="multiple of the block size"):
         dequantize(g.tensor((4, 36), dtype=lm.uint8), "q4_0", (4, 60))
-    with pytest.raises(ValueError, match="unknown qtype"):
-        dequantize(g.tensor((4, 36), dtype=lm.uint8), "q5_0", (4, 64))
+    with pytest.raises(ValueError, match="unknown quantized format 'q2_k'"):
+        dequantize(g.tensor((4, 84), dtype=lm.uint8), "q2_k", (4, 256))
 
 
 def test_lookup_in_a_quantized_table_gathers_raw_rows():

@@ -163,3 +163,24 @@ def emulated_cuda(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(backend, "import_cupy", lambda: cupy)
     monkeypatch.setattr(backend, "open_device", lambda cp: info)
     return cupy
+
+
+def _decoder_graph():
+    """A compiled transformer block (grouped-query attention, rotary embedding) decoding with
+    a KV cache; returns the graph and its input x (1, seq, 64)."""
+    import luminal as lm
+
+    nn = pytest.importorskip("luminal_nn", reason="luminal-nn builds the decoder graph")
+    g = lm.Graph()
+    block = nn.TransformerBlock(64, 4, 128, num_kv_heads=2, rope=nn.RotaryEmbedding(16))
+    cache = nn.KVCache(g, 1, 1, 2, 16)
+    x = g.tensor((1, "seq", 64), name="x")
+    block(x, cache[0]).retrieve()
+    g.compile(lm.GenericCompiler())
+    return g, x
+
+
+@pytest.fixture
+def decoder_graph():
+    """Builds a new model-shaped graph per call (see `_decoder_graph`)."""
+    return _decoder_graph

@@ -125,22 +125,14 @@ def attention_sources() -> list[str]:
     return out
 
 
-def kv_cache_sources() -> list[str]:
-    nn = pytest.importorskip("luminal_nn")
-    out = []
-    for half in (None, "float16"):
-        g = lm.Graph()
-        block = nn.TransformerBlock(64, 4, 128, num_kv_heads=2, rope=nn.RotaryEmbedding(16))
-        cache = nn.KVCache(g, 1, 1, 2, 16)
-        x = g.tensor((1, "seq", 64), name="x")
-        block(x, cache[0]).retrieve()
-        g.compile(lm.GenericCompiler())
-        out.append(CudaBackend(dtype=half).build(g)[1].source)
-    return out
+def kv_cache_sources(decoder_graph) -> list[str]:
+    return [CudaBackend(dtype=half).build(decoder_graph()[0])[1].source
+            for half in (None, "float16")]
 
 
 def quant_matmul(qtype: str, k_contiguous: bool, a_dtype=float32, m: Expr | int = 1) -> Matmul:
-    """x (m, 256) @ W.T with W (96, 256) quantized (or x @ W with W (256, 96))."""
+    """x (m, 256) @ W.T with W (96, 256) quantized (or x @ W with W (256, 96)); 256 is one
+    block of the K-quants."""
     n, k = Expr.const(96), Expr.const(256)
     rows, cols = (n, k) if k_contiguous else (k, n)
     m = Expr.const(m) if isinstance(m, int) else m
@@ -155,7 +147,8 @@ def quant_sources() -> list[str]:
 
     kernels = [
         quant_matmul(qt, kc, dt, m)
-        for qt in ("q8_0", "q4_0", "q4_1") for kc in (True, False)
+        for qt in ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")
+        for kc in (True, False)
         for dt, m in ((float32, 1), (float16, Expr.var("seq")))
     ]
     program = Program(kernels, [Call(i, (0, 1, 2)) for i in range(len(kernels))], [], ("seq",))
@@ -170,8 +163,8 @@ def test_cuda_conformance_kernels_compile(tmp_path):
 
 
 @needs_nvcc
-def test_cuda_model_kernels_build_with_ptxas(tmp_path):
-    sources = attention_sources() + kv_cache_sources() + quant_sources()
+def test_cuda_model_kernels_build_with_ptxas(tmp_path, decoder_graph):
+    sources = attention_sources() + kv_cache_sources(decoder_graph) + quant_sources()
     source = whole_modules(sources)
     assert "lm_block_reduce" in source and "lm_warp_sum" in source and "_fused" in source
     compile_cuda(source, tmp_path, {arch: ["-c"] for arch in ARCHS})

@@ -182,6 +182,29 @@ def test_cuda_emulated_quantized_matmul(emulated_cuda, qtype, seq, cols):
     assert "_qmv" in g.runtime.module.source
 
 
+@pytest.mark.parametrize("qtype", ["q5_0", "q4_k", "q5_k", "q6_k"])
+@pytest.mark.parametrize(("seq", "cols"), [(1, 512), (1, 1536), (12, 512)])  # qmatvec (48
+# chunks of 32: lanes loop), then dequantize + cuBLAS
+def test_cuda_emulated_kquant_matmul(emulated_cuda, qtype, seq, cols):
+    """Q5_0 and the K-quants as random blocks (every bit pattern): the kernels decode the
+    values of core's decomposition, which the reference backend runs."""
+    from luminal import quant
+    from luminal.testing.quant import random_blocks
+
+    rng = np.random.default_rng(1)
+    raw = random_blocks(qtype, 40, cols, rng)
+
+    def build(g):
+        x = g.tensor(("seq", cols), name="x")
+        r = g.tensor(raw.shape, name="w", dtype="uint8").set(raw)
+        return [x], [(x @ quant.dequantize(r, qtype, (40, cols)).T).retrieve()]
+
+    # random blocks decode to large values: the relative tolerance decides
+    g = both(build, [[rng.standard_normal((seq, cols)).astype(np.float32)]], rtol=1e-4,
+             atol=1e-2)
+    assert "_qmv" in g.runtime.module.source
+
+
 def test_cuda_emulated_block_reductions(emulated_cuda):
     def build(g):
         x = g.tensor(("rows", 3000), name="x")

@@ -3,7 +3,6 @@ them, and fused launches; numbers are checked end to end by the emulated and GPU
 
 from __future__ import annotations
 
-import luminal as lm
 import numpy as np
 import pytest
 from luminal.codegen.plan import plan_memory
@@ -11,18 +10,6 @@ from luminal_cuda import CudaBackend
 from luminal_cuda.attention import THREADS as ATTENTION_THREADS
 from luminal_cuda.dialect import THREADS
 from luminal_cuda.runtime import CudaRuntime, RuntimeOptions
-
-nn = pytest.importorskip("luminal_nn")
-
-
-def decoder_graph() -> tuple[lm.Graph, lm.GraphTensor]:
-    g = lm.Graph()
-    block = nn.TransformerBlock(64, 4, 128, num_kv_heads=2, rope=nn.RotaryEmbedding(16))
-    cache = nn.KVCache(g, 1, 1, 2, 16)
-    x = g.tensor((1, "seq", 64), name="x")
-    block(x, cache[0]).retrieve()
-    g.compile(lm.GenericCompiler())
-    return g, x
 
 
 def accesses(program, call):
@@ -32,7 +19,7 @@ def accesses(program, call):
     return reads, writes
 
 
-def test_levels_keep_every_dependency_and_share_no_memory_within_a_level():
+def test_levels_keep_every_dependency_and_share_no_memory_within_a_level(decoder_graph):
     g, _ = decoder_graph()
     program, module = CudaBackend().build(g)
     assert [c for level in module.levels for c in level.calls] == list(range(len(program.calls)))
@@ -56,7 +43,7 @@ def test_levels_keep_every_dependency_and_share_no_memory_within_a_level():
     assert module.fused, "the q/k/v projections (one input) should share a launch"
 
 
-def test_plan_memory_refuses_steps_out_of_order():
+def test_plan_memory_refuses_steps_out_of_order(decoder_graph):
     g, _ = decoder_graph()
     program, _ = CudaBackend().build(g)
     n = len(program.calls)
@@ -66,7 +53,8 @@ def test_plan_memory_refuses_steps_out_of_order():
         plan_memory(program, [0] * (n + 1))
 
 
-def test_fused_launches_replace_independent_ones_and_keep_block_sizes(fake_cupy):
+def test_fused_launches_replace_independent_ones_and_keep_block_sizes(fake_cupy,
+                                                                     decoder_graph):
     g, x = decoder_graph()
     program, module = CudaBackend().build(g)
     runtime = CudaRuntime(g, program, module, fake_cupy, 0, RuntimeOptions(graph_cache=0))

@@ -79,3 +79,23 @@ def cpu_generator(path):
 
     return Generator(Llama.from_gguf(path, progress=False), Tokenizer.from_gguf(path),
                      cpu_backend())
+
+
+def hf_greedy(model, ids: list[int], steps: int, stops: frozenset[int]):
+    """transformers' greedy ids and, per step, the gap between its two best logits."""
+    import torch
+
+    out_ids, margins = [], []
+    with torch.no_grad():
+        out = model(torch.tensor([ids]), use_cache=True)
+        for _ in range(steps):
+            logits = out.logits[0, -1]
+            top2 = torch.topk(logits, 2).values
+            token = int(logits.argmax())
+            out_ids.append(token)
+            margins.append(float(top2[0] - top2[1]))
+            if token in stops:
+                break
+            out = model(torch.tensor([[token]]), past_key_values=out.past_key_values,
+                        use_cache=True)
+    return out_ids, margins

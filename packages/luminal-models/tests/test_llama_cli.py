@@ -43,6 +43,17 @@ def test_llama_cli_chat_streams_text_and_reports_speed(cli_env, model_available)
     assert "prefill 37 tokens" in out.stderr and "tok/s" in out.stderr
 
 
+def test_gemma3_cli_chat_uses_gemma_turns_and_says_so_once(cli_env):
+    """`--model gemma3`: the base model's file has no chat template; --chat wraps the prompt
+    in Gemma 3's turn format (11 prompt tokens) and says so once on stderr."""
+    out = luminal(cli_env, "generate", "--model", "gemma3", "--chat", "Hi there",
+                  "--max-tokens", "2")
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("no tokenizer.chat_template; using Gemma 3's official turn") == 1
+    # <bos> <start_of_turn> user \n Hi ▁there <end_of_turn> \n <start_of_turn> model \n
+    assert "prefill 11 tokens" in out.stderr
+
+
 def test_llama_cli_json(cli_env, model_available):
     out = luminal(cli_env, "generate", "Once upon a time", "-n", "8", "--json",
                   "--backend", "reference")

@@ -15,7 +15,7 @@ from pathlib import Path
 import luminal as lm
 import numpy as np
 import pytest
-from llama_helpers import check_greedy, cpu_backend
+from llama_helpers import check_greedy, cpu_backend, hf_greedy
 from luminal_models.generate import Generator
 from luminal_models.llama import Llama, LlamaConfig, load_llama, unpermute_qk
 from luminal_models.sampling import SamplingParams
@@ -37,24 +37,6 @@ PROMPTS = {
 }
 # greedy tokens compared with transformers per backend (the reference backend is slow)
 GREEDY_TOKENS = {"reference": 32, "cpu": 64}
-
-
-def hf_greedy(model, ids: list[int], steps: int, stops: frozenset[int]):
-    """transformers' greedy ids and, per step, the gap between its two best logits."""
-    out_ids, margins = [], []
-    with torch.no_grad():
-        out = model(torch.tensor([ids]), use_cache=True)
-        for _ in range(steps):
-            logits = out.logits[0, -1]
-            top2 = torch.topk(logits, 2).values
-            token = int(logits.argmax())
-            out_ids.append(token)
-            margins.append(float(top2[0] - top2[1]))
-            if token in stops:
-                break
-            out = model(torch.tensor([[token]]), past_key_values=out.past_key_values,
-                        use_cache=True)
-    return out_ids, margins
 
 
 @pytest.fixture(scope="session")

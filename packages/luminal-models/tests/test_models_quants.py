@@ -153,10 +153,11 @@ def test_lookup_by_name_and_number() -> None:
     assert quants.quant_type("q4_1") is Q4_1
     assert quants.quant_type(8) is Q8_0
     assert quants.quant_type(GGMLQuantizationType.BF16) is BF16
-    with pytest.raises(KeyError, match="Q4_K"):
-        quants.quant_type("Q4_K")
+    assert quants.quant_type("Q4_K").ggml_type == 12  # core's table: K-quants included
+    with pytest.raises(KeyError, match="Q2_K"):
+        quants.quant_type("Q2_K")
     with pytest.raises(KeyError, match="unsupported"):
-        quants.dequantize(np.zeros(144, np.uint8), QuantType("Q4_K", 12, 256, 144), (256,))
+        quants.dequantize(np.zeros(84, np.uint8), QuantType("Q2_K", 10, 256, 84), (256,))
 
 
 def test_size_errors_are_clear() -> None:

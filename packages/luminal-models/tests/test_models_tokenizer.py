@@ -291,8 +291,8 @@ def test_add_bos_and_eos_when_the_file_asks(smollm2_gguf: GGUFFile) -> None:
 
 def test_unsupported_tokenizers_fail_clearly(smollm2_gguf: GGUFFile) -> None:
     meta = dict(smollm2_gguf.metadata)
-    with pytest.raises(TokenizerError, match="only 'gpt2'"):
-        Tokenizer({**meta, "tokenizer.ggml.model": "llama"}, name="m.gguf")
+    with pytest.raises(TokenizerError, match="model is 'bert'; supported: 'gpt2'"):
+        Tokenizer({**meta, "tokenizer.ggml.model": "bert"}, name="m.gguf")
     with pytest.raises(TokenizerError, match=r"unsupported pre-tokenizer.*'qwen2'"):
         Tokenizer({**meta, "tokenizer.ggml.pre": "qwen2"})
     no_merges = {k: v for k, v in meta.items() if k != "tokenizer.ggml.merges"}

@@ -70,5 +70,5 @@ def test_nn_quantized_embedding_decodes_only_looked_up_rows(qtype):
 def test_nn_quantized_parameter_checks_its_bytes():
     with pytest.raises(ValueError, match=r"expected an array of shape \(4, 68\)"):
         nn.QuantizedParameter((4, 64), "q8_0", np.zeros((4, 64), np.uint8))
-    with pytest.raises(ValueError, match="unsupported quantized format 'q5_k'"):
-        nn.QuantizedParameter((4, 64), "q5_k")
+    with pytest.raises(ValueError, match="unsupported quantized format 'q2_k'"):
+        nn.QuantizedParameter((4, 64), "q2_k")

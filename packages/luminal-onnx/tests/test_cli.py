@@ -18,8 +18,7 @@ def _luminal(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
-def test_plugin_registers_format_model_and_commands():
-    assert [f.name for f in plugins.weight_formats() if f.plugin == "luminal-onnx"] == ["onnx"]
+def test_plugin_registers_model_and_commands():
     assert "yolov8" in [m.name for m in plugins.models()]
     assert {"detect", "onnx"} <= {c.name for c in plugins.commands()}
     listed = json.loads(_luminal("plugins", "--json").stdout)

@@ -14,6 +14,7 @@ from luminal.codegen import Matmul, QuantOperand, lower
 from luminal.device_array import DeviceArray
 from luminal.reference import ReferenceBackend
 from luminal_rocm.device import open_device
+from luminal_rocm.matmul import QUANT_KERNELS
 
 cl = pytest.importorskip("pyopencl", reason="pyopencl is not installed")
 
@@ -167,7 +168,7 @@ def test_rocm_quantized_matmul(opencl_backend, family, qtype, layout):
     out.retrieve()
     lm.GenericCompiler().compile(g)
     assert any(isinstance(kern, Matmul) and isinstance(kern.b, QuantOperand)
-               for kern in lower(g).kernels)
+               for kern in lower(g, quant_kernels=QUANT_KERNELS).kernels)
     raw = random_quant(qtype, *shape)
     check(build, opencl_backend, [[normal(m, 96), raw] for m in (1, 6)], atol=1e-3, rtol=1e-4)
 

@@ -1,6 +1,7 @@
 """Train a two-layer perceptron on scikit-learn's 8x8 digits; prints the held-out accuracy.
 
     python packages/luminal-train/examples/digits_mlp.py [--backend cpu] [--epochs 30] [--search]
+    mpiexec -n 2 python packages/luminal-train/examples/digits_mlp.py --distributed
 
 The last line of output is `test_accuracy=<value>` (>= 0.95 expected).
 """
@@ -24,7 +25,8 @@ def forward(x: lm.GraphTensor, p: dict[str, lm.GraphTensor]) -> lm.GraphTensor:
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0], epochs=30, lr=5e-3, batch_size=64)
     accuracy = train_and_evaluate(args, SHAPES, FAN_IN, forward)
-    print(f"test_accuracy={accuracy:.4f}")
+    if accuracy is not None:  # None on the ranks other than 0 of a distributed run
+        print(f"test_accuracy={accuracy:.4f}")
 
 
 if __name__ == "__main__":

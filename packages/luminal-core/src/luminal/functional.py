@@ -159,6 +159,7 @@ def linear(x: GraphTensor, weight: GraphTensor, bias: GraphTensor | None = None)
 
 
 def one_hot(index: GraphTensor, num_classes: int) -> GraphTensor:
+    check_ids(index, to_expr(num_classes))
     return _one_hot(index, to_expr(num_classes)).to(int32)
 
 

@@ -16,8 +16,8 @@ Hook implementations must stay cheap: import device SDKs inside factories, `prob
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import pluggy
 
@@ -28,6 +28,19 @@ PROJECT = "luminal"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
+
+_Spec = TypeVar("_Spec", bound=Callable[..., None])
+
+
+def _registers(kind: str) -> Callable[[_Spec], _Spec]:
+    """Mark a registration hook spec; `kind` is what its registrations are called in messages
+    ("backend name 'x' is registered by both plugin 'a' and plugin 'b'")."""
+
+    def mark(spec: _Spec) -> _Spec:
+        spec.registers = kind  # type: ignore[attr-defined]
+        return hookspec(spec)
+
+    return mark
 
 
 class CommandRegistrar(Protocol):
@@ -47,7 +60,7 @@ class CommandRegistrar(Protocol):
         """
 
 
-@hookspec
+@_registers("backend")
 def luminal_register_backends(register: Callable[[Backend], None]) -> None:
     """Register backends: call `register(backend)` with a `luminal.Backend` instance.
 
@@ -56,7 +69,7 @@ def luminal_register_backends(register: Callable[[Backend], None]) -> None:
     """
 
 
-@hookspec
+@_registers("compiler")
 def luminal_register_compilers(register: Callable[..., None]) -> None:
     """Register named compilers: `register(name, factory, description="")`.
 
@@ -65,16 +78,7 @@ def luminal_register_compilers(register: Callable[..., None]) -> None:
     """
 
 
-@hookspec
-def luminal_register_weight_formats(register: Callable[..., None]) -> None:
-    """Register weight-file formats: `register(name, loader_factory, suffixes=(".gguf",))`.
-
-    `loader_factory` is called by the model loaders to read files of that format; `suffixes`
-    are the file-name endings the format claims (lower case, with the dot).
-    """
-
-
-@hookspec
+@_registers("model")
 def luminal_register_models(register: Callable[..., None]) -> None:
     """Register model architectures: `register(name, factory, description="")`.
 
@@ -82,7 +86,7 @@ def luminal_register_models(register: Callable[..., None]) -> None:
     """
 
 
-@hookspec
+@_registers("command")
 def luminal_register_commands(cli: CommandRegistrar) -> None:
     """Add `luminal` CLI subcommands: `cli.register(name, help, configure, run)`.
 
@@ -91,7 +95,7 @@ def luminal_register_commands(cli: CommandRegistrar) -> None:
     """
 
 
-@hookspec
+@_registers("rule set")
 def luminal_register_rulesets(register: Callable[..., None]) -> None:
     """Register egglog rule sets for the search compiler: `register(name, program,
     description="")`.
@@ -102,15 +106,12 @@ def luminal_register_rulesets(register: Callable[..., None]) -> None:
     """
 
 
-# Keeps the hook names in one place for the registry code and the docs.
-REGISTRATION_HOOKS: Sequence[str] = (
-    "luminal_register_backends",
-    "luminal_register_compilers",
-    "luminal_register_weight_formats",
-    "luminal_register_models",
-    "luminal_register_commands",
-    "luminal_register_rulesets",
-)
+# Every hook above, by name, with what it registers: the registry code (`luminal.plugins`)
+# builds one registry per entry, and the docs' table is checked against it.
+REGISTRATION_HOOKS: Mapping[str, str] = {
+    name: spec.registers for name, spec in list(globals().items())
+    if name.startswith("luminal_register_") and hasattr(spec, "registers")
+}
 
 __all__ = [
     "PROJECT",
@@ -123,5 +124,4 @@ __all__ = [
     "luminal_register_compilers",
     "luminal_register_models",
     "luminal_register_rulesets",
-    "luminal_register_weight_formats",
 ]

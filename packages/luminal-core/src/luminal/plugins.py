@@ -73,16 +73,6 @@ class CompilerInfo:
 
 
 @dataclass(frozen=True)
-class WeightFormatInfo:
-    """A weight-file format and the file suffixes it claims."""
-
-    name: str
-    plugin: str
-    loader_factory: Callable[..., Any]
-    suffixes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class ModelInfo:
     """A model architecture: `factory(**kwargs)` builds it."""
 
@@ -230,6 +220,20 @@ class _Registry:
 
 
 Add = Callable[[Iterable[Any], Any], None]
+ArgumentBuilder = Callable[[str, Add], object]
+
+# hook name -> builder of the validating argument its implementations receive
+_ARGUMENTS: dict[str, ArgumentBuilder] = {}
+
+
+def _argument_of(spec: Callable[..., None]) -> Callable[[ArgumentBuilder], ArgumentBuilder]:
+    """Declare `builder(plugin, add)` as what makes the argument of hook `spec`."""
+
+    def declare(builder: ArgumentBuilder) -> ArgumentBuilder:
+        _ARGUMENTS[spec.__name__] = builder
+        return builder
+
+    return declare
 
 
 def _check_callable(plugin: str, what: str, obj: object) -> None:
@@ -237,6 +241,7 @@ def _check_callable(plugin: str, what: str, obj: object) -> None:
         raise PluginError(f"plugin {plugin!r} registered {what} = {obj!r}, which is not callable")
 
 
+@_argument_of(hookspecs.luminal_register_backends)
 def _backends_arg(plugin: str, add: Add) -> Callable[[Backend], None]:
     def register(backend: Backend) -> None:
         if isinstance(backend, type) and issubclass(backend, Backend):
@@ -253,36 +258,25 @@ def _backends_arg(plugin: str, add: Add) -> Callable[[Backend], None]:
     return register
 
 
-def _compilers_arg(plugin: str, add: Add) -> Callable[..., None]:
-    def register(name: str, factory: Callable[..., Any], description: str = "") -> None:
-        _check_callable(plugin, f"compiler {name!r}", factory)
-        add((name,), CompilerInfo(name, plugin, factory, str(description)))
+def _declare_factories_arg(spec: Callable[..., None], info: type) -> None:
+    """Declare the argument of hook `spec`, whose plugins call `register(name, factory,
+    description="")`; each registration becomes `info(name, plugin, factory, description)`."""
+    kind = hookspecs.REGISTRATION_HOOKS[spec.__name__]
 
-    return register
+    @_argument_of(spec)
+    def build(plugin: str, add: Add) -> Callable[..., None]:
+        def register(name: str, factory: Callable[..., Any], description: str = "") -> None:
+            _check_callable(plugin, f"{kind} {name!r}", factory)
+            add((name,), info(name, plugin, factory, str(description)))
 
-
-def _weight_formats_arg(plugin: str, add: Add) -> Callable[..., None]:
-    def register(name: str, loader_factory: Callable[..., Any],
-                 suffixes: str | Iterable[str] = ()) -> None:
-        _check_callable(plugin, f"weight format {name!r}", loader_factory)
-        suffixes = (suffixes,) if isinstance(suffixes, str) else tuple(suffixes)
-        if not all(isinstance(s, str) and s.startswith(".") for s in suffixes):
-            raise PluginError(f"plugin {plugin!r} registered weight format {name!r} with "
-                              f"suffixes {suffixes!r}; each must be a string like '.gguf'")
-        add((name,), WeightFormatInfo(name, plugin, loader_factory,
-                                      tuple(s.lower() for s in suffixes)))
-
-    return register
+        return register
 
 
-def _models_arg(plugin: str, add: Add) -> Callable[..., None]:
-    def register(name: str, factory: Callable[..., Any], description: str = "") -> None:
-        _check_callable(plugin, f"model {name!r}", factory)
-        add((name,), ModelInfo(name, plugin, factory, str(description)))
-
-    return register
+_declare_factories_arg(hookspecs.luminal_register_compilers, CompilerInfo)
+_declare_factories_arg(hookspecs.luminal_register_models, ModelInfo)
 
 
+@_argument_of(hookspecs.luminal_register_rulesets)
 def _rulesets_arg(plugin: str, add: Add) -> Callable[..., None]:
     def register(name: str, program: str, description: str = "") -> None:
         if not isinstance(program, str) or not program.strip():
@@ -293,6 +287,7 @@ def _rulesets_arg(plugin: str, add: Add) -> Callable[..., None]:
     return register
 
 
+@_argument_of(hookspecs.luminal_register_commands)
 class _Commands:
     """The `cli` object `luminal_register_commands` receives (`hookspecs.CommandRegistrar`)."""
 
@@ -307,14 +302,10 @@ class _Commands:
         self._add((name,), CommandInfo(name, self._plugin, str(help), configure, run))
 
 
-# hook -> (what its names are called in messages, builder of the argument the hook receives)
-_HOOKS: dict[str, tuple[str, Callable[[str, Add], object]]] = {
-    "luminal_register_backends": ("backend", _backends_arg),
-    "luminal_register_compilers": ("compiler", _compilers_arg),
-    "luminal_register_weight_formats": ("weight format", _weight_formats_arg),
-    "luminal_register_models": ("model", _models_arg),
-    "luminal_register_commands": ("command", _Commands),
-    "luminal_register_rulesets": ("rule set", _rulesets_arg),
+# hook -> (what its names are called in messages, builder of its argument), for every hook
+# spec: a spec without a builder fails here, at import, rather than when a plugin uses it
+_HOOKS: dict[str, tuple[str, ArgumentBuilder]] = {
+    name: (kind, _ARGUMENTS[name]) for name, kind in hookspecs.REGISTRATION_HOOKS.items()
 }
 
 
@@ -360,7 +351,9 @@ def _build(pm: pluggy.PluginManager, hook_name: str) -> _Registry:
     return registry
 
 
-def _registry(hook_name: str) -> _Registry:
+def _registry(hook: Callable[..., None] | str) -> _Registry:
+    """The registry of a hook spec (or its name), rebuilt when the plugins change."""
+    hook_name = hook if isinstance(hook, str) else hook.__name__
     with _lock:
         state = _get_state()
         # Rebuilt whenever the set of registered plugins changes (tests register their own).
@@ -369,6 +362,11 @@ def _registry(hook_name: str) -> _Registry:
         if cached is None or cached[0] != key:
             cached = state.registries[hook_name] = (key, _build(state.pm, hook_name))
         return cached[1]
+
+
+def _listed(hook: Callable[..., None]) -> list[Any]:
+    """Everything registered through `hook`, sorted by name."""
+    return sorted(_registry(hook).check().unique(), key=lambda entry: entry.name)
 
 
 def _failure_hint(registry: _Registry) -> str:
@@ -425,7 +423,7 @@ def _probe(entry: _BackendEntry) -> BackendInfo:
 
 
 def _backend_entries() -> list[_BackendEntry]:
-    entries = _registry("luminal_register_backends").check().unique()
+    entries = _registry(hookspecs.luminal_register_backends).check().unique()
     return sorted(entries, key=lambda e: (-e.backend.priority, e.name))
 
 
@@ -442,7 +440,7 @@ def backend(name: str | None = None) -> Backend:
     Raises `ValueError` for an unknown name (listing the installed backends) and
     `RuntimeError` when the backend (or, with no name, every backend) is unavailable here.
     """
-    registry = _registry("luminal_register_backends").check()
+    registry = _registry(hookspecs.luminal_register_backends).check()
     entries = _backend_entries()
     if name is None:
         best: tuple[float, _BackendEntry] | None = None
@@ -498,12 +496,12 @@ def _warn_fallback(reasons: list[str]) -> None:
 
 def compilers() -> list[CompilerInfo]:
     """Every registered named compiler, sorted by name."""
-    return sorted(_registry("luminal_register_compilers").check().unique(), key=lambda c: c.name)
+    return _listed(hookspecs.luminal_register_compilers)
 
 
 def compiler(name: str, **kwargs: Any) -> Any:
     """Build the compiler registered as `name`: its factory called with `kwargs`."""
-    registry = _registry("luminal_register_compilers").check()
+    registry = _registry(hookspecs.luminal_register_compilers).check()
     info = registry.entries.get(name)
     if info is None:
         known = ", ".join(c.name for c in compilers()) or "none"
@@ -512,25 +510,19 @@ def compiler(name: str, **kwargs: Any) -> Any:
     return info.factory(**kwargs)
 
 
-def weight_formats() -> list[WeightFormatInfo]:
-    """Every registered weight-file format, sorted by name."""
-    registry = _registry("luminal_register_weight_formats").check()
-    return sorted(registry.unique(), key=lambda f: f.name)
-
-
 def models() -> list[ModelInfo]:
     """Every registered model architecture, sorted by name."""
-    return sorted(_registry("luminal_register_models").check().unique(), key=lambda m: m.name)
+    return _listed(hookspecs.luminal_register_models)
 
 
 def rulesets() -> list[RulesetInfo]:
     """Every registered egglog rule set for the search compiler, sorted by name."""
-    return sorted(_registry("luminal_register_rulesets").check().unique(), key=lambda r: r.name)
+    return _listed(hookspecs.luminal_register_rulesets)
 
 
 def commands() -> list[CommandInfo]:
     """Every registered CLI subcommand, sorted by name (core's included)."""
-    return sorted(_registry("luminal_register_commands").check().unique(), key=lambda c: c.name)
+    return _listed(hookspecs.luminal_register_commands)
 
 
 __all__ = [
@@ -546,7 +538,6 @@ __all__ = [
     "PluginError",
     "PluginInfo",
     "RulesetInfo",
-    "WeightFormatInfo",
     "backend",
     "backends",
     "commands",
@@ -557,5 +548,4 @@ __all__ = [
     "plugin_infos",
     "reset_plugins",
     "rulesets",
-    "weight_formats",
 ]

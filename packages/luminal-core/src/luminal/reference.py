@@ -153,8 +153,9 @@ def _take_axes(x: np.ndarray, axes: set[int], letters: str) -> tuple[np.ndarray,
 
 
 def check_index_ranges(graph: Graph, dims: dict[str, int]) -> None:
-    """Raise IndexError when an input used as gather / embedding / one-hot ids holds a value
-    outside the indexed axis (the one-hot decomposition would silently give zeros)."""
+    """Raise IndexError when an input used as embedding / gather / index_select / one_hot ids
+    holds a value outside the indexed axis (the one-hot decomposition would silently give
+    zeros)."""
     for input_id, sizes in graph.index_bounds.items():
         nid = graph.resolve(input_id)
         data = graph.data.get(nid)
@@ -166,8 +167,7 @@ def check_index_ranges(graph: Graph, dims: dict[str, int]) -> None:
             bad = low if low < 0 else high
             name = graph.nodes[nid].op.label_name if nid in graph.nodes else input_id
             raise IndexError(f"input {name!r}: index {bad.item()} is out of range for an axis "
-                             f"of size {size} (embedding ids must be in "
-                             f"[0, {size}))")
+                             f"of size {size} (ids must be in [0, {size}))")
 
 
 def _selects_or_zero(graph: Graph, node: Node) -> bool:

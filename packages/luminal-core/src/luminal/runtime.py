@@ -1,38 +1,51 @@
 """`Runtime`: what a backend's `compile()` installs on the graph, and the host side of running it.
 
 `Graph.execute()` calls `runtime.execute(graph, dims)`; `GraphTensor.numpy()` calls
-`runtime.fetch(node_id)`. `Runtime` implements both over four methods a backend supplies for
-its own buffer type:
+`runtime.fetch(node_id)`. A backend supplies three methods for its own buffer type:
 
     upload(host)                 -> Buffer   a device copy of a flat host array
     launch(inputs, dims)         -> {node: Buffer}  run every kernel; the retrieved, kept and
                                               assigned nodes' buffers
     download(buffer, dtype)      -> np.ndarray  a flat host copy
 
-(allocating the buffers `launch` writes is the backend's own business).
+(allocating the buffers `launch` writes is the backend's own business; one whose buffers can
+be larger than the value they hold overrides `read(buffer, shape, dtype)` instead of
+`download`).
 
-The base owns the rest of the contract: an input is uploaded only when `graph.data_version`
-says it changed, an assigned value stays on the device (the input then holds a `DeviceArray`
-whose buffer the next run reads directly), and `fetch` downloads each output once per run.
+The base owns the rest of the contract, in steps that a backend with its own memory plan
+(luminal-cpu's single native call, luminal-rocm's kernel arguments bound once, luminal-cuda's
+CUDA graphs) calls from its own `execute` instead of reimplementing them:
+
+- `device_buffer(data)` / `changed_input(graph, node)` / `forget_upload(node)`: an input is
+  bound directly when it holds a `DeviceArray` of this device (`owner`), and uploaded only
+  when `graph.data_version` says it changed since its last upload (an assigned value handed
+  over as such a `DeviceArray` counts as uploaded);
+- `finish_run(graph, outputs, dims)`: records where this run's outputs are and carries out
+  the assignments (`Graph.assign`), each value made by `hand_over`: by default a
+  `DeviceArray` over the output's buffer (the next run reads it with no host round trip);
+- `fetch(node)`: downloads each output once per run;
+- `shapes(nodes, dims)`: node shapes at the bound dims, evaluated by one compiled function.
+
 `launch` must not write into its input buffers: they may be last run's outputs.
-
-Backends with their own memory plan (luminal-cpu's single native call, luminal-cuda's CUDA
-graphs, luminal-rocm's kernel arguments bound once) implement `execute` and `fetch` directly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .device_array import DeviceArray
+from .symbolic import evaluator
 
 if TYPE_CHECKING:
     from .dtypes import DType
     from .ir import Graph
 
 Buffer = Any
+Shape = tuple[int, ...]
+_NEVER = object()  # the upload record of an input never uploaded
 
 
 class Runtime:
@@ -45,10 +58,16 @@ class Runtime:
         self.node_info = {n.id: (n.shape, n.dtype) for n in graph.nodes.values()}
         self.input_ids = [n.id for n in graph.input_nodes()]
         self.assignments = dict(graph.assignments)
-        self._uploaded: dict[int, tuple[int | None, Buffer]] = {}  # input -> (version, buffer)
+        # what the DeviceArrays this runtime binds directly belong to: itself by default, a
+        # device context where every runtime on it can read another's buffers
+        self.owner: object = self
+        self._uploaded: dict[int, int | None] = {}  # input -> data_version on the device
+        self._input_buffers: dict[int, Buffer] = {}  # the default binding's uploads
         self._outputs: dict[int, Buffer] = {}
         self._host: dict[int, np.ndarray] = {}
         self._dims: dict[str, int] = {}
+        self._evaluators: dict[tuple[int, ...], Callable[..., tuple[int, ...]]] = {}
+        self._assigned_shapes: tuple[tuple[Any, ...], list[Shape]] | None = None
 
     # ----- what a backend supplies --------------------------------------------------------
     def upload(self, host: np.ndarray) -> Buffer:
@@ -63,49 +82,106 @@ class Runtime:
         """A flat host copy of `buffer`, of `dtype`'s host type."""
         raise NotImplementedError
 
+    def read(self, buffer: Buffer, shape: Shape, dtype: DType) -> np.ndarray:
+        """The value of `shape` at the start of `buffer`, on the host (`download` reshaped)."""
+        return self.download(buffer, dtype).reshape(shape)
+
     # ----- the contract -------------------------------------------------------------------
     def execute(self, graph: Graph, dims: dict[str, int]) -> None:
         """Run once with the graph's current inputs; carry out the assignments."""
         inputs = {nid: self._input_buffer(graph, nid) for nid in self.input_ids}
-        outputs = self.launch(inputs, dims)
-        self._outputs = {**inputs, **outputs}
-        self._host = {}
-        self._dims = dims
-        for target, src in self.assignments.items():
-            graph.set_data(target, self._hand_over(src))
+        self.finish_run(graph, {**inputs, **self.launch(inputs, dims)}, dims)
 
     def fetch(self, node_id: int) -> np.ndarray:
         """Host copy of a retrieved, kept or assigned node's last value (the node's shape)."""
         host = self._host.get(node_id)
         if host is None:
-            shape, dtype = self._shape(node_id)
-            host = self.download(self._outputs[node_id], dtype).reshape(shape)
+            (shape,) = self.shapes((node_id,), self._dims)
+            dtype = self.node_info[node_id][1]
+            host = self.read(self._outputs[node_id], shape, dtype)
             self._host[node_id] = host
         return host
 
-    # ----- steps --------------------------------------------------------------------------
-    def _input_buffer(self, graph: Graph, nid: int) -> Buffer:
-        data = graph.data[nid]
-        if isinstance(data, DeviceArray) and data.owner is self:
+    # ----- steps for a backend's own execute() --------------------------------------------
+    def device_buffer(self, data: object) -> Buffer | None:
+        """The device buffer behind `data` when it is a `DeviceArray` this runtime may bind
+        directly (same `owner`), else None."""
+        if isinstance(data, DeviceArray) and data.owner is self.owner:
             return data.buffer
+        return None
+
+    def changed_input(self, graph: Graph, nid: int) -> np.ndarray | None:
+        """Input `nid`'s data to upload, flat, C-contiguous and of the node's dtype (possibly
+        the caller's own array); None when the device holds its current version already.
+        Records the version as uploaded."""
         version = graph.data_version.get(nid)
-        seen = self._uploaded.get(nid)
-        if seen is not None and seen[0] == version:
-            return seen[1]
+        if self._uploaded.get(nid, _NEVER) == version:  # every input, every run: kept cheap
+            return None
+        self._uploaded[nid] = version
         dtype = self.node_info[nid][1]
-        buffer = self.upload(np.ascontiguousarray(data, dtype=dtype.numpy).reshape(-1))
-        self._uploaded[nid] = (version, buffer)
-        return buffer
+        return np.ascontiguousarray(graph.data[nid], dtype=dtype.numpy).reshape(-1)
 
-    def _shape(self, nid: int) -> tuple[tuple[int, ...], DType]:
-        shape, dtype = self.node_info[nid]
-        return tuple(d.evaluate(self._dims) for d in shape), dtype
+    def forget_upload(self, nid: int) -> None:
+        """The device copy of input `nid` is gone (its buffer moved): upload it again."""
+        self._uploaded.pop(nid, None)
 
-    def _hand_over(self, src: int) -> np.ndarray | DeviceArray:
-        shape, dtype = self._shape(src)
-        buffer = self._outputs[src]
+    def finish_run(self, graph: Graph, outputs: dict[int, Buffer], dims: dict[str, int]) -> None:
+        """Record this run's output buffers (`fetch` reads them) and hand every assigned value
+        to its input (`hand_over`)."""
+        self._outputs = outputs
+        self._host = {}
+        self._dims = dims
+        if not self.assignments:
+            return
+        key = tuple(dims.items())
+        if self._assigned_shapes is None or self._assigned_shapes[0] != key:
+            self._assigned_shapes = (key, self.shapes(self.assignments.values(), dims))
+        for (target, src), shape in zip(self.assignments.items(), self._assigned_shapes[1]):
+            value = self.hand_over(graph, target, src, outputs.get(src), shape)
+            graph.set_data(target, value)
+            if isinstance(value, DeviceArray) and value.owner is self.owner:
+                # the device holds this version: the next run's changed_input() is None
+                self._uploaded[target] = graph.data_version[target]
+
+    def release_outputs(self) -> None:
+        """Drop every reference to the last run's outputs (before reusing their buffers)."""
+        self._outputs = {}
+        self._host = {}
+
+    def hand_over(self, graph: Graph, target: int, src: int, buffer: Buffer,
+                  shape: Shape) -> object:
+        """The value input `target` takes after a run from node `src`, whose buffer this run
+        is `buffer` (`Graph.assign`)."""
         if self.host_buffers:  # a copy: the next run may read its inputs as views
             return buffer.reshape(shape).copy()
-        return DeviceArray(lambda: self.download(buffer, dtype), shape, dtype.numpy,
-                           buffer=buffer, owner=self)
+        return self.device_array(buffer, shape, self.node_info[src][1])
 
+    def device_array(self, buffer: Buffer, shape: Shape, dtype: DType) -> DeviceArray:
+        """A value that stays in `buffer`, downloaded only when read, and that a runtime of
+        the same `owner` binds directly as an input."""
+        return DeviceArray(lambda: self.read(buffer, shape, dtype), shape, dtype.numpy,
+                           buffer=buffer, owner=self.owner)
+
+    def shapes(self, nodes: Iterable[int], dims: dict[str, int]) -> list[Shape]:
+        """The shapes of `nodes` at `dims` (one compiled evaluation per set of nodes)."""
+        nodes = tuple(nodes)
+        evaluate = self._evaluators.get(nodes)
+        if evaluate is None:
+            evaluate = self._evaluators[nodes] = evaluator(
+                d for nid in nodes for d in self.node_info[nid][0])
+        flat, out, start = evaluate(dims), [], 0
+        for nid in nodes:
+            rank = len(self.node_info[nid][0])
+            out.append(flat[start:start + rank])
+            start += rank
+        return out
+
+    # ----- the default input binding ------------------------------------------------------
+    def _input_buffer(self, graph: Graph, nid: int) -> Buffer:
+        resident = self.device_buffer(graph.data[nid])
+        if resident is not None:
+            return resident
+        host = self.changed_input(graph, nid)
+        if host is not None:
+            self._input_buffers[nid] = self.upload(host)
+        return self._input_buffers[nid]

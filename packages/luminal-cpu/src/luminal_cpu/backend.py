@@ -10,7 +10,7 @@ from luminal.graph import Graph
 
 from . import device, toolchain
 from .runtime import CpuRuntime
-from .source import program_source, runtime_source
+from .source import QUANT_KERNELS, program_source, runtime_source
 
 NO_COMPILER = "no C compiler found (looked for $CC, gcc, clang, cc): install gcc or clang"
 
@@ -49,7 +49,7 @@ class CpuBackend(Backend):
             raise RuntimeError(f"backend 'cpu' cannot compile: {status.reason}")
         cc = toolchain.compiler()
         t0 = time.perf_counter()
-        program = lower(graph, self.schedule)
+        program = lower(graph, self.schedule, QUANT_KERNELS)
         plan = plan_memory(program)
         t1 = time.perf_counter()
         source = program_source(program, toolchain.VECTOR_MATH if cc.vector_math else "")

@@ -7,6 +7,9 @@ Retrieved and assigned outputs get a fresh array per run (arrays handed out earl
 change under the user); assignments then swap the new array into the input. An output's
 arrays that no one references any more are recycled instead of reallocated, so a loop that
 keeps only the latest result alternates between two arrays (no allocation, no page faults).
+
+Assignments, `fetch` and the evaluation of shapes are core's `luminal.Runtime` steps; this
+module binds pointers and lays out the arena.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 from luminal import ops
 from luminal.codegen import MemoryPlan, Program
 from luminal.graph import Graph
+from luminal.runtime import Runtime, Shape
 from luminal.symbolic import evaluator
 
 from .source import ENTRY_POINT
@@ -66,17 +70,20 @@ class _Recycler:
         del self._owned[: -self.KEEP]
 
 
-class CpuRuntime:
+class CpuRuntime(Runtime):
     """Runs a `Program` compiled into `library` (see the module docstring)."""
 
+    host_buffers = True
+
     def __init__(self, graph: Graph, program: Program, plan: MemoryPlan, library: Library):
+        super().__init__(graph)
         self.program, self.plan, self.library = program, plan, library
         self._run = getattr(library.handle, ENTRY_POINT)
         self._run.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
         self._run.restype = None
         bufs = program.buffers
         self._ptrs = (ctypes.c_void_p * max(len(bufs), 1))()
-        self._dims = (ctypes.c_long * max(len(program.dims), 1))()
+        self._dim_args = (ctypes.c_long * max(len(program.dims), 1))()
         self._inputs = [(k, b.node) for k, b in enumerate(bufs) if b.role == "input"]
         self._bound: dict[int, np.ndarray] = {}  # the input arrays the pointers point into
         fresh = graph.retrieved | set(graph.assignments.values())
@@ -85,19 +92,14 @@ class CpuRuntime:
         self._numel: tuple[int, ...] = (0,) * len(bufs)
         self._evaluate_numel = evaluator(b.numel for b in bufs)
         self._dims_key: tuple[int, ...] | None = None
-        # (target input, source node, source is an input); fixed once compiled
-        self._assignments = [(t, src, isinstance(graph.nodes[src].op, ops.Input))
-                             for t, src in graph.assignments.items()]
-        self._evaluate_assigned = evaluator(
-            d for _, src, _ in self._assignments
-            for d in (len(graph.nodes[src].shape), *graph.nodes[src].shape))
-        self._assigned_shapes: list[tuple[int, ...]] = []  # at the bound dims
+        self._from_input = {src for src in graph.assignments.values()
+                            if isinstance(graph.nodes[src].op, ops.Input)}
         # input node -> (the array last run's assignment bound to it, its address)
         self._assigned: dict[int, tuple[np.ndarray, int]] = {}
+        self._addresses: dict[int, int] = {}  # this run's fresh outputs' addresses
         self._arena = np.empty(0, np.uint8)
         self._kept_arrays: dict[int, np.ndarray] = {}
         self._recyclers = {k: _Recycler(bufs[k].dtype.numpy) for k in self._fresh}
-        self.values: dict[int, np.ndarray] = {}
         self.stats: dict[str, object] = {}  # compile-time facts, filled in by the backend
         # seconds spent inside the compiled program over all runs: the rest of a run's wall
         # time is host overhead (binding, Python), which benchmarks report
@@ -108,12 +110,8 @@ class CpuRuntime:
         if key == self._dims_key:
             return
         self._dims_key = key
-        flat, self._assigned_shapes = self._evaluate_assigned(dims), []
-        while flat:  # each shape is its rank followed by its dims
-            self._assigned_shapes.append(flat[1:1 + flat[0]])
-            flat = flat[1 + flat[0]:]
         for k, v in enumerate(key):
-            self._dims[k] = v
+            self._dim_args[k] = v
         bufs = self.program.buffers
         self._numel = self._evaluate_numel(dims)
         offsets, total = self.plan.layout(dims)
@@ -153,7 +151,7 @@ class CpuRuntime:
                 address = _address(a)
             bound[k] = a
             self._ptrs[k] = address
-        self.values = {}  # drop last run's references so its arrays can be recycled
+        self.release_outputs()  # drop last run's references so its arrays can be recycled
         values = {bufs[k].node: a for k, a in self._kept_arrays.items()}
         addresses: dict[int, int] = {}
         for k in self._fresh:
@@ -165,17 +163,21 @@ class CpuRuntime:
             addresses[bufs[k].node] = entry[1]
         threads = governor().threads()
         start = time.perf_counter()
-        self._run(self._ptrs, self._dims, threads)
+        self._run(self._ptrs, self._dim_args, threads)
         self.native_s += time.perf_counter() - start
-        self.values = values
+        self._addresses = addresses
         assigned.clear()
-        for (target, src, from_input), shape in zip(self._assignments, self._assigned_shapes):
-            if from_input:
-                graph.set_data(target, graph.data[src].reshape(shape))
-            else:
-                a = values[src].reshape(shape)
-                graph.set_data(target, a)
-                assigned[target] = (a, addresses[src])
+        self.finish_run(graph, values, dims)
 
-    def fetch(self, node_id: int) -> np.ndarray:
-        return self.values[node_id]
+    def download(self, buffer: np.ndarray, dtype: object) -> np.ndarray:
+        return buffer
+
+    def hand_over(self, graph: Graph, target: int, src: int, buffer: np.ndarray | None,
+                  shape: Shape) -> np.ndarray:
+        """This run's own array (no copy: the next run writes a fresh one), remembered with
+        its address so the next run binds it without looking it up."""
+        if src in self._from_input:
+            return graph.data[src].reshape(shape)
+        a = buffer.reshape(shape)
+        self._assigned[target] = (a, self._addresses[src])
+        return a

@@ -30,7 +30,10 @@ from .dialect import C
 
 ENTRY_POINT = "lm_run"
 _DTYPE_CODE = {"float32": "LM_F32", "float16": "LM_F16", "bfloat16": "LM_BF16"}
-_QTYPE_CODE = {"q8_0": "LM_Q8_0", "q4_0": "LM_Q4_0", "q4_1": "LM_Q4_1"}
+_QTYPE_CODE = {"q8_0": "LM_Q8_0", "q4_0": "LM_Q4_0", "q4_1": "LM_Q4_1", "q5_0": "LM_Q5_0",
+               "q4_k": "LM_Q4_K", "q5_k": "LM_Q5_K", "q6_k": "LM_Q6_K"}
+# the `luminal.quant` formats the runtime's quantized matmul decodes (runtime.c, kquant.c)
+QUANT_KERNELS = frozenset(_QTYPE_CODE)
 # Batches whose operand offsets fit on the stack; more are rare (and go to the heap).
 _STACK_BATCHES = 256
 
@@ -41,7 +44,7 @@ def _csrc(name: str) -> str:
 
 def runtime_source() -> str:
     """The complete C source of the runtime library (GEMM, GEMV, quantized kernels)."""
-    return "\n".join((C.prelude(), _csrc("runtime.h"), _csrc("runtime.c")))
+    return "\n".join((C.prelude(), _csrc("runtime.h"), _csrc("runtime.c"), _csrc("kquant.c")))
 
 
 def _render_matmul(mm: Matmul, name: str) -> str:

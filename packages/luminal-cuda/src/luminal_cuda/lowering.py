@@ -15,6 +15,7 @@ from luminal.graph import Graph, Node
 from luminal.symbolic import Expr
 
 from .attention import Attention, AttentionMatch, Dot, match_attention, rewrite_loads, score_axes
+from .quant import QUANT_KERNELS
 
 
 class CudaLowering(Lowering):
@@ -23,7 +24,7 @@ class CudaLowering(Lowering):
     def __init__(self, graph: Graph, fuse_attention: bool = True):
         self.fuse_attention = fuse_attention
         self.attention: dict[int, AttentionMatch] = {}
-        super().__init__(graph)
+        super().__init__(graph, quant_kernels=QUANT_KERNELS)
 
     def _find_matmuls(self) -> None:
         super()._find_matmuls()

@@ -18,12 +18,14 @@ Per execution:
    where it can be (`fusion.py`). Assignments (KV caches) are device-to-device copies at the
    end of the run, all in one launch, captured with it; the input then holds a `DeviceArray`
    on the host side.
+
+Input versions, assignments and `fetch` are core's `luminal.Runtime` steps; this module adds
+the allocations, the bindings and the CUDA graphs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -32,8 +34,9 @@ from typing import Any
 import numpy as np
 from luminal.codegen.ir import Program, QuantOperand, kernel_dims
 from luminal.device_array import DeviceArray
+from luminal.dtypes import DType
 from luminal.graph import Graph
-from luminal.symbolic import evaluator
+from luminal.runtime import Runtime, Shape
 
 from .codegen import NVRTC_OPTIONS, Gemm, Generated, Module, QuantGemm, fusible_function
 from .cublas import gemm_function
@@ -63,11 +66,12 @@ class RuntimeOptions:
     tf32: bool = False
 
 
-class CudaRuntime:
+class CudaRuntime(Runtime):
     """Runs a `Program` on one GPU (see the module docstring)."""
 
     def __init__(self, graph: Graph, program: Program, module: Module, cupy: Any, ordinal: int,
                  options: RuntimeOptions):
+        super().__init__(graph)
         self.cupy = cupy
         self.device = cupy.cuda.Device(ordinal)
         self.program = program
@@ -82,20 +86,14 @@ class CudaRuntime:
         self.memory = DeviceMemory(cupy, self.stream)
         self.memory.ensure("dims", 8 * max(len(program.dims), 1), grow=False)
         self.bindings: OrderedDict[tuple[int, ...], Binding] = OrderedDict()
-        # input node -> data_version on the device, or -1 when it holds an assigned value
-        self.uploaded: dict[int, int] = {}
-        self._resident: dict[int, DeviceArray] = {}  # assigned inputs: their DeviceArray
+        self.resident: set[int] = set()  # inputs whose allocation holds their assigned value
         self.generation = 0  # bumped per run: DeviceArrays of older runs are stale
-        self.last_dims: dict[str, int] = {}
         self.nodes = {n.id: n for n in graph.nodes.values()}
-        self.assignments = dict(graph.assignments)
         self.inputs = [n.id for n in graph.input_nodes()
                        if n.id in {b.node for b in program.buffers} or n.id in self.assignments
                        or n.id in self.assignments.values()]
         self.quant = [k for k, c in enumerate(module.codes) if isinstance(c, QuantGemm)]
         self.policy = self._dim_policy(graph)
-        self._assigned_shapes = evaluator(
-            d for src in self.assignments.values() for d in self.nodes[src].shape)
         self.cublas = cupy.cuda.cublas
         raw = cupy.RawModule(code=module.source, options=NVRTC_OPTIONS)
         self.launcher = Launcher(cupy, raw, gemm_function(cupy), cupy.cuda.get_cublas_handle(),
@@ -130,11 +128,11 @@ class CudaRuntime:
             src = self.assignments.get(node)
             if src is not None:
                 need = max(need, self._nbytes(src, dims))
-            resident = self.uploaded.get(node) == -1
+            resident = node in self.resident
             if self.memory.ensure(node, need, preserve=resident):
                 moved = True
                 if not resident:
-                    self.uploaded.pop(node, None)
+                    self.forget_upload(node)
         for spec in self.program.buffers:
             if spec.role == "output":
                 moved |= self.memory.ensure(spec.node, self._nbytes(spec.node, dims))
@@ -220,18 +218,15 @@ class CudaRuntime:
     # ----- execution ------------------------------------------------------------------------
     def _upload(self, graph: Graph) -> None:
         rt = self.cupy.cuda.runtime
-        uploaded, versions, data = self.uploaded, graph.data_version, graph.data
-        for node in self.inputs:  # every step: the common cases first and cheap
-            version = versions.get(node, 0)
-            done = uploaded.get(node)
-            if done == version or (done == -1 and data.get(node) is self._resident.get(node)):
+        changed_input = self.changed_input
+        for node in self.inputs:  # every step: one version check for weights and caches
+            host = changed_input(graph, node)
+            if host is None:
                 continue
-            n = self.nodes[node]
-            host = np.ascontiguousarray(np.asarray(graph.data[node]), dtype=n.dtype.numpy)
+            self.resident.discard(node)  # replaced by set(): its allocation needs no keeping
             if host.nbytes:
                 rt.memcpyAsync(self.memory.ptr(node), host.ctypes.data, host.nbytes,
                                rt.memcpyHostToDevice, self.stream.ptr)
-            self.uploaded[node] = version
 
     def _upload_dims(self, dims: dict[str, int]) -> None:
         """The real dim values, where every kernel reads them."""
@@ -251,8 +246,8 @@ class CudaRuntime:
             self.cublas.setStream(self.launcher.handle, self.stream.ptr)
             self._run(binding)
         self.generation += 1
-        self.last_dims = dict(dims)
-        self._publish_assignments(graph, dims)
+        self.finish_run(graph, {spec.node: spec.node for spec in self.program.buffers
+                                if spec.role == "output"}, dict(dims))
 
     def _run(self, binding: Binding) -> None:
         stats = self.stats
@@ -324,32 +319,25 @@ class CudaRuntime:
             end.synchronize()
         return cuda.get_elapsed_time(start, end) / times
 
-    def _publish_assignments(self, graph: Graph, dims: dict[str, int]) -> None:
+    def hand_over(self, graph: Graph, target: int, src: int, buffer: Any,
+                  shape: Shape) -> DeviceArray:
+        """The run copied `src` into `target`'s allocation: a `DeviceArray` over it, stale
+        after the next run."""
+        self.resident.add(target)
+        dtype = self.nodes[src].dtype
         generation = self.generation
-        values = iter(self._assigned_shapes(dims))
-        for target, src in self.assignments.items():
-            node = self.nodes[src]
-            shape = tuple(next(values) for _ in node.shape)
-            dt = node.dtype.numpy
-            nbytes = math.prod(shape) * dt.itemsize
-            array = DeviceArray(
-                lambda target=target, nbytes=nbytes, dt=dt: self._download(target, nbytes, dt),
-                shape, dt, is_current=lambda g=generation: self.generation == g)
-            graph.set_data(target, array)
-            self._resident[target] = array
-            self.uploaded[target] = -1
+        return DeviceArray(lambda: self.read(target, shape, dtype), shape, dtype.numpy,
+                           buffer=self.memory.allocations[target], owner=self.owner,
+                           is_current=lambda: self.generation == generation)
 
     # ----- reading results ------------------------------------------------------------------
-    def _download(self, key: object, nbytes: int, dtype: np.dtype) -> np.ndarray:
-        host = np.empty(nbytes // np.dtype(dtype).itemsize, dtype)
+    def read(self, key: object, shape: Shape, dtype: DType) -> np.ndarray:
+        """The value of `shape` at the start of allocation `key` (a node id)."""
+        host = np.empty(shape, dtype.numpy)
         with self.device:
             self.stream.synchronize()
-            if nbytes:
+            if host.nbytes:
                 rt = self.cupy.cuda.runtime
-                rt.memcpy(host.ctypes.data, self.memory.ptr(key), nbytes, rt.memcpyDeviceToHost)
+                rt.memcpy(host.ctypes.data, self.memory.ptr(key), host.nbytes,
+                          rt.memcpyDeviceToHost)
         return host
-
-    def fetch(self, node_id: int) -> np.ndarray:
-        node = self.nodes[node_id]
-        return self._download(node_id, self._nbytes(node_id, self.last_dims), node.dtype.numpy)
-

@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"luminal chat: error: {exc}", file=sys.stderr)
         return 1
     print(f"[{path.name} on {generator.backend_name}; {COMMANDS}]", file=sys.stderr)
+    if generator.tokenizer.chat_template_note:
+        print(f"luminal chat: {generator.tokenizer.chat_template_note}", file=sys.stderr)
     while True:
         try:
             line = input("> ")

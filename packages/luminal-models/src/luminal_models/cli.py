@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -64,6 +65,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="system message (implies --chat)")
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="no progress bars and no statistics line")
+    parser.add_argument("--tensor-parallel", type=checked(int, 1), default=1, metavar="N",
+                        help="shard the model over N MPI ranks (luminal-dist; run under "
+                             "`mpiexec -n N` or `luminal launch -n N`; rank 0 prints)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (text, token_ids, prompt_tokens, "
                              "stop_reason, prefill_tok_s, decode_tok_s) instead of streaming "
@@ -90,23 +94,29 @@ def _run(args: argparse.Namespace) -> int:
 
     from .errors import HubError, ModelFileError
 
-    quiet = args.quiet or args.json
+    quiet = args.quiet or args.json or _rank() != 0
     try:
         sampling = sampling_params(args)
         start = time.perf_counter()
         generator, path = load_generator(args.model, args.backend, args.ctx,
-                                         progress=not quiet, search=args.search)
+                                         progress=not quiet, search=args.search,
+                                         tensor_parallel=args.tensor_parallel)
         loaded = time.perf_counter() - start
         if args.chat or args.system is not None:
+            if generator.tokenizer.chat_template_note and not quiet:
+                print(f"luminal generate: {generator.tokenizer.chat_template_note}",
+                      file=sys.stderr)
             system = [] if args.system is None else [{"role": "system", "content": args.system}]
             prompt = generator.tokenizer.apply_chat_template(
                 [*system, {"role": "user", "content": prompt}])
-        stream = None if args.json else write_stdout
+        stream = None if args.json or _rank() != 0 else write_stdout
         result = generator.generate(prompt, args.max_tokens, sampling, on_text=stream,
                                     stop=args.stop)
     except (ValueError, RuntimeError, FileNotFoundError, HubError, ModelFileError,
             TemplateError) as exc:
         return _fail(str(exc))
+    if _rank() != 0:  # the other ranks of a tensor-parallel job computed the same tokens
+        return 0
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False))
         return 0
@@ -118,6 +128,11 @@ def _run(args: argparse.Namespace) -> int:
               f"decoding at {result.decode_tok_s:.1f} tok/s; stop: {result.stop_reason}]",
               file=sys.stderr)
     return 0
+
+
+def _rank() -> int:
+    """This process's MPI rank under a launcher (0 otherwise): only rank 0 prints."""
+    return int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
 
 
 def _read_prompt(args: argparse.Namespace) -> str | None:

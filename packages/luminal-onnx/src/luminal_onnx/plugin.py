@@ -1,5 +1,5 @@
-"""luminal plugin entry point for luminal-onnx: the `onnx` weight format, the `yolov8`
-detector, and the `luminal detect` / `luminal onnx` commands.
+"""luminal plugin entry point for luminal-onnx: the `yolov8` detector and the
+`luminal detect` / `luminal onnx` commands.
 
 Hooks stay cheap: nothing here imports onnx or the importer until a factory or command runs.
 """
@@ -9,22 +9,11 @@ from __future__ import annotations
 from luminal.hookspecs import CommandRegistrar, hookimpl
 
 
-def _load(path, **kwargs):
-    from .model import load
-
-    return load(path, **kwargs)
-
-
 def _yolov8(path=None, **kwargs):
     from .cli import default_model
     from .yolo import Detector
 
     return Detector.from_onnx(path or default_model(), **kwargs)
-
-
-@hookimpl
-def luminal_register_weight_formats(register) -> None:
-    register("onnx", _load, suffixes=(".onnx",))
 
 
 @hookimpl

@@ -24,6 +24,8 @@ from luminal.codegen.render import Dialect
 from luminal.symbolic import Expr
 
 GEMV_MAX_ROWS = 4  # a GEMV re-reads B once per row of A: worth it only for a few rows
+# the `luminal.quant` formats QUANT_PRELUDE decodes (the others run core's decomposition)
+QUANT_KERNELS = frozenset({"q8_0", "q4_0", "q4_1"})
 
 QUANT_PRELUDE = """\
 inline float lm_q_scale(__global const uchar *w, long at) {

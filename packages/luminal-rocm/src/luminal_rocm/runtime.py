@@ -14,6 +14,9 @@ Run time, all on one in-order queue with no host wait inside a run:
 - every kernel is enqueued; nothing is read back until `fetch()`;
 - `graph.assignments` stay on the device: the assigned value's buffer is handed to the input
   as a `DeviceArray` (no copy), and the node gets a fresh buffer for the next run.
+
+Input versions, assignments and `fetch` are core's `luminal.Runtime` steps; this module adds
+the buffers, their kernel arguments and the launches.
 """
 
 from __future__ import annotations
@@ -23,16 +26,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from luminal.codegen import Schedule, lower, plan_memory
-from luminal.device_array import DeviceArray
+from luminal.runtime import Runtime, Shape
 from luminal.symbolic import Expr
 
 from .dialect import DeviceDialect
 from .kernels import KernelSource, render_program
 from .launch import ExprTable
+from .matmul import QUANT_KERNELS
 
 if TYPE_CHECKING:
     from luminal import Graph
     from luminal.codegen import Program
+    from luminal.dtypes import DType
 
     from .device import Device
 
@@ -41,7 +46,6 @@ if TYPE_CHECKING:
 # of doubling their host memory.
 ASYNC_UPLOAD_LIMIT = 1 << 20
 _MIN_BYTES = 4  # OpenCL buffers cannot be empty
-_NEVER = object()  # upload record of an input not uploaded yet
 
 
 def kernel_sources(program: Program, device: Device) -> list[KernelSource]:
@@ -52,14 +56,16 @@ def kernel_sources(program: Program, device: Device) -> list[KernelSource]:
                           device.max_work_group)
 
 
-class OpenCLRuntime:
+class OpenCLRuntime(Runtime):
     """The compiled form of one graph on one device (see the module docstring)."""
 
     def __init__(self, graph: Graph, device: Device, schedule: Schedule | None = None):
+        super().__init__(graph)
+        self.owner = device.context  # every runtime on the context binds the others' values
         self.device = device
         self.cl = device.cl
         self.queue = device.queue
-        program = lower(graph, schedule)
+        program = lower(graph, schedule, QUANT_KERNELS)
         plan = plan_memory(program)
         self.dims = program.dims
         sources = kernel_sources(program, device)
@@ -97,33 +103,27 @@ class OpenCLRuntime:
                 self._geometry.append((kobj, self._exprs.slot(spec.when), sizes,
                                        spec.local_size))
 
-        nodes = graph.nodes
-        self._inputs = [(self._store_of[b], s.node, np.dtype(s.dtype.numpy))
+        self._inputs = [(self._store_of[b], s.node)
                         for b, s in enumerate(program.buffers) if s.role == "input"]
-        inputs = {store for store, _, _ in self._inputs}
+        inputs = {store for store, _ in self._inputs}
         self._written = [store for store in range(n) if store not in inputs]
         self._node_store = {s.node: self._store_of[b] for b, s in enumerate(program.buffers)}
         self._input_nodes = {s.node for s in program.buffers if s.role == "input"}
-        self._outputs = [s.node for s in program.buffers if s.role == "output"]
-        self._shapes = {nid: (nodes[nid].shape, nodes[nid].dtype.numpy)
-                        for nid in self._node_store}
-        self._assignments = dict(graph.assignments)
+        self._output_nodes = [s.node for s in program.buffers if s.role == "output"]
 
         self._dims_key: tuple[int, ...] | None = None
         self._dim_values: dict[str, int] = {}
         self._need: list[int] = [0] * n
         self._launches: list[tuple[Any, tuple[int, ...], tuple[int, ...]]] = []
-        self._uploaded: dict[int, object] = {}
         self._inflight: list[Any] = []  # events of asynchronous uploads (they pin host data)
-        self._values: dict[int, tuple[Any, tuple[int, ...], np.dtype]] = {}
-        self._host: dict[int, np.ndarray] = {}
+        self._handed: dict[int, Any] = {}  # this run's assigned values, by source node
 
     # ----- one run ------------------------------------------------------------------------
     def execute(self, graph: Graph, dims: dict[str, int]) -> None:
-        dims = {d: dims[d] for d in self.dims}
-        key = tuple(dims.values())
+        kernel_dims = {d: dims[d] for d in self.dims}
+        key = tuple(kernel_dims.values())
         if key != self._dims_key:
-            self._plan_run(dims)
+            self._plan_run(kernel_dims)
             self._dims_key = key
         pending = self._bind_inputs(graph)
         self._allocate()
@@ -131,16 +131,14 @@ class OpenCLRuntime:
         for kobj, global_size, local_size in self._launches:
             enqueue(queue, kobj, global_size, local_size)
         self._inflight = pending
-        self._finish_run(graph, dims)
+        self._handed = {}
+        self.finish_run(graph, {nid: self._bound[self._node_store[nid]]
+                                for nid in self._output_nodes}, dims)
 
-    def fetch(self, node_id: int) -> np.ndarray:
-        host = self._host.get(node_id)
-        if host is None:
-            buf, shape, dtype = self._values[node_id]
-            host = np.empty(shape, dtype)
-            if host.size:
-                self.cl.enqueue_copy(self.queue, host, buf, is_blocking=True)
-            self._host[node_id] = host
+    def read(self, buffer: Any, shape: Shape, dtype: DType) -> np.ndarray:
+        host = np.empty(shape, dtype.numpy)
+        if host.size:
+            self.cl.enqueue_copy(self.queue, host, buffer, is_blocking=True)
         return host
 
     @property
@@ -193,23 +191,20 @@ class OpenCLRuntime:
     def _bind_inputs(self, graph: Graph) -> list[Any]:
         """Bind every input's data; returns the events of asynchronous uploads."""
         events = []
-        for store, nid, dtype in self._inputs:
-            data = graph.data[nid]
-            if isinstance(data, DeviceArray) and data.owner == self.device.context:
-                self._bind(store, data.buffer)
+        for store, nid in self._inputs:
+            resident = self.device_buffer(graph.data[nid])
+            if resident is not None:
+                self._bind(store, resident)
                 continue
-            version = graph.data_version.get(nid)
-            current = self._bound[store] is self._own[store]
-            if current and self._uploaded.get(store, _NEVER) == version:
+            host = self.changed_input(graph, nid)
+            if host is None:  # its last upload is current
+                self._bind(store, self._own[store])
                 continue
-            host = np.asarray(data)
-            small = host.size * dtype.itemsize <= ASYNC_UPLOAD_LIMIT
-            # a small input is snapshotted (np.array copies), so the caller may change it
-            host = np.array(host, dtype, order="C") if small else np.ascontiguousarray(
-                host, dtype)
+            small = host.nbytes <= ASYNC_UPLOAD_LIMIT
+            if small:  # snapshotted, so the caller may change its array at once
+                host = host.copy()
             buf = self._ensure(store, host.nbytes)
             self._bind(store, buf)
-            self._uploaded[store] = version
             if host.nbytes:
                 event = self.cl.enqueue_copy(self.queue, buf, host, is_blocking=not small)
                 events.append(event)
@@ -220,28 +215,19 @@ class OpenCLRuntime:
         for store in self._written:
             self._bind(store, self._ensure(store, self._need[store]))
 
-    def _finish_run(self, graph: Graph, dims: dict[str, int]) -> None:
-        """Record where this run's outputs are, and carry out the assignments."""
-        self._host.clear()
-        self._values = {nid: (self._bound[self._node_store[nid]], *self._shape(nid, dims))
-                        for nid in self._outputs}
-        handed: dict[int, Any] = {}
-        for target, src in self._assignments.items():
-            value = handed.get(src)
-            if value is None:
-                value = handed[src] = self._hand_over(graph, src, dims)
-            graph.set_data(target, value)
-
-    def _shape(self, nid: int, dims: dict[str, int]) -> tuple[tuple[int, ...], np.dtype]:
-        shape, dtype = self._shapes[nid]
-        return tuple(d.evaluate(dims) for d in shape), dtype
-
-    def _hand_over(self, graph: Graph, src: int, dims: dict[str, int]) -> Any:
+    def hand_over(self, graph: Graph, target: int, src: int, buffer: Any,
+                  shape: Shape) -> object:
         """`src`'s value as a `DeviceArray` that keeps its buffer (see DeviceArray)."""
+        value = self._handed.get(src)
+        if value is None:
+            value = self._handed[src] = self._device_value(graph, src, shape)
+        return value
+
+    def _device_value(self, graph: Graph, src: int, shape: Shape) -> object:
         store = self._node_store.get(src)
         if store is None:  # an input no kernel reads: its value is on the host already
             return np.array(graph.data[src])
-        shape, dtype = self._shape(src, dims)
+        dtype = self.node_info[src][1]
         buf = self._bound[store]
         if src in self._input_nodes:
             # an input's own buffer is overwritten by later uploads: copy it out
@@ -250,19 +236,8 @@ class OpenCLRuntime:
                                   max(nbytes, _MIN_BYTES))
             if nbytes:
                 self.cl.enqueue_copy(self.queue, copy, buf, byte_count=nbytes)
-            return self._device_array(copy, shape, dtype)
+            return self.device_array(copy, shape, dtype)
         self._own[store] = None  # the next run writes `src` into another buffer
-        value = self._device_array(buf, shape, dtype)
+        value = self.device_array(buf, shape, dtype)
         weakref.finalize(value, self._spares[store].append, buf)
         return value
-
-    def _device_array(self, buf: Any, shape: tuple[int, ...], dtype: np.dtype) -> DeviceArray:
-        """A value this runtime's next run reads from `buf` directly (see DeviceArray)."""
-
-        def download() -> np.ndarray:
-            host = np.empty(shape, dtype)
-            if host.size:
-                self.cl.enqueue_copy(self.queue, host, buf, is_blocking=True)
-            return host
-
-        return DeviceArray(download, shape, dtype, buffer=buf, owner=self.device.context)

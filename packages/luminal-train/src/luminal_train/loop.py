@@ -46,6 +46,11 @@ class TrainStep:
     learning rate, runs the graph once and returns the loss. `clip_grad_norm` clips the
     gradients by their global norm in the graph; `compilers` replaces the default
     `(GenericCompiler(), backend)` chain.
+
+    `data_parallel` (a `luminal_dist.DataParallel`, or any object with `rank`,
+    `reduce_gradients(grads)` and `compiler(backend)`) averages the gradients over the ranks
+    inside the step, wraps the backend so the collectives run, and makes `save()` write on
+    rank 0 only.
     """
 
     def __init__(
@@ -56,9 +61,13 @@ class TrainStep:
         clip_grad_norm: float | None = None,
         backend: Backend | str | None = None,
         compilers: Any = None,
+        data_parallel: Any = None,
     ):
         self.loss, self.optimizer, self.graph = loss, optimizer, loss.graph
+        self.data_parallel = data_parallel
         grads = grad(loss, optimizer.params)
+        if data_parallel is not None:
+            grads = data_parallel.reduce_gradients(grads)
         self.grad_norm: GraphTensor | None = None
         if clip_grad_norm is not None:
             grads, self.grad_norm = clip_by_global_norm(grads, clip_grad_norm)
@@ -67,6 +76,8 @@ class TrainStep:
         loss.retrieve()
         if compilers is None:
             chosen = backend if isinstance(backend, Backend) else default_backend(backend)
+            if data_parallel is not None:
+                chosen = data_parallel.compiler(chosen)
             compilers = (GenericCompiler(), chosen)
         self.graph.compile(compilers)
         self.step = 0  # optimizer steps taken; drives the schedule
@@ -81,7 +92,10 @@ class TrainStep:
         return float(self.loss.numpy())
 
     def save(self, path: str | os.PathLike) -> None:
-        """Checkpoint parameters, optimizer state and step (safetensors)."""
+        """Checkpoint parameters, optimizer state and step (safetensors); in data-parallel
+        training only rank 0 writes (every rank holds the same values)."""
+        if self.data_parallel is not None and self.data_parallel.rank != 0:
+            return
         save_checkpoint(path, optimizer=self.optimizer, step=self.step)
 
     def load(self, path: str | os.PathLike) -> None:
@@ -95,10 +109,18 @@ class Batches:
     `Batches({x: xs, y: ys}, 64)` yields `{x: xs[idx], y: ys[idx]}` for consecutive slices of
     a permutation drawn from `seed`. `drop_last` skips a final short batch (graphs with a fixed
     batch size need it; a symbolic batch dim does not).
+
+    For data-parallel training every rank passes its `rank` and the `world_size`: all ranks
+    draw the same permutation, `batch_size` is each rank's share, and rank r gets the r-th
+    share of each global batch of `batch_size * world_size` examples, so the ranks together
+    see exactly the batches one process would with the global batch size. A final short
+    global batch is split as evenly as possible (dropped with `drop_last`, or when it has
+    fewer examples than ranks); every rank yields the same number of batches.
     """
 
     def __init__(self, arrays: Mapping[GraphTensor, np.ndarray], batch_size: int,
-                 shuffle: bool = True, drop_last: bool = True, seed: int = 0):
+                 shuffle: bool = True, drop_last: bool = True, seed: int = 0,
+                 rank: int = 0, world_size: int = 1):
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or (
                 batch_size <= 0):
             raise ValueError(
@@ -108,19 +130,23 @@ class Batches:
         sizes = {len(a) for a in arrays.values()}
         if len(sizes) != 1:
             raise ValueError(f"Batches: arrays have different lengths {sorted(sizes)}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"Batches: rank {rank} is not in [0, world_size={world_size})")
         self.arrays, self.batch_size = dict(arrays), batch_size
+        self.rank, self.world_size = rank, world_size
         self.n = sizes.pop()
         self.shuffle, self.drop_last = shuffle, drop_last
         self.rng = np.random.default_rng(seed)
 
     def __len__(self) -> int:
-        full, rest = divmod(self.n, self.batch_size)
-        return full + (1 if rest and not self.drop_last else 0)
+        full, rest = divmod(self.n, self.batch_size * self.world_size)
+        return full + (1 if rest >= self.world_size and not self.drop_last else 0)
 
     def __iter__(self) -> Iterator[dict[GraphTensor, np.ndarray]]:
         order = self.rng.permutation(self.n) if self.shuffle else np.arange(self.n)
+        step = self.batch_size * self.world_size
         for k in range(len(self)):
-            idx = order[k * self.batch_size : (k + 1) * self.batch_size]
+            idx = np.array_split(order[k * step : (k + 1) * step], self.world_size)[self.rank]
             yield {t: a[idx] for t, a in self.arrays.items()}
 
 

@@ -1,6 +1,7 @@
 """Backend-neutral code generation: the kernel IR, graph lowering with fusion, and one
 C-family renderer. Dialects live in their backends (luminal-cpu: C/OpenMP, luminal-cuda: CUDA C,
-luminal-rocm: OpenCL C) and extend `Dialect` (or `GpuDialect`); Metal waits here for its package.
+luminal-rocm: OpenCL C, luminal-metal: Metal Shading Language) and extend `Dialect` (or
+`GpuDialect`).
 
     from luminal.codegen import lower, render_kernel
     from luminal_cpu.dialect import C
@@ -24,13 +25,11 @@ from .ir import (
     kernel_dims,
 )
 from .lower import lower
-from .metal import METAL, MetalDialect
 from .plan import MemoryPlan, plan_memory
 from .render import BodyWriter, Dialect, Scope, dim_names, helper_functions, render_kernel
 from .schedule import Schedule
 
 __all__ = [
-    "METAL",
     "BodyWriter",
     "BufferSpec",
     "Call",
@@ -41,7 +40,6 @@ __all__ = [
     "MatOperand",
     "Matmul",
     "MemoryPlan",
-    "MetalDialect",
     "Param",
     "Program",
     "QuantOperand",

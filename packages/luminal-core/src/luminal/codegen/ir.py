@@ -221,7 +221,7 @@ class QuantOperand:
     every batch. `k_contiguous`: the product reads W[n, k] (x @ W.T); else W[k, n] (x @ W)."""
 
     buf: int
-    qtype: str  # "q8_0", "q4_0" or "q4_1"
+    qtype: str  # a `luminal.quant` block format (lower case) the backend has a kernel for
     rows: Expr
     cols: Expr
     k_contiguous: bool

@@ -25,7 +25,7 @@ layers are also built only once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 
 from .. import ops
@@ -184,9 +184,11 @@ class ValueBuilder:
 class Lowering:
     """Decides fusion for one graph and builds its `Program` (see the module docstring)."""
 
-    def __init__(self, graph: Graph, schedule: Schedule | None = None):
+    def __init__(self, graph: Graph, schedule: Schedule | None = None,
+                 quant_kernels: Collection[str] = frozenset()):
         self.graph = graph
         self.schedule = schedule or DEFAULT
+        self.quant_kernels = frozenset(quant_kernels)
         self.order = graph.toposort()
         self.pos = {n.id: k for k, n in enumerate(self.order)}
         self.users = graph.consumers()
@@ -236,7 +238,7 @@ class Lowering:
                 continue
             if node.id in self.schedule.loop_matmuls:
                 continue
-            match = patterns.match_matmul(self.graph, node, self.users)
+            match = patterns.match_matmul(self.graph, node, self.users, self.quant_kernels)
             if match is not None:
                 self.matmuls[match.out] = match
 
@@ -414,7 +416,11 @@ class Lowering:
         return Program(list(kernels), calls, specs, tuple(sorted(names)))
 
 
-def lower(graph: Graph, schedule: Schedule | None = None) -> Program:
+def lower(graph: Graph, schedule: Schedule | None = None,
+          quant_kernels: Collection[str] = frozenset()) -> Program:
     """Lower a graph of primitive ops to a `Program` (see the module docstring); `schedule`
-    overrides the fusion and matmul heuristics node by node."""
-    return Lowering(graph, schedule).program()
+    overrides the fusion and matmul heuristics node by node. `quant_kernels` names the
+    `luminal.quant` formats (lower case) the backend has quantized matmul kernels for: products
+    with weights dequantized from those become `Matmul`s with a `QuantOperand`; other formats
+    run their primitive decomposition."""
+    return Lowering(graph, schedule, quant_kernels).program()

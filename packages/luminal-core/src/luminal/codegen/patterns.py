@@ -10,6 +10,7 @@ the primitive subgraph computes.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from .. import ops
@@ -133,11 +134,13 @@ def _operand(graph: Graph, edge, row_var: Expr, other_var: Expr, idx) -> Operand
     return None
 
 
-def _quant_operand(graph: Graph, edge, idx, n: Expr, k: Expr) -> QuantWeight | None:
-    """The dequantized weight read through `edge`, W[n, k] or W[k, n], if it is one."""
+def _quant_operand(graph: Graph, edge, idx, n: Expr, k: Expr,
+                   kernels: Collection[str]) -> QuantWeight | None:
+    """The dequantized weight read through `edge`, W[n, k] or W[k, n], if it is one in a
+    format of `kernels`."""
     src = graph.nodes[edge.src]
     tag = src.dequantized
-    if tag is None or edge.view.mask is not None:
+    if tag is None or tag.qtype not in kernels or edge.view.mask is not None:
         return None
     raw = graph.nodes.get(graph.resolve(tag.raw))
     if raw is None or not isinstance(raw.op, ops.Input):
@@ -156,9 +159,12 @@ def _quant_operand(graph: Graph, edge, idx, n: Expr, k: Expr) -> QuantWeight | N
     return None
 
 
-def match_matmul(graph: Graph, node: Node, users: dict[int, list[int]]) -> MatmulMatch | None:
+def match_matmul(graph: Graph, node: Node, users: dict[int, list[int]],
+                 quant_kernels: Collection[str] = frozenset()) -> MatmulMatch | None:
     """The matmul `node` computes, if it is a SumReduce over the last axis of a Mul of two
-    operands where the left one ignores the n axis and the right one the m axis."""
+    operands where the left one ignores the n axis and the right one the m axis. A right
+    operand dequantized from a format of `quant_kernels` (lower-case `luminal.quant` names)
+    is matched as a `QuantWeight`; other formats stay float products of their decomposition."""
     if not isinstance(node.op, ops.SumReduce) or not node.dtype.is_float:
         return None
     edge = node.inputs[0]
@@ -177,7 +183,8 @@ def match_matmul(graph: Graph, node: Node, users: dict[int, list[int]]) -> Matmu
         a = _operand(graph, ea, M_VAR, N_VAR, idx)
         if a is None:
             continue
-        b = _quant_operand(graph, eb, idx, n, k) or _operand(graph, eb, N_VAR, M_VAR, idx)
+        b = (_quant_operand(graph, eb, idx, n, k, quant_kernels)
+             or _operand(graph, eb, N_VAR, M_VAR, idx))
         if b is not None:
             out, offset, stride = _destination(graph, node, users, idx[:-1])
             return MatmulMatch(node.id, mul.id, batch, m, n, k, a, b, out, offset, stride)

@@ -11,10 +11,10 @@ is then not reused until the step is over.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import pairwise
 
 from ..symbolic import Expr, evaluator
 from .ir import Program
@@ -54,7 +54,7 @@ def plan_memory(program: Program, steps: Sequence[int] | None = None) -> MemoryP
     (nondecreasing) is the step of call c, the calls of one step running at once; by default
     every call is its own step."""
     step = list(range(len(program.calls))) if steps is None else list(steps)
-    if len(step) != len(program.calls) or any(a > b for a, b in itertools.pairwise(step)):
+    if len(step) != len(program.calls) or any(a > b for a, b in pairwise(step)):
         raise ValueError("plan_memory: steps must give every call a nondecreasing step")
     last_read: dict[int, int] = {}
     writes: dict[int, list[int]] = {}

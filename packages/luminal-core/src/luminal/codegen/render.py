@@ -2,7 +2,8 @@
 
 `render_kernel(kernel, name, dialect)` writes a `Kernel` as a function. Everything that
 differs between C, CUDA C, OpenCL C and Metal lives in a `Dialect` (each backend has its own:
-luminal-cpu's C, luminal-cuda's CUDA C, luminal-rocm's OpenCL C; `gpu.py` is their GPU base):
+luminal-cpu's C, luminal-cuda's CUDA C, luminal-rocm's OpenCL C, luminal-metal's MSL; `gpu.py`
+is their GPU base):
 type names, half-precision conversions, math function names, the signature and qualifiers, and
 how the parallel domain is walked (OpenMP loops on a CPU, one thread per point on a GPU).
 

@@ -527,6 +527,7 @@ class MovementOps:
                 f"index_select: index must be 1-D, got {show_shape(index.layout.shape)}"
             )
         n = self.layout.shape[a]
+        check_ids(index, n)
         onehot = _one_hot(index, n)  # (k, n)
         moved = self.movedim(a, -1).unsqueeze(-2)  # (..., 1, n)
         return _pick(onehot, moved).movedim(-1, a)  # (..., k) moved back
@@ -547,6 +548,7 @@ class MovementOps:
             if ax != a and di != dx:
                 x = x._slice_axis(ax, 0, di)
         n = self.layout.shape[a]
+        check_ids(index, n)
         onehot = _one_hot(index, n)  # index.shape + (n,)
         xs = x.movedim(a, -1).unsqueeze(a)  # shape with 1 at a, n last
         return _pick(onehot, xs)
@@ -639,9 +641,11 @@ def _pad_from_edges(x: GraphTensor, pad: Sequence[int], mode: str) -> GraphTenso
 
 
 def check_ids(index: GraphTensor, n: Expr) -> None:
-    """Record that input ids `index` pick rows of a table of `n` (embedding): the reference
-    backend raises IndexError for ids outside it. gather, index_select and one_hot are not
-    checked: losses rely on an ignored target (-1) selecting nothing (a zero row)."""
+    """Record that ids `index` pick among `n` (embedding, gather, index_select, one_hot): when
+    they are a graph input (or its cast), the reference backend raises IndexError for ids
+    outside [0, n). Compiled backends do not check: an id outside picks nothing (a zero row or
+    value, never a read out of bounds). Computed ids are not checked (losses map an ignored
+    target to a safe id before they gather)."""
     source = index.node
     if isinstance(source.op, ops.Cast) and len(source.inputs) == 1:
         source = index.graph.nodes[source.inputs[0].src]

@@ -718,6 +718,10 @@ static void lm_qgemv_axpy(long nb, const long *aoff, long M, long N, long K, con
 /* C[b] (M x N) = A[b] * B^T with B decoded from the quantized W (shared by every batch) */
 void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W,
               lm_out C) {
+  if (W.q >= LM_Q5_0) { /* Q5_0 and the K-quants: kquant.c */
+    lm_kq_gemm(nb, aoff, M, N, K, A, W, C);
+    return;
+  }
   if (M <= LM_GEMV_MAX_M && W.k_contig)
     lm_qgemv_dot(nb, aoff, M, N, K, &A, &W, &C);
   else if (M <= LM_GEMV_MAX_M)

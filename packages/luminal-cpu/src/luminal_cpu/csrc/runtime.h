@@ -25,12 +25,12 @@ void lm_for_begin(long n);
 int lm_for_next(long *lo, long *hi);
 
 enum { LM_F32 = 0, LM_F16 = 1, LM_BF16 = 2 };
-enum { LM_Q8_0 = 0, LM_Q4_0 = 1, LM_Q4_1 = 2 };
+enum { LM_Q8_0 = 0, LM_Q4_0 = 1, LM_Q4_1 = 2, LM_Q5_0 = 3, LM_Q4_K = 4, LM_Q5_K = 5, LM_Q6_K = 6 };
 
 /* element (row, k) of batch b is p[off[b] + row*rs + k*ks] */
 typedef struct { const void *p; int dt; long rs, ks; } lm_mat;
 
-/* a GGUF block-quantized matrix W (rows x cols, 32-element blocks along each row);
+/* a GGUF block-quantized matrix W (rows x cols, blocks of 32 or 256 elements along each row);
  * k_contig: the product reads W[n, k] (x @ W.T), else W[k, n] (x @ W) */
 typedef struct { const unsigned char *w; int q; int k_contig; long rows, cols; } lm_qmat;
 
@@ -43,3 +43,6 @@ void lm_gemm(long nb, const long *aoff, const long *boff, long M, long N, long K
 
 /* the same with B decoded from W, which every batch shares */
 void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W, lm_out C);
+
+/* lm_qgemm for Q5_0 and the K-quants (kquant.c) */
+void lm_kq_gemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W, lm_out C);

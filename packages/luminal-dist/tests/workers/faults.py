@@ -1,0 +1,33 @@
+"""MPI worker for the fault tests: rank 1 dies (`kill`), hangs (`hang`) or builds a
+different graph (`mismatch`) while rank 0 runs an all-reduce step loop. Start-up and the
+graph check wait up to the default timeout (ranks start at different times on a loaded
+machine); the steps wait only STEP_TIMEOUT seconds."""
+
+import os
+import signal
+import sys
+import time
+
+import luminal as lm
+import luminal_dist as ld
+import numpy as np
+
+comm = ld.world()
+mode, step_timeout = sys.argv[1], float(sys.argv[2])
+g = lm.Graph()
+width = 5 if mode == "mismatch" and comm.rank == 1 else 4
+a = g.tensor((width,), name="a").set(np.ones(width, np.float32))
+total = ld.all_reduce(a.exp2()).retrieve()
+if mode == "mismatch" and comm.rank == 1:
+    total = total.sqrt().retrieve()
+g.compile((lm.GenericCompiler(), ld.Distributed(lm.backend("reference"), comm)))
+g.execute()
+comm.timeout = step_timeout
+for step in range(1000):
+    if comm.rank == 1 and step == 2:
+        if mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "hang":
+            time.sleep(3600)
+    g.execute()
+    print(f"rank {comm.rank} step {step}", flush=True)

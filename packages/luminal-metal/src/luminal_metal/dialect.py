@@ -1,0 +1,239 @@
+"""The Metal Shading Language dialect of luminal's C-family renderer.
+
+A kernel renders in one of two modes:
+
+- *thread mode* (core's `GpuDialect`): one thread per point of the domain, its loop variables
+  decoded from `thread_position_in_grid`, each reduction a loop inside its thread;
+- *threadgroup mode*, for a small domain with long reductions (RMSNorm or softmax of a few rows,
+  a decode step's vocabulary softmax): one threadgroup per domain point, every reduction at the
+  top of the body strided over the group's threads and combined with `simd_sum` / `simd_max`
+  (`simd_or` for flags) inside each simdgroup, then across simdgroups through threadgroup
+  memory (`lm_tg_*` in the prelude). Nested reductions stay per thread; thread 0 stores.
+
+Symbolic dims are kernel arguments (`constant long &` bound with `setBytes`), so one pipeline
+serves every value of a dim. float16 buffers are Metal's native `half`; bfloat16 buffers are
+`ushort` converted by bit operations (core's helpers), which every Metal version compiles.
+Values are computed in float32 (luminal's semantics); `precise::` math keeps IEEE results under
+Metal's default fast-math.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from luminal.codegen import (
+    BodyWriter,
+    GpuDialect,
+    Kernel,
+    Scope,
+    dim_names,
+    kernel_dims,
+    unravel_declarations,
+)
+from luminal.codegen.ir import Reduce, walk
+from luminal.symbolic import Expr
+
+THREADS = 256  # threads per threadgroup (a pipeline with a lower limit gets its limit)
+# A top-level reduction at least this long (or of unknown length) renders in threadgroup mode...
+THREADGROUP_MIN_REDUCE = 128
+# ...unless the domain has at least this many points: then the GPU is busy with threads alone.
+THREADGROUP_MAX_POINTS = 1 << 16
+
+# Thread coordinates a kernel receives besides its buffers and dims (Metal attributes).
+THREAD_ARGS = "uint lm_tid [[thread_position_in_grid]]"
+GROUP_ARGS = ("uint lm_group [[threadgroup_position_in_grid]], "
+              "uint lm_lid [[thread_position_in_threadgroup]], "
+              "uint lm_tgsize [[threads_per_threadgroup]], "
+              "uint lm_lane [[thread_index_in_simdgroup]], "
+              "uint lm_sg [[simdgroup_index_in_threadgroup]]")
+
+# Combining one value per thread over the threadgroup: within each simdgroup by a SIMD
+# operation, then the simdgroups' partial results through `s` (32 slots: up to 1024 threads).
+# Every simdgroup combines all partials itself, so every thread gets the result.
+_GROUP_REDUCE = """\
+static inline {t} {name}({t} v, threadgroup {t} *s, uint lane, uint sg, uint size) {{
+  v = {simd}(v);
+  if (lane == 0) s[sg] = v;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  v = {simd}(lane < (size + 31) / 32 ? s[lane] : {identity});
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  return v;
+}}
+"""
+GROUP_REDUCERS = "".join(
+    _GROUP_REDUCE.format(t=t, name=name, simd=simd, identity=identity)
+    for name, t, simd, identity in (
+        ("lm_tg_sum", "float", "simd_sum", "0.0f"),
+        ("lm_tg_usum", "uint", "simd_sum", "0u"),
+        ("lm_tg_max", "float", "simd_max", "-INFINITY"),
+        ("lm_tg_imax", "int", "simd_max", "(int)0x80000000u"),
+        ("lm_tg_or", "int", "simd_or", "0"),
+    )
+)
+# the scratch array each reducer combines through (declared by the kernels that use it)
+_SCRATCH = {"float": "lm_sf", "uint": "lm_su", "int": "lm_si"}
+
+
+class MetalDialect(GpuDialect):
+    """Metal Shading Language; the thread position arrives as a kernel argument."""
+
+    name = "metal"
+    helper_qualifier = "static inline"
+    restrict = ""
+    half_storage = "half"
+    global_id = "(long)lm_tid"
+    kernel_qualifier = "kernel"
+    buffer_qualifier = "device "
+
+    def signature(self, name, params, dims, attributes=""):
+        """Buffers `[[buffer(k)]]`, then the dims (`constant long &`), then `attributes`: the
+        thread coordinates (default: the thread's position in the grid)."""
+        args = [
+            f"device {'' if out else 'const '}{t} *{n} [[buffer({k})]]"
+            for k, (t, n, out) in enumerate(params)
+        ]
+        args += [f"constant long &{d} [[buffer({len(params) + k})]]" for k, d in enumerate(dims)]
+        args.append(attributes or THREAD_ARGS)
+        return f"{self.kernel_qualifier} void {name}({', '.join(args)})"
+
+    # precise:: keeps IEEE results under Metal's default fast-math
+    math_functions = {op: f"precise::{op}" for op in ("log2", "exp2", "sin", "sqrt", "fmod")}
+
+    def prelude(self) -> str:
+        return ("#include <metal_stdlib>\nusing namespace metal;\n" + super().prelude()
+                + GROUP_REDUCERS)
+
+
+METAL = MetalDialect()
+
+
+class _GroupWriter(BodyWriter):
+    """Renders the reductions of the root scope cooperatively over the threadgroup."""
+
+    def __init__(self, names: dict[str, str]):
+        super().__init__(METAL, names)
+        self.scratch: set[str] = set()
+
+    def reduce(self, r: Reduce, scope: Scope) -> str:
+        if scope.depth != 0:
+            return super().reduce(r, scope)
+        acc = self.fresh()
+        inner = Scope(1)
+        self.scope_of[r.var.name] = inner
+        body = self.emit(r.body)
+        var, size = self.names.get(r.var.name, r.var.name), self.expr(r.size)
+        pre, update, post = self._accumulate(r, acc, body)
+        scope.lines.extend(pre)
+        scope.lines.append(f"for (long {var} = lm_lid; {var} < {size}; {var} += lm_tgsize) {{")
+        scope.lines.extend("  " + line for line in [*inner.lines, update])
+        scope.lines.append("}")
+        scope.lines.extend(post)
+        if r.dtype.is_float and r.dtype.name != "float32":
+            rounded = self.fresh()
+            scope.lines.append(f"float {rounded} = {self.d.round(r.dtype, acc)};")
+            return rounded
+        return acc
+
+    def _combine(self, reducer: str, ctype: str, value: str) -> str:
+        scratch = _SCRATCH[ctype]
+        self.scratch.add(ctype)
+        return f"{reducer}({value}, {scratch}, lm_lane, lm_sg, lm_tgsize)"
+
+    def _accumulate(self, r: Reduce, acc: str, body: str) -> tuple[list[str], str, list[str]]:
+        """(declarations, loop update, group combine) with the semantics of the core
+        renderer's loops: integer sums wrap, float max propagates NaN."""
+        if r.dtype.name == "bool":
+            return ([f"int {acc} = 0;"], f"{acc} |= {body};",
+                    [f"{acc} = {self._combine('lm_tg_or', 'int', acc)};"])
+        if r.op == "sum" and not r.dtype.is_float:
+            return ([f"uint {acc}_u = 0u;"], f"{acc}_u += (uint){body};",
+                    [f"int {acc} = (int){self._combine('lm_tg_usum', 'uint', f'{acc}_u')};"])
+        if r.op == "sum":
+            return ([f"float {acc} = 0.0f;"], f"{acc} += {body};",
+                    [f"{acc} = {self._combine('lm_tg_sum', 'float', acc)};"])
+        if not r.dtype.is_float:
+            return ([f"int {acc} = (int)0x80000000u;"],
+                    f"{acc} = {body} > {acc} ? {body} : {acc};",
+                    [f"{acc} = {self._combine('lm_tg_imax', 'int', acc)};"])
+        return (
+            [f"float {acc} = -INFINITY; int {acc}_nan = 0;"],
+            f"{acc} = {body} > {acc} ? {body} : {acc}; {acc}_nan |= {body} != {body};",
+            [f"{acc} = {self._combine('lm_tg_max', 'float', acc)};",
+             f"if ({self._combine('lm_tg_or', 'int', f'{acc}_nan')}) {acc} = NAN;"],
+        )
+
+
+def _top_reductions(kernel: Kernel) -> list[Reduce]:
+    """Reductions of the value tree that no other reduction encloses."""
+    nested: set[int] = set()
+    for v in walk(kernel.out.value):
+        if isinstance(v, Reduce):
+            nested.update(id(x) for x in walk(v.body) if isinstance(x, Reduce))
+    return [v for v in walk(kernel.out.value) if isinstance(v, Reduce) and id(v) not in nested]
+
+
+def domain_size(kernel: Kernel) -> Expr:
+    """The number of points of a kernel's domain."""
+    points = Expr.const(1)
+    for d in kernel.domain:
+        points = points * d
+    return points
+
+
+def wants_threadgroup(kernel: Kernel) -> bool:
+    """Threadgroup mode pays when a top-level reduction is long and the domain is small."""
+    tops = _top_reductions(kernel)
+    if not tops:
+        return False
+    long_reduce = any(not r.size.is_const or r.size.value >= THREADGROUP_MIN_REDUCE
+                      for r in tops)
+    points = domain_size(kernel)
+    return long_reduce and (not points.is_const or points.value < THREADGROUP_MAX_POINTS)
+
+
+@dataclass(frozen=True)
+class RenderedKernel:
+    """A Metal kernel function and how to dispatch it: `threadgroup` mode dispatches one
+    threadgroup per domain point, thread mode one thread per point (in groups of `THREADS`)."""
+
+    name: str
+    source: str
+    dims: tuple[str, ...]
+    points: Expr
+    threadgroup: bool
+
+
+def render_metal_kernel(kernel: Kernel, name: str, threadgroup: bool | None = None
+                        ) -> RenderedKernel:
+    """`kernel` as MSL in thread or threadgroup mode (default: `wants_threadgroup`)."""
+    if threadgroup is None:
+        threadgroup = wants_threadgroup(kernel)
+    dims = kernel_dims(kernel)
+    names = dim_names(dims)
+    writer = _GroupWriter(names) if threadgroup else BodyWriter(METAL, names)
+    value = writer.emit(kernel.out.value)
+    out_dt = kernel.params[kernel.out.buf].dtype
+    store = METAL.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index),
+                                  value)
+    extents = [writer.expr(e) for e in kernel.domain]
+    loop_names = [v.name for v in kernel.loop_vars]
+    params = [(METAL.storage_type(p.dtype), f"p{k}", p.output)
+              for k, p in enumerate(kernel.params)]
+    signature = METAL.signature(name, params, [names[d] for d in dims],
+                                GROUP_ARGS if threadgroup else THREAD_ARGS)
+    if threadgroup:
+        total = " * ".join(f"({e})" for e in extents) or "1"
+        scratch = [f"threadgroup {t} {_SCRATCH[t]}[32];" for t in sorted(writer.scratch)]
+        # a whole threadgroup leaves together: every thread must reach the barriers
+        body = [
+            *scratch,
+            "const long lm_gid = (long)lm_group;",
+            f"if (lm_gid >= {total}) return;",
+            *unravel_declarations("lm_gid", extents, loop_names),
+            *writer.root.lines,
+            f"if (lm_lid == 0) {store}",
+        ]
+    else:
+        body = METAL.domain(extents, loop_names, [*writer.root.lines, store])
+    source = "\n".join([signature + " {", *("  " + line for line in body), "}"]) + "\n"
+    return RenderedKernel(name, source, dims, domain_size(kernel), threadgroup)
