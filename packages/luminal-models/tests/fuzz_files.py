@@ -237,6 +237,11 @@ def load_like_generate(path: Path) -> str:
     from luminal_models.llama import Llama
     from luminal_models.tokenizer import Tokenizer
 
+    if path.suffix == ".bin":  # a CTranslate2 Whisper model.bin, loaded as transcribe does
+        from luminal_models.whisper import Whisper
+
+        Whisper.from_ct2(path, progress=False)
+        return "weights"
     if path.suffix == ".gguf":
         with GGUFFile(path) as gguf:
             tokenizer = Tokenizer.from_gguf(gguf)
@@ -270,7 +275,12 @@ def make_case(work: Path, seeds: dict[str, Path], seed: int, index: int) -> tupl
     rng = random.Random(seed * 1_000_003 + index)
     kind = rng.choice(["gguf-bytes", "gguf-bytes", "gguf-bytes", "gguf-meta",
                        "safetensors-bytes", "safetensors-bytes", "config-json",
-                       "tokenizer-config"])
+                       "tokenizer-config", "ct2-bytes"])
+    if kind == "ct2-bytes":
+        path = work / "model.bin"
+        data = seeds["ct2"].read_bytes()  # structure and data interleave: mutate anywhere
+        path.write_bytes(mutate_bytes(data, rng, header_end=len(data)))
+        return kind, path
     if kind == "gguf-bytes":
         data = seeds["gguf"].read_bytes()
         path = work / "case.gguf"
@@ -312,7 +322,9 @@ def run_case(path: Path) -> tuple[str, bool]:
     try:
         load_like_generate(path)
     except documented_errors() as e:
-        return f"error:{type(e).__name__}", not isinstance(e, jinja2.TemplateError)
+        # the CLI check drives `luminal generate`, which reads GGUF and safetensors
+        return f"error:{type(e).__name__}", not isinstance(e, jinja2.TemplateError) and (
+            path.suffix != ".bin")
     except Exception as e:  # the finding this fuzzer exists for
         return f"unexpected:{type(e).__name__}: {str(e)[:300]}", False
     return "ok", False
@@ -325,8 +337,11 @@ def write_seeds(out: Path) -> dict[str, Path]:
     with GGUFFile(gguf) as g:
         first_data = min(t.offset for t in g.tensors.values())
     (out / "seed.gguf.header").write_text(str(first_data))
+    from ct2_helpers import TIED, tiny_whisper_variables, write_ct2
+
     return {"gguf": gguf, "gguf_header": out / "seed.gguf.header",
-            "checkpoint": write_checkpoint(out / "seed-checkpoint")}
+            "checkpoint": write_checkpoint(out / "seed-checkpoint"),
+            "ct2": write_ct2(out / "seed.bin", tiny_whisper_variables(), TIED)}
 
 
 def worker(out: Path, seed: int, start: int, count: int, memory_bytes: int) -> None:
