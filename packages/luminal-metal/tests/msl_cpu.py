@@ -41,6 +41,7 @@ from luminal_metal import dialect as metal_dialect
 from luminal_metal import kernels as metal_kernels
 from luminal_metal import matmul as metal_matmul
 from luminal_metal.kernels import KernelSource, Launch, library_source, render_kernel_source
+from luminal_metal.matmul import QUANT_KERNELS
 
 SHIM = Path(__file__).with_name("shim")
 CLANG = shutil.which("clang++")
@@ -252,7 +253,7 @@ class CpuMetalBackend(Backend):
         return BackendStatus(True, device="CPU, through clang++ and shim/metal_stdlib")
 
     def compile(self, graph) -> None:
-        program = lower(graph)
+        program = lower(graph, quant_kernels=QUANT_KERNELS)
         self.kernels += program.kernels
         graph.set_runtime(_CpuRuntime(graph, program, self.library, self.mode))
 
@@ -315,4 +316,4 @@ def kit_kernels(case, variant: str, dtype: str | None = None) -> list[Kernel | M
     for o in _flatten(case.fn(fns, *seen)):
         o.contiguous().retrieve()
     g.compile(lm.GenericCompiler())
-    return lower(g).kernels
+    return lower(g, quant_kernels=QUANT_KERNELS).kernels

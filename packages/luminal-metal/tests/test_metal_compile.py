@@ -23,6 +23,7 @@ from luminal.symbolic import Expr
 from luminal.testing import CASES
 from luminal_metal import MetalBackend
 from luminal_metal.kernels import render_kernel_source
+from luminal_metal.matmul import QUANT_KERNELS
 from luminal_metal_tests_msl_cpu import CLANG, FLAGS, kit_kernels, syntax_check, unique
 
 
@@ -35,7 +36,7 @@ class _Collector(Backend):
         self.kernels: list[Kernel | Matmul] = []
 
     def compile(self, graph) -> None:
-        self.kernels += lower(graph).kernels
+        self.kernels += lower(graph, quant_kernels=QUANT_KERNELS).kernels
 
 
 def _functions(kernels) -> list[str]:

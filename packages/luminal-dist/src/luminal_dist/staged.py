@@ -161,11 +161,7 @@ class StagedRuntime(Runtime):
                 x = read_view(self._flat(graph, values, edge.src, dims), edge.view, dims)
                 values[node.id] = np.ascontiguousarray(
                     node.op.run(self.comm, x), dtype=node.dtype.numpy).reshape(-1)
-        self._outputs = values
-        self._host = {}
-        self._dims = dims
-        for target, src in self.assignments.items():
-            graph.set_data(target, self._hand_over(src))
+        self.finish_run(graph, values, dims)  # host buffers: assigned values are copies
 
     def _feed(self, k: int, graph: Graph, values: dict[int, np.ndarray],
               dims: dict[str, int]) -> None:
@@ -196,7 +192,7 @@ class StagedRuntime(Runtime):
         return np.asarray(node.op.reference([], node.dtype, dims), node.dtype.numpy).reshape(-1)
 
     def fetch(self, node_id: int) -> np.ndarray:
-        shape, _ = self._shape(node_id)
+        (shape,) = self.shapes((node_id,), self._dims)
         return self._outputs[node_id].reshape(shape)
 
 

@@ -42,8 +42,9 @@ class MetalBackend(Backend):
         from luminal.codegen import lower
 
         from .kernels import render_program
+        from .matmul import QUANT_KERNELS
 
-        program = lower(graph, self.schedule)
+        program = lower(graph, self.schedule, QUANT_KERNELS)
         source, kernels = render_program(program)
         return program, source, kernels
 

@@ -37,6 +37,8 @@ SIMD_WIDTH = 32
 # reductions up to this long run one thread per output: a simdgroup would leave lanes idle
 PER_THREAD_MAX_K = SIMD_WIDTH - 1
 
+# the formats the kernels below decode in registers (others run core's decomposition)
+QUANT_KERNELS = frozenset({"q8_0", "q4_0", "q4_1"})
 QUANT_PRELUDE = """\
 static inline float lm_q_scale(device const uchar *w, long at) {
   return (float)*((device const half *)(w + at));
