@@ -150,59 +150,46 @@ def _q4_1(w):
     return np.concatenate([head, q[..., :16] | (q[..., 16:] << 4)], -1).reshape(w.shape[0], -1)
 
 
-def _q4_0(w):
-    """Random Q4_0 blocks (`w` only gives the shape): a float16 scale, then 16 nibble bytes."""
-    rng = np.random.default_rng(1)
-    blocks = w.shape[1] // 32
-    d = (rng.uniform(0.01, 0.1, (w.shape[0], blocks, 1))).astype(np.float16).view(np.uint8)
-    qs = rng.integers(0, 256, (w.shape[0], blocks, 16), dtype=np.uint8)
-    return np.concatenate([d, qs], -1).reshape(w.shape[0], -1)
+def _quantized_matmul(raw: np.ndarray, qtype: str, seq: int, cols: int,
+                      rng: np.random.Generator, atol: float) -> None:
+    """x (seq, cols) @ W.T for W (40, cols) stored as `raw` blocks of `qtype`, on the emulated
+    GPU against the reference backend (which runs core's decomposition of the format)."""
+    from luminal import quant
 
+    def build(g):
+        x = g.tensor(("seq", cols), name="x")
+        r = g.tensor(raw.shape, name="w", dtype="uint8").set(raw)
+        return [x], [(x @ quant.dequantize(r, qtype, (40, cols)).T).retrieve()]
 
-QUANTIZERS = {"q8_0": _q8_0, "q4_0": _q4_0, "q4_1": _q4_1}
+    g = both(build, [[rng.standard_normal((seq, cols)).astype(np.float32)]], rtol=1e-4,
+             atol=atol)
+    assert "_qmv" in g.runtime.module.source
 
 
 @pytest.mark.parametrize("qtype", ["q8_0", "q4_0", "q4_1"])
 @pytest.mark.parametrize(("seq", "cols"), [(1, 64), (1, 1280), (12, 64)])  # qmatvec (one lane
 # per block, 40 blocks: lanes loop), then dequantize + cuBLAS
 def test_cuda_emulated_quantized_matmul(emulated_cuda, qtype, seq, cols):
-    from luminal import quant
+    """Weights quantized from real values (Q4_0 as random blocks)."""
+    from luminal.testing.quant import random_blocks
 
     rng = np.random.default_rng(0)
     w = rng.standard_normal((40, cols)).astype(np.float32)
-    raw = QUANTIZERS[qtype](w)
-
-    def build(g):
-        x = g.tensor(("seq", cols), name="x")
-        r = g.tensor(raw.shape, name="w", dtype="uint8").set(raw)
-        return [x], [(x @ quant.dequantize(r, qtype, (40, cols)).T).retrieve()]
-
-    g = both(build, [[rng.standard_normal((seq, cols)).astype(np.float32)]], rtol=1e-4,
-             atol=1e-3)
-    assert "_qmv" in g.runtime.module.source
+    quantize = {"q8_0": _q8_0, "q4_1": _q4_1}.get(qtype)
+    raw = quantize(w) if quantize else random_blocks(qtype, 40, cols, rng)
+    _quantized_matmul(raw, qtype, seq, cols, rng, atol=1e-3)
 
 
 @pytest.mark.parametrize("qtype", ["q5_0", "q4_k", "q5_k", "q6_k"])
 @pytest.mark.parametrize(("seq", "cols"), [(1, 512), (1, 1536), (12, 512)])  # qmatvec (48
 # chunks of 32: lanes loop), then dequantize + cuBLAS
 def test_cuda_emulated_kquant_matmul(emulated_cuda, qtype, seq, cols):
-    """Q5_0 and the K-quants as random blocks (every bit pattern): the kernels decode the
-    values of core's decomposition, which the reference backend runs."""
-    from luminal import quant
+    """Q5_0 and the K-quants as random blocks (every bit pattern); random blocks decode to
+    large values, so the relative tolerance decides."""
     from luminal.testing.quant import random_blocks
 
     rng = np.random.default_rng(1)
-    raw = random_blocks(qtype, 40, cols, rng)
-
-    def build(g):
-        x = g.tensor(("seq", cols), name="x")
-        r = g.tensor(raw.shape, name="w", dtype="uint8").set(raw)
-        return [x], [(x @ quant.dequantize(r, qtype, (40, cols)).T).retrieve()]
-
-    # random blocks decode to large values: the relative tolerance decides
-    g = both(build, [[rng.standard_normal((seq, cols)).astype(np.float32)]], rtol=1e-4,
-             atol=1e-2)
-    assert "_qmv" in g.runtime.module.source
+    _quantized_matmul(random_blocks(qtype, 40, cols, rng), qtype, seq, cols, rng, atol=1e-2)
 
 
 def test_cuda_emulated_block_reductions(emulated_cuda):
