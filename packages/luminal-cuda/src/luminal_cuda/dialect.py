@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from luminal.codegen import BodyWriter, Dialect, GpuDialect, Scope, dim_names, unravel_declarations
-from luminal.codegen.ir import Kernel, Reduce, kernel_dims, walk
+from luminal.codegen.ir import Kernel, Reduce, domain_size, kernel_dims, top_reductions
 from luminal.dtypes import DType
 from luminal.symbolic import Expr
 
@@ -159,24 +159,13 @@ def _accumulate(r: Reduce, acc: str, body: str) -> tuple[list[str], str, list[st
     )
 
 
-def _top_reduces(kernel: Kernel) -> list[Reduce]:
-    """Reductions of the value tree that no other reduction encloses."""
-    nested: set[int] = set()
-    for v in walk(kernel.out.value):
-        if isinstance(v, Reduce):
-            nested.update(id(x) for x in walk(v.body) if isinstance(x, Reduce))
-    return [v for v in walk(kernel.out.value) if isinstance(v, Reduce) and id(v) not in nested]
-
-
 def wants_block_mode(kernel: Kernel) -> bool:
     """Block mode pays when a top-level reduction is long and the domain is small."""
-    tops = _top_reduces(kernel)
+    tops = top_reductions(kernel.out.value)
     if not tops:
         return False
     long_reduce = any(not r.size.is_const or r.size.value >= BLOCK_MIN_REDUCE for r in tops)
-    points = Expr.const(1)
-    for d in kernel.domain:
-        points = points * d
+    points = domain_size(kernel)
     return long_reduce and (not points.is_const or points.value < BLOCK_MAX_POINTS)
 
 
@@ -237,8 +226,5 @@ def render_cuda_kernel(kernel: Kernel, name: str, slots: dict[str, int],
         ]
     else:
         body += CUDA.domain(extents, loop_names, [*writer.root.lines, store])
-    points = Expr.const(1)
-    for d in kernel.domain:
-        points = points * d
     function = kernel_function(name, params, [names[d] for d in dims], body)
-    return RenderedKernel(function, points, THREADS, block_mode)
+    return RenderedKernel(function, domain_size(kernel), THREADS, block_mode)

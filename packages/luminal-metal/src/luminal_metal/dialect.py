@@ -30,7 +30,7 @@ from luminal.codegen import (
     kernel_dims,
     unravel_declarations,
 )
-from luminal.codegen.ir import Reduce, walk
+from luminal.codegen.ir import Reduce, domain_size, top_reductions
 from luminal.symbolic import Expr
 
 THREADS = 256  # threads per threadgroup (a pipeline with a lower limit gets its limit)
@@ -163,26 +163,9 @@ class _GroupWriter(BodyWriter):
         )
 
 
-def _top_reductions(kernel: Kernel) -> list[Reduce]:
-    """Reductions of the value tree that no other reduction encloses."""
-    nested: set[int] = set()
-    for v in walk(kernel.out.value):
-        if isinstance(v, Reduce):
-            nested.update(id(x) for x in walk(v.body) if isinstance(x, Reduce))
-    return [v for v in walk(kernel.out.value) if isinstance(v, Reduce) and id(v) not in nested]
-
-
-def domain_size(kernel: Kernel) -> Expr:
-    """The number of points of a kernel's domain."""
-    points = Expr.const(1)
-    for d in kernel.domain:
-        points = points * d
-    return points
-
-
 def wants_threadgroup(kernel: Kernel) -> bool:
     """Threadgroup mode pays when a top-level reduction is long and the domain is small."""
-    tops = _top_reductions(kernel)
+    tops = top_reductions(kernel.out.value)
     if not tops:
         return False
     long_reduce = any(not r.size.is_const or r.size.value >= THREADGROUP_MIN_REDUCE

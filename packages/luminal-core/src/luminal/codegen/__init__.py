@@ -22,7 +22,9 @@ from .ir import (
     Param,
     Program,
     QuantOperand,
+    domain_size,
     kernel_dims,
+    top_reductions,
 )
 from .lower import lower
 from .plan import MemoryPlan, plan_memory
@@ -46,10 +48,12 @@ __all__ = [
     "Schedule",
     "Scope",
     "dim_names",
+    "domain_size",
     "helper_functions",
     "kernel_dims",
     "lower",
     "plan_memory",
     "render_kernel",
+    "top_reductions",
     "unravel_declarations",
 ]

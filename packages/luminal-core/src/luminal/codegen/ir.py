@@ -380,6 +380,29 @@ def kernel_dims(k: KernelLike) -> tuple[str, ...]:
     return tuple(sorted(n for n in names if not n.startswith("_")))
 
 
+def top_reductions(v: Value) -> list[Reduce]:
+    """The reductions of a tree that are not inside another reduction's body."""
+    out, stack, seen = [], [v], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, Reduce):
+            out.append(x)
+        else:
+            stack.extend(children(x))
+    return out
+
+
+def domain_size(k: Kernel) -> Expr:
+    """The number of points of a kernel's domain."""
+    points = Expr.const(1)
+    for d in k.domain:
+        points = points * d
+    return points
+
+
 # ----- affine analysis -----------------------------------------------------------------------
 def affine(e: Expr, variables: tuple[Expr, ...]) -> tuple[list[Expr], Expr] | None:
     """Split `e` into `sum(coef[k] * variables[k]) + rest`, where neither the coefficients nor

@@ -37,6 +37,7 @@ from .ir import (
     affine,
     children,
     kernel_dims,
+    top_reductions,
     walk,
 )
 
@@ -430,21 +431,6 @@ def dim_names(dims: tuple[str, ...]) -> dict[str, str]:
     return {name: f"d{k}" for k, name in enumerate(dims)}
 
 
-def _top_reductions(v: Value) -> list[Reduce]:
-    """The reductions of a tree that are not inside another reduction's body."""
-    out, stack, seen = [], [v], set()
-    while stack:
-        x = stack.pop()
-        if id(x) in seen:
-            continue
-        seen.add(id(x))
-        if isinstance(x, Reduce):
-            out.append(x)
-        else:
-            stack.extend(children(x))
-    return out
-
-
 def _render_lanes(kernel: Kernel, r: Reduce, dialect: Dialect, names: dict[str, str],
                   extents: list[str], loop_names: list[str]) -> list[str]:
     """The domain of a strided reduction (see `Dialect.reduce_lanes`)."""
@@ -506,7 +492,7 @@ def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
         (dialect.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)
     ]
     lines = [dialect.signature(name, params, [names[d] for d in dims]) + " {"]
-    top = _top_reductions(kernel.out.value)
+    top = top_reductions(kernel.out.value)
     if simd_last and dialect.lanes and len(top) == 1:
         code = _render_lanes(kernel, top[0], dialect, names, extents, loop_names)
         return "\n".join([*lines, *("  " + x for x in code), "}"]) + "\n"
