@@ -7,6 +7,8 @@ This module knows nothing of tensors, high-level ops or backends: the user-facin
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -68,6 +70,27 @@ class RemovedTensorError(KeyError):
         return self.args[0]
 
 
+@contextlib.contextmanager
+def _collector_skips_old_objects():
+    """While compiling, Python's cycle collector ignores the objects that existed before.
+
+    Compilers allocate hundreds of thousands of small objects, which triggers full collections,
+    and each of those walks every object of the process (a loaded model's graph, its
+    expressions and views): they took about a third of a warm compile of SmolLM2. Freezing the
+    existing objects keeps collections to what compilation itself allocates. Nested compiles,
+    and callers that froze objects themselves (`gc.freeze()` before forking), are left as they
+    are.
+    """
+    if gc.get_freeze_count() or not gc.isenabled():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 class Graph:
     """A lazy static graph. Build tensors, `compile()` once, `execute()` many times."""
 
@@ -84,6 +107,7 @@ class Graph:
         self.runtime: Runtime | None = None
         self._version = 0  # bumped when nodes change
         self._free_dims_cache: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._toposort_cache: tuple[int, list[Node]] = (-1, [])
         self._input_shapes_cache: tuple[int, Any] = (-1, None)
         self._runtime_version = -1  # the graph version the installed runtime was built from
         self._zero_dims_checked: tuple | None = None  # (version, dims) last checked
@@ -116,8 +140,9 @@ class Graph:
         return self._version
 
     def changed(self) -> None:
-        """Record a change made in place (a compiler rewriting `node.op` or `node.dtype`), so
-        that `Looped` sees it and a runtime built before it is not used."""
+        """Record a change made in place (a compiler rewriting `node.op`, `node.dtype` or a
+        node's input edges), so that `Looped` sees it, cached structure (`toposort`) is
+        rebuilt, and a runtime built before it is not used."""
         self._version += 1
 
     def mark_retrieved(self, node_id: int) -> None:
@@ -151,20 +176,33 @@ class Graph:
         return out
 
     def toposort(self) -> list[Node]:
-        indeg = {n: 0 for n in self.nodes}
-        users = self.consumers()
-        for n in self.nodes.values():
-            indeg[n.id] = len({e.src for e in n.inputs})
+        """The nodes, each after its inputs (a fresh list; cached until the graph changes: the
+        compilers of one pipeline ask for it many times, often of an unchanged graph)."""
+        version, order = self._toposort_cache
+        if version != self._version:
+            order = self._toposort()
+            self._toposort_cache = (self._version, order)
+        return list(order)
+
+    def _toposort(self) -> list[Node]:
+        nodes = self.nodes
+        users: dict[int, list[int]] = {n: [] for n in nodes}
+        indeg: dict[int, int] = {}
+        for n in nodes.values():
+            srcs = dict.fromkeys(e.src for e in n.inputs)
+            indeg[n.id] = len(srcs)
+            for src in srcs:
+                users[src].append(n.id)
         ready = sorted(n for n, d in indeg.items() if d == 0)
         order: list[Node] = []
         while ready:
             nid = ready.pop()
-            order.append(self.nodes[nid])
-            for u in dict.fromkeys(users[nid]):
+            order.append(nodes[nid])
+            for u in users[nid]:
                 indeg[u] -= 1
                 if indeg[u] == 0:
                     ready.append(u)
-        if len(order) != len(self.nodes):
+        if len(order) != len(nodes):
             raise RuntimeError("graph has a cycle")
         return order
 
@@ -259,7 +297,8 @@ class Graph:
 
         self.runtime = None
         self._executed = False
-        run_compiler(compilers, self)
+        with _collector_skips_old_objects():
+            run_compiler(compilers, self)
         if self.runtime is not None and self._version != self._runtime_version:
             self.runtime = None
             raise ValueError(

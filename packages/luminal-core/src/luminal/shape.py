@@ -62,6 +62,17 @@ class View:
         shape = as_shape(shape)
         return View(shape, row_major_strides(shape), Expr.const(0))
 
+    def __hash__(self) -> int:
+        # computed once: views are dict keys in every pass (CSE, lowering, digests)
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.shape, self.strides, self.offset, self.mask))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __reduce__(self):  # the cached hash is per process (str hashes are salted)
+        return (View, (self.shape, self.strides, self.offset, self.mask))
+
     # ----- properties ---------------------------------------------------------------------
     @property
     def ndim(self) -> int:

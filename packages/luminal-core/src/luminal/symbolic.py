@@ -29,7 +29,7 @@ _interned: dict[tuple, Expr] = {}
 class Expr:
     """An immutable, interned integer expression. Build with `Expr.var`, `Expr.const`, operators."""
 
-    __slots__ = ("__dict__", "__weakref__", "args", "op")
+    __slots__ = ("__dict__", "__weakref__", "_hash", "args", "op")
 
     op: str  # num var add mul floordiv mod min max lt and
     args: tuple
@@ -41,6 +41,9 @@ class Expr:
             node = object.__new__(cls)
             node.op = op
             node.args = args
+            # computed once: hashing a deep expression at every lookup (views, kernels, CSE
+            # keys) was a large share of compile time; args hash in O(1) the same way
+            node._hash = hash(key)
             _interned[key] = node
         return node
 
@@ -145,7 +148,7 @@ class Expr:
         return self is other
 
     def __hash__(self) -> int:
-        return hash((self.op, self.args))
+        return self._hash
 
     def __int__(self) -> int:
         return self.value
