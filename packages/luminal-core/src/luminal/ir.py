@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
@@ -70,6 +71,10 @@ class RemovedTensorError(KeyError):
         return self.args[0]
 
 
+_compiles_running = 0  # Graph.compile calls in progress, nested ones and other threads' included
+_compiles_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def _collector_skips_old_objects():
     """While compiling, Python's cycle collector ignores the objects that existed before.
@@ -77,18 +82,24 @@ def _collector_skips_old_objects():
     Compilers allocate hundreds of thousands of small objects, which triggers full collections,
     and each of those walks every object of the process (a loaded model's graph, its
     expressions and views): they took about a third of a warm compile of SmolLM2. Freezing the
-    existing objects keeps collections to what compilation itself allocates. Nested compiles,
-    and callers that froze objects themselves (`gc.freeze()` before forking), are left as they
-    are.
+    existing objects keeps collections to what compilation itself allocates. Only the
+    outermost compile freezes (search compiles hundreds of subgraphs inside its own, and
+    `gc.get_freeze_count()` walks every frozen object), and callers that froze objects
+    themselves (`gc.freeze()` before forking) are left as they are.
     """
-    if gc.get_freeze_count() or not gc.isenabled():
-        yield
-        return
-    gc.freeze()
+    global _compiles_running
+    with _compiles_lock:
+        froze = _compiles_running == 0 and gc.isenabled() and gc.get_freeze_count() == 0
+        _compiles_running += 1
+        if froze:
+            gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        with _compiles_lock:
+            _compiles_running -= 1
+            if froze:
+                gc.unfreeze()
 
 
 class Graph:

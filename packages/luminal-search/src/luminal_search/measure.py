@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Collection
 
 import numpy as np
 from luminal.graph import Graph
@@ -11,11 +12,15 @@ from luminal.graph import Graph
 SPECIALS = (np.nan, np.inf, -np.inf)
 
 
-def random_inputs(graph: Graph, rng: np.random.Generator, specials: bool = False) -> dict:
-    """Random data for every input of `graph` (dims must be bound): normal floats, small
-    ints, random bools; with `specials`, a few floats are NaN, +inf and -inf."""
+def random_inputs(graph: Graph, rng: np.random.Generator, specials: bool = False,
+                  skip: Collection[int] = ()) -> dict:
+    """Random data for every input of `graph` but those in `skip` (dims must be bound):
+    normal floats, small ints, random bools; with `specials`, a few floats are NaN, +inf and
+    -inf."""
     data = {}
     for node in graph.input_nodes():
+        if node.id in skip:
+            continue
         shape = tuple(d.evaluate(graph.dims) for d in node.shape)
         dt = node.dtype
         if dt.is_float:

@@ -274,8 +274,9 @@ class Search:
         default.compile(self.backend)
         searched.compile(self.backend.with_schedule(self._apply(searched, regions, choices)))
         rng = np.random.default_rng(self.seed)
-        data = {n: x for n, x in measure.random_inputs(default, rng).items()
-                if n not in graph.data or n in graph.assignments}
+        # the weights keep their values: random data only for what the caller binds per run
+        weights = graph.data.keys() - graph.assignments.keys()
+        data = measure.random_inputs(default, rng, skip=weights)
         outputs = sorted(graph.retrieved)
         want = [measure.run(default, data, default.resolve(n)) for n in outputs]
         got = [measure.run(searched, data, searched.resolve(n)) for n in outputs]
