@@ -108,32 +108,39 @@ class ConstantFold:
     """Evaluate ops whose inputs are all numeric constants into one constant."""
 
     def compile(self, graph: Graph) -> None:
-        users = graph.consumers()
+        # applied in one pass at the end (see Graph.replace_many); until then, reads of a
+        # folded node look through `folded`
+        folded: dict[int, int] = {}
+        users: dict[int, list[int]] | None = None  # built at the first fold
+        outputs = graph.outputs()
         for node in graph.toposort():
-            if node.id not in graph.nodes or not node.inputs:
+            if not node.inputs or isinstance(node.op, _NEVER_FOLDED):
                 continue
-            if isinstance(node.op, (ops.Input, ops.Constant, ops.Iota)):
-                continue
-            values = [_constant_value(graph, e.src) for e in node.inputs]
-            if any(v is None for v in values) or node.id in graph.outputs():
+            srcs = [folded.get(e.src, e.src) for e in node.inputs]
+            values = [_constant_value(graph, s) for s in srcs]
+            if any(v is None for v in values) or node.id in outputs:
                 continue
             if any(e.view.mask is not None for e in node.inputs):
                 continue  # padding makes the value position dependent
-            if isinstance(node.op, (ops.SumReduce, ops.MaxReduce)):
-                continue  # depends on the reduced length; rare enough not to fold
             xs = [
-                np.asarray(v, dtype=compute_dtype(graph.nodes[e.src].dtype))
-                for v, e in zip(values, node.inputs)
+                np.asarray(v, dtype=compute_dtype(graph.nodes[s].dtype))
+                for v, s in zip(values, srcs)
             ]
             result = np.asarray(node.op.reference(xs, node.dtype, {}))
             result = result.astype(node.dtype.numpy).item()
             const = graph.add_node(ops.Constant(result), [], (), node.dtype)
-            for uid in users.get(node.id, []):
+            if users is None:
+                users = graph.consumers()
+            for uid in users[node.id]:
                 for e in graph.nodes[uid].inputs:
                     if e.src == node.id:
                         e.view = _as_scalar_view(e.view)
-            graph.replace(node.id, const.id)
-            users.setdefault(const.id, []).extend(users.get(node.id, []))
+            folded[node.id] = const.id
+        graph.replace_many(folded)
+
+
+# leaves, and reductions (their value depends on the reduced length; rare enough not to fold)
+_NEVER_FOLDED = (ops.Input, ops.Constant, ops.Iota, ops.SumReduce, ops.MaxReduce)
 
 
 class GenericCompiler:

@@ -73,6 +73,12 @@ class View:
     def __reduce__(self):  # the cached hash is per process (str hashes are salted)
         return (View, (self.shape, self.strides, self.offset, self.mask))
 
+    def __copy__(self) -> View:
+        return self
+
+    def __deepcopy__(self, memo) -> View:  # immutable: copying a graph need not copy its views
+        return self
+
     # ----- properties ---------------------------------------------------------------------
     @property
     def ndim(self) -> int:

@@ -50,6 +50,12 @@ class Expr:
     def __reduce__(self):
         return (Expr, (self.op, self.args))
 
+    def __copy__(self) -> Expr:
+        return self
+
+    def __deepcopy__(self, memo) -> Expr:  # interned: a copy would be this very object
+        return self
+
     # ----- leaves -------------------------------------------------------------------------
     @staticmethod
     def const(value: int) -> Expr:
