@@ -11,7 +11,8 @@ time a freshly built copy:
 3. `(GenericCompiler(), Search(cpu))` cold: no plan cached (the default plan's library is);
 4. the same, warm: the plan comes from the cache.
 
-Per compile it reports the total and its phases: GenericCompiler, search's own share (finding or
+Per compile it reports the total (wall and CPU seconds, the C compiler's included) and its
+wall-time phases: GenericCompiler, search's own share (finding or
 loading the plan and applying it), and the backend's lowering, C rendering and C build (from
 `runtime.stats`). With `--baseline CHECKOUT` (another checkout of this repository, e.g. the
 commit before a change), every round runs it too, interleaved with this one, by putting its
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,8 +33,15 @@ import tempfile
 import time
 from pathlib import Path
 
-PHASES = ("total_s", "generic_s", "search_s", "lower_s", "render_s", "build_s")
+PHASES = ("total_s", "cpu_s", "generic_s", "search_s", "lower_s", "render_s", "build_s")
 COMPILES = ("plain cold", "plain warm", "search cold", "search warm")
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of the C compilers it ran: on a shared machine it moves
+    far less than wall time."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 class Timed:
@@ -68,16 +77,25 @@ def measure_once() -> dict[str, dict[str, float]]:
         g.set_dim(cache.length_dim, 64)
         search = Search(cpu, progress=False) if name.startswith("search") else None
         generic, backend = Timed(lm.GenericCompiler()), Timed(search or cpu)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         g.compile((generic, backend))
-        total = time.perf_counter() - t0
+        total, cpu = time.perf_counter() - t0, cpu_seconds() - c0
         stats = g.runtime.stats
-        out[name] = {"total_s": total, "generic_s": generic.seconds,
+        out[name] = {"total_s": total, "cpu_s": cpu, "generic_s": generic.seconds,
                      "search_s": search.report.seconds if search else 0.0,
                      **{k: stats[k] for k in ("lower_s", "render_s", "build_s")}}
         if search and name.endswith("warm") and not search.report.cached:
             raise RuntimeError("the warm search compile did not use the plan cache")
     return out
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f
+                        if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown CPU"
 
 
 def run_round(checkout: Path | None) -> dict:
@@ -104,11 +122,15 @@ def main() -> None:
         return
     trees = {"this": None} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     rounds: dict[str, list[dict]] = {t: [] for t in trees}
+    loads = [os.getloadavg()[0]]
     for r in range(args.rounds):
         for tree, checkout in trees.items():
             rounds[tree].append(run_round(checkout))
-            print(f"round {r + 1} {tree}: load average {os.getloadavg()[0]:.1f}",
-                  file=sys.stderr, flush=True)
+            loads.append(os.getloadavg()[0])
+            print(f"round {r + 1} {tree}: load average {loads[-1]:.1f}", file=sys.stderr,
+                  flush=True)
+    print(f"{cpu_model()}, {os.cpu_count()} CPUs; load average {min(loads):.1f}-"
+          f"{max(loads):.1f} during the run; {args.rounds} round(s), medians\n")
     print("| checkout | compile | " + " | ".join(PHASES) + " |")
     print("|---|---|" + "---|" * len(PHASES))
     for tree, runs in rounds.items():

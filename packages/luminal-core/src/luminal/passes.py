@@ -24,7 +24,7 @@ class DeadCodeElimination:
             if nid in live:
                 continue
             live.add(nid)
-            stack.extend(e.src for e in graph.nodes[nid].inputs)
+            stack.extend([e.src for e in graph.nodes[nid].inputs])
         for nid in [n for n, node in graph.nodes.items() if n not in live]:
             if not isinstance(graph.nodes[nid].op, ops.Input):
                 graph.remove(nid)
@@ -36,15 +36,14 @@ class CSE:
     def compile(self, graph: Graph) -> None:
         seen: dict[tuple, int] = {}
         merged: dict[int, int] = {}  # applied in one pass at the end (see Graph.replace_many)
+        moved = merged.get
         for node in graph.toposort():
             if isinstance(node.op, ops.Input):
                 continue
-            key = (node.op, tuple((merged.get(e.src, e.src), e.view) for e in node.inputs),
+            key = (node.op, tuple([(moved(e.src, e.src), e.view) for e in node.inputs]),
                    node.dtype, node.shape)
-            other = seen.get(key)
-            if other is None:
-                seen[key] = node.id
-            else:
+            other = seen.setdefault(key, node.id)  # one hash of the key, not two
+            if other != node.id:
                 merged[node.id] = other
         graph.replace_many(merged)
 
@@ -76,6 +75,8 @@ class ArithmeticSimplify:
 
     def _survivor(self, graph: Graph, node: Node) -> int | None:
         op = node.op
+        if not isinstance(op, _SIMPLIFIED):  # most nodes: one check instead of five
+            return None
         if isinstance(op, (ops.Add, ops.Mul)) and node.dtype.is_float:
             neutral = 0.0 if isinstance(op, ops.Add) else 1.0
             for k in (0, 1):
@@ -96,6 +97,9 @@ class ArithmeticSimplify:
         ):
             return node.inputs[0].src
         return None
+
+
+_SIMPLIFIED = (ops.Add, ops.Mul, ops.Recip, ops.Log2, ops.Contiguous, ops.Cast)
 
 
 def _as_scalar_view(view: View) -> View:
