@@ -189,11 +189,15 @@ class Graph:
     def toposort(self) -> list[Node]:
         """The nodes, each after its inputs (a fresh list; cached until the graph changes: the
         compilers of one pipeline ask for it many times, often of an unchanged graph)."""
-        version, order = self._toposort_cache
+        return list(self._per_version("_toposort_cache", self._toposort))
+
+    def _per_version(self, slot: str, build: Callable[[], Any]) -> Any:
+        """What `build()` returned for the graph's current version, kept in attribute `slot`."""
+        version, value = getattr(self, slot)
         if version != self._version:
-            order = self._toposort()
-            self._toposort_cache = (self._version, order)
-        return list(order)
+            value = build()
+            setattr(self, slot, (self._version, value))
+        return value
 
     def _toposort(self) -> list[Node]:
         nodes = self.nodes
@@ -267,11 +271,7 @@ class Graph:
     def free_dims(self) -> set[str]:
         """Names of the symbolic dims the graph uses (cached until the graph changes: it is
         consulted on every `execute()`, and walking every view costs milliseconds)."""
-        version, names = self._free_dims_cache
-        if version != self._version:
-            names = self._collect_free_dims()
-            self._free_dims_cache = (self._version, names)
-        return set(names)
+        return set(self._per_version("_free_dims_cache", self._collect_free_dims))
 
     def _collect_free_dims(self) -> frozenset[str]:
         names: set[str] = set()
@@ -289,13 +289,12 @@ class Graph:
         """Every input, and one compiled function giving each one's rank and dims, flat, for
         the bound dim values (`execute()` checks every input on every run); cached until the graph
         changes."""
-        version, shapes = self._input_shapes_cache
-        if version != self._version:
+        def build() -> tuple[list[Node], Callable[[dict[str, int]], tuple[int, ...]]]:
             nodes = self.input_nodes()
             # each input's rank, then its dims: equal flat tuples mean equal shapes
-            shapes = (nodes, evaluator(d for n in nodes for d in (len(n.shape), *n.shape)))
-            self._input_shapes_cache = (self._version, shapes)
-        return shapes
+            return nodes, evaluator(d for n in nodes for d in (len(n.shape), *n.shape))
+
+        return self._per_version("_input_shapes_cache", build)
 
     # ----- compile & execute --------------------------------------------------------------
     def compile(self, compilers: Any = ()) -> Graph:
