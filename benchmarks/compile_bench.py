@@ -106,8 +106,10 @@ def run_round(checkout: Path | None) -> dict:
         env["PYTHONPATH"] = os.pathsep.join([*src, env.get("PYTHONPATH", "")])
     with tempfile.TemporaryDirectory() as cache:
         env["LUMINAL_CACHE"] = cache
-        proc = subprocess.run([sys.executable, __file__, "--one"], env=env, check=True,
+        proc = subprocess.run([sys.executable, __file__, "--one"], env=env, check=False,
                               capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"a round ({checkout or 'this checkout'}) failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.splitlines()[-1])
 
 
