@@ -121,3 +121,12 @@ def test_inf_in_the_branch_not_taken(backend):
             torch.nn.functional.embedding(ti, tx.reshape(5, 1)), tx.scatter(0, ti[:2], tx[3:5]))
     for a, w in zip(got, want):
         same(a, w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rounding_keeps_infinities(backend):
+    x = np.array([math.inf, -math.inf, math.nan, 2.5, -2.5, 0.5, -0.0, 1e30], np.float32)
+    got = run(backend, lambda g, t: (t.trunc(), t.floor(), t.ceil(), t.round(), t.frac()), x)
+    tx = torch.tensor(x)
+    for a, b in zip(got, (tx.trunc(), tx.floor(), tx.ceil(), tx.round(), tx.frac())):
+        same(a, b)

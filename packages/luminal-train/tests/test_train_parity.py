@@ -85,6 +85,25 @@ def test_pow_edges_match_torch(backend):
     check(backend, lambda t: t ** 0.5, neg, rtol=0, atol=0)  # NaN value and gradient
 
 
+POW_BASES = [-math.inf, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, math.inf, math.nan]
+POW_EXPONENTS = [-3.0, -2.0, -1.0, -0.5, 0.0, 0.3, 0.5, 1.0, 2.0, 2.5, 3.0, 70.0, math.inf,
+                 math.nan]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pow_value_and_gradients_on_the_edge_grid_match_torch(backend):
+    """Every base (+-inf, 0, 1, negative, NaN) against every exponent (0, fractional, whole,
+    large, inf, NaN): the value and both gradients are PyTorch's, NaN and inf included."""
+    grid = np.array([(b, e) for b in POW_BASES for e in POW_EXPONENTS], np.float32)
+    check(backend, lambda b, e: b ** e, grid[:, 0].copy(), grid[:, 1].copy(), rtol=1e-4, atol=0)
+    bases = np.array(POW_BASES, np.float32)
+    for e in POW_EXPONENTS[:-2]:  # a Python exponent (torch.pow(Tensor, Scalar))
+        check(backend, lambda t, e=e: t ** e, bases, rtol=1e-4, atol=0)
+    for c in (-2.0, -0.5, 0.0, 0.5, 1.0, 2.0):  # a Python base (torch.pow(Scalar, Tensor))
+        check(backend, lambda t, c=c: c ** t, np.array(POW_EXPONENTS, np.float32),
+              rtol=1e-4, atol=0)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_extreme_activations_have_zero_gradients(backend):
     x = np.array([300.0, -300.0, 50.0, -50.0], np.float32)

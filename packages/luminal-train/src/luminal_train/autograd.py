@@ -14,6 +14,8 @@ Algorithm: the nodes that lie on a path from a parameter to the loss are visited
 topological order; each node's upstream gradients are summed, its primitive VJP rule
 (`vjp.py`) gives the gradient of each input in the shape it was read, and `transpose_view`
 (`views.py`) scatters that back through the edge's view into the producer's buffer shape.
+A node carrying a `CustomVjp` (`luminal.hl_ops.custom_vjp`, e.g. `pow`'s output) gets its
+inputs' gradients from that rule instead of from the primitives inside it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 
 from luminal import Graph, GraphTensor, ops
+from luminal.hl_ops.custom_vjp import VJP_META
 from luminal.shape import View
 
 from .contract import mul_grad, reduced_view, summed_axes
@@ -114,6 +117,13 @@ def build_gradients(loss: GraphTensor, params: Sequence[GraphTensor]) -> list[Gr
             found[node.id] = g
             continue
         if node.meta.get("detach"):  # GraphTensor.detach(): a constant for autograd
+            continue
+        custom = node.meta.get(VJP_META)
+        if custom is not None:  # an op with a gradient formula of its own (e.g. pow)
+            for t, gin in zip(custom.inputs, custom.rule(g)):
+                if gin is not None and t.id in relevant:
+                    src = graph.nodes[t.id]
+                    pending.setdefault(t.id, []).append(transpose_view(gin, t.layout, src.shape))
             continue
         inputs = [
             GraphTensor(graph, e.src, e.view, graph.nodes[e.src].dtype) for e in node.inputs
