@@ -169,3 +169,43 @@ def test_losses_with_weights_ignore_index_and_probabilities(backend):
 def test_detach_stops_the_gradient(backend):
     x = np.array([1.0, -2.0, 3.0], np.float32)
     check(backend, lambda t: t * t.detach() + t.clone(), x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["pow0", "times0", "x_minus_x", "floor", "pow0_index",
+                                  "other_param"])
+def test_gradient_of_a_constant_function_is_zero_as_torch(backend, name):
+    """Losses that depend on x but are constant in it: PyTorch gives zeros (and, for a
+    parameter the loss does not read, zeros with materialize_grads), so does luminal."""
+    fns = {"pow0": lambda x, y: (x ** 0).sum(), "times0": lambda x, y: (x * 0).sum(),
+           "x_minus_x": lambda x, y: (x - x).sum(), "floor": lambda x, y: x.floor().sum(),
+           "pow0_index": lambda x, y: (x ** 0)[0], "other_param": lambda x, y: (y * 2).sum()}
+    a = np.array([1.5, 0.0, -2.0], np.float32)
+    g = lm.Graph()
+    x, y = g.tensor((3,)).set(a), g.tensor((3,)).set(a)
+    gx = lt.grad(fns[name](x, y), [x])[0].retrieve()
+    g.compile((lm.GenericCompiler(), lm.backend(backend)))
+    g.execute()
+    tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    (want,) = torch.autograd.grad(fns[name](tx, ty), [tx], allow_unused=True,
+                                  materialize_grads=True)
+    np.testing.assert_array_equal(gx.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("name", ["constant", "ones_sum", "detached", "compared", "argmax"])
+def test_gradient_of_a_constant_loss_raises_as_torch(name):
+    """A loss that reads no float input through float ops has no grad_fn in PyTorch, whose
+    autograd raises; luminal raises a ValueError saying the loss is a constant."""
+    fns = {"constant": lambda g, x: g.constant(2.0) if g else torch.tensor(2.0),
+           "ones_sum": lambda g, x: (g.ones((3,)) if g else torch.ones(3)).sum(),
+           "detached": lambda g, x: x.detach().sum(),
+           "compared": lambda g, x: (x > 0).sum().float(),
+           "argmax": lambda g, x: x.argmax().float()}
+    a = np.array([1.5, 0.0, -2.0], np.float32)
+    tx = torch.tensor(a, requires_grad=True)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        torch.autograd.grad(fns[name](None, tx), [tx])
+    g = lm.Graph()
+    x = g.tensor((3,)).set(a)
+    with pytest.raises(ValueError, match="the loss is a constant"):
+        lt.grad(fns[name](g, x), [x])
