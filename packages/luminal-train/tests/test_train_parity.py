@@ -209,3 +209,19 @@ def test_gradient_of_a_constant_loss_raises_as_torch(name):
     x = g.tensor((3,)).set(a)
     with pytest.raises(ValueError, match="the loss is a constant"):
         lt.grad(fns[name](g, x), [x])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scatter_gradients_with_duplicates_match_torch(backend):
+    """PyTorch's scatter backward: self's gradient is zero where written, and every src
+    value the index reads gets the gradient of its target, overwritten duplicates too."""
+    rng = np.random.default_rng(2)
+    idx = rng.integers(0, 3, (3, 4, 5)).astype(np.int32)
+    x = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    src = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    for dim in (0, 1, -1):
+        check(backend, lambda a, s, i, m, dim=dim: a.scatter(dim, i, s) * m, x, src, idx, w,
+              grad=(0, 1), tfn=lambda a, s, i, m, dim=dim: a.scatter(dim, i.long(), s) * m)
+        check(backend, lambda a, s, i, dim=dim: a.scatter_reduce(dim, i, s, "amax"), x, src, idx,
+              grad=(0, 1), tfn=lambda a, s, i, dim=dim: a.scatter_reduce(dim, i.long(), s, "amax"))

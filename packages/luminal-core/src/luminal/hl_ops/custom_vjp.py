@@ -2,8 +2,9 @@
 
 `pow` is built from exp2/log2 and selections so that its *value* is PyTorch's at 0, inf and
 negative bases; differentiating that composition would give NaN or the wrong infinity at
-those points (0 * inf inside the chain rule). PyTorch defines pow's derivative by a formula
-instead, and so does luminal: the op's output node carries a `CustomVjp`
+those points (0 * inf inside the chain rule). `scatter` with duplicate indices keeps one
+value, but PyTorch's gradient reaches every duplicate. PyTorch defines these derivatives by
+formulas instead, and so does luminal: the op's output node carries a `CustomVjp`
 (`node.meta["vjp"]`), which luminal-train's autograd applies in place of differentiating the
 primitives inside.
 """
@@ -22,9 +23,8 @@ VJP_META = "vjp"
 
 @dataclass(frozen=True)
 class CustomVjp:
-    """`inputs`: the tensors the op reads, each in the output's shape (broadcast views of the
-    caller's tensors); `rule(g)`: their gradients given the output's gradient `g` (None where
-    none flows)."""
+    """`inputs`: the tensors the op reads; `rule(g)`: their gradients, each in its input's
+    shape, given the output's gradient `g` (None where none flows)."""
 
     inputs: tuple[GraphTensor, ...]
     rule: Callable[[GraphTensor], Sequence[GraphTensor | None]]

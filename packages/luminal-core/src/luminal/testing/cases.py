@@ -669,6 +669,10 @@ PARITY = [
     parity("scatter", lambda F, x, i, s: (x.scatter(1, i, s),
                                           x.scatter_reduce(1, i, s, "amax")), (3, 5), (3, 2),
            (3, 2), gen=(normal, indices(5), normal)),
+    parity("scatter_duplicates", lambda F, x, i, s: (
+        x.scatter(1, i, s), x.scatter_add(1, i, s), x.scatter_reduce(1, i, s, "mean"),
+        x.scatter_reduce(1, i, s, "prod", include_self=False), x.scatter_reduce(1, i, s, "amin")),
+        (3, 5), (3, 6), (3, 6), gen=(normal, indices(2), specials)),
     parity("einsum", lambda F, a, b: (F.einsum("ij,jk->ik", a, b), F.einsum("ij->j", a)),
            (3, 4), (4, 5)),
     parity("conv_transpose2d", lambda F, x, w: F.conv_transpose2d(x, w, stride=2, padding=1,
