@@ -146,9 +146,10 @@ def test_scatter_with_duplicate_indices_matches_torch(backend, dtype):
     idx = rng.integers(0, 3, (3, 4, 5)).astype(np.int32)
     reduces = [(r, inc) for r in ("sum", "prod", "mean", "amax", "amin") for inc in (True, False)]
     for dim in (0, 1, -1):
-        got = run(backend, lambda g, a, s, i: (a.scatter(dim, i, s), a.scatter_add(dim, i, s),
-                                               *[a.scatter_reduce(dim, i, s, r, include_self=inc)
-                                                 for r, inc in reduces]), x, src, idx)
+        got = run(backend, lambda g, a, s, i, dim=dim: (
+            a.scatter(dim, i, s), a.scatter_add(dim, i, s),
+            *[a.scatter_reduce(dim, i, s, r, include_self=inc) for r, inc in reduces]),
+            x, src, idx)
         tx, ts, ti = torch.tensor(x), torch.tensor(src), torch.tensor(idx).long()
         want = [tx.scatter(dim, ti, ts), tx.scatter_add(dim, ti, ts),
                 *[tx.scatter_reduce(dim, ti, ts, r, include_self=inc) for r, inc in reduces]]
