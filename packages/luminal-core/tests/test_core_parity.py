@@ -121,3 +121,37 @@ def test_inf_in_the_branch_not_taken(backend):
             torch.nn.functional.embedding(ti, tx.reshape(5, 1)), tx.scatter(0, ti[:2], tx[3:5]))
     for a, w in zip(got, want):
         same(a, w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rounding_keeps_infinities(backend):
+    x = np.array([math.inf, -math.inf, math.nan, 2.5, -2.5, 0.5, -0.0, 1e30], np.float32)
+    got = run(backend, lambda g, t: (t.trunc(), t.floor(), t.ceil(), t.round(), t.frac()), x)
+    tx = torch.tensor(x)
+    for a, b in zip(got, (tx.trunc(), tx.floor(), tx.ceil(), tx.round(), tx.frac())):
+        same(a, b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_scatter_with_duplicate_indices_matches_torch(backend, dtype):
+    """Plain scatter: the last write along dim wins (PyTorch's CPU kernel; its docs leave
+    the pick unspecified); scatter_add/scatter_reduce combine every duplicate exactly, inf
+    and NaN included."""
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((4, 5, 6)) * 4).astype(dtype)
+    src = (rng.standard_normal((3, 4, 5)) * 4).astype(dtype)
+    if dtype == "float32":
+        src[0, 0, :3] = [math.inf, math.nan, -math.inf]
+    idx = rng.integers(0, 3, (3, 4, 5)).astype(np.int32)
+    reduces = [(r, inc) for r in ("sum", "prod", "mean", "amax", "amin") for inc in (True, False)]
+    for dim in (0, 1, -1):
+        got = run(backend, lambda g, a, s, i, dim=dim: (
+            a.scatter(dim, i, s), a.scatter_add(dim, i, s),
+            *[a.scatter_reduce(dim, i, s, r, include_self=inc) for r, inc in reduces]),
+            x, src, idx)
+        tx, ts, ti = torch.tensor(x), torch.tensor(src), torch.tensor(idx).long()
+        want = [tx.scatter(dim, ti, ts), tx.scatter_add(dim, ti, ts),
+                *[tx.scatter_reduce(dim, ti, ts, r, include_self=inc) for r, inc in reduces]]
+        for a, b in zip(got, want):
+            same(a, b)

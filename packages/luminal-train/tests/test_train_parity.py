@@ -85,6 +85,25 @@ def test_pow_edges_match_torch(backend):
     check(backend, lambda t: t ** 0.5, neg, rtol=0, atol=0)  # NaN value and gradient
 
 
+POW_BASES = [-math.inf, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, math.inf, math.nan]
+POW_EXPONENTS = [-3.0, -2.0, -1.0, -0.5, 0.0, 0.3, 0.5, 1.0, 2.0, 2.5, 3.0, 70.0, math.inf,
+                 math.nan]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pow_value_and_gradients_on_the_edge_grid_match_torch(backend):
+    """Every base (+-inf, 0, 1, negative, NaN) against every exponent (0, fractional, whole,
+    large, inf, NaN): the value and both gradients are PyTorch's, NaN and inf included."""
+    grid = np.array([(b, e) for b in POW_BASES for e in POW_EXPONENTS], np.float32)
+    check(backend, lambda b, e: b ** e, grid[:, 0].copy(), grid[:, 1].copy(), rtol=1e-4, atol=0)
+    bases = np.array(POW_BASES, np.float32)
+    for e in POW_EXPONENTS[:-2]:  # a Python exponent (torch.pow(Tensor, Scalar))
+        check(backend, lambda t, e=e: t ** e, bases, rtol=1e-4, atol=0)
+    for c in (-2.0, -0.5, 0.0, 0.5, 1.0, 2.0):  # a Python base (torch.pow(Scalar, Tensor))
+        check(backend, lambda t, c=c: c ** t, np.array(POW_EXPONENTS, np.float32),
+              rtol=1e-4, atol=0)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_extreme_activations_have_zero_gradients(backend):
     x = np.array([300.0, -300.0, 50.0, -50.0], np.float32)
@@ -150,3 +169,59 @@ def test_losses_with_weights_ignore_index_and_probabilities(backend):
 def test_detach_stops_the_gradient(backend):
     x = np.array([1.0, -2.0, 3.0], np.float32)
     check(backend, lambda t: t * t.detach() + t.clone(), x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["pow0", "times0", "x_minus_x", "floor", "pow0_index",
+                                  "other_param"])
+def test_gradient_of_a_constant_function_is_zero_as_torch(backend, name):
+    """Losses that depend on x but are constant in it: PyTorch gives zeros (and, for a
+    parameter the loss does not read, zeros with materialize_grads), so does luminal."""
+    fns = {"pow0": lambda x, y: (x ** 0).sum(), "times0": lambda x, y: (x * 0).sum(),
+           "x_minus_x": lambda x, y: (x - x).sum(), "floor": lambda x, y: x.floor().sum(),
+           "pow0_index": lambda x, y: (x ** 0)[0], "other_param": lambda x, y: (y * 2).sum()}
+    a = np.array([1.5, 0.0, -2.0], np.float32)
+    g = lm.Graph()
+    x, y = g.tensor((3,)).set(a), g.tensor((3,)).set(a)
+    gx = lt.grad(fns[name](x, y), [x])[0].retrieve()
+    g.compile((lm.GenericCompiler(), lm.backend(backend)))
+    g.execute()
+    tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    (want,) = torch.autograd.grad(fns[name](tx, ty), [tx], allow_unused=True,
+                                  materialize_grads=True)
+    np.testing.assert_array_equal(gx.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("name", ["constant", "ones_sum", "detached", "compared", "argmax"])
+def test_gradient_of_a_constant_loss_raises_as_torch(name):
+    """A loss that reads no float input through float ops has no grad_fn in PyTorch, whose
+    autograd raises; luminal raises a ValueError saying the loss is a constant."""
+    fns = {"constant": lambda g, x: g.constant(2.0) if g else torch.tensor(2.0),
+           "ones_sum": lambda g, x: (g.ones((3,)) if g else torch.ones(3)).sum(),
+           "detached": lambda g, x: x.detach().sum(),
+           "compared": lambda g, x: (x > 0).sum().float(),
+           "argmax": lambda g, x: x.argmax().float()}
+    a = np.array([1.5, 0.0, -2.0], np.float32)
+    tx = torch.tensor(a, requires_grad=True)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        torch.autograd.grad(fns[name](None, tx), [tx])
+    g = lm.Graph()
+    x = g.tensor((3,)).set(a)
+    with pytest.raises(ValueError, match="the loss is a constant"):
+        lt.grad(fns[name](g, x), [x])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scatter_gradients_with_duplicates_match_torch(backend):
+    """PyTorch's scatter backward: self's gradient is zero where written, and every src
+    value the index reads gets the gradient of its target, overwritten duplicates too."""
+    rng = np.random.default_rng(2)
+    idx = rng.integers(0, 3, (3, 4, 5)).astype(np.int32)
+    x = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    src = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    w = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    for dim in (0, 1, -1):
+        check(backend, lambda a, s, i, m, dim=dim: a.scatter(dim, i, s) * m, x, src, idx, w,
+              grad=(0, 1), tfn=lambda a, s, i, m, dim=dim: a.scatter(dim, i.long(), s) * m)
+        check(backend, lambda a, s, i, dim=dim: a.scatter_reduce(dim, i, s, "amax"), x, src, idx,
+              grad=(0, 1), tfn=lambda a, s, i, dim=dim: a.scatter_reduce(dim, i.long(), s, "amax"))

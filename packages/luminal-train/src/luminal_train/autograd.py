@@ -14,6 +14,8 @@ Algorithm: the nodes that lie on a path from a parameter to the loss are visited
 topological order; each node's upstream gradients are summed, its primitive VJP rule
 (`vjp.py`) gives the gradient of each input in the shape it was read, and `transpose_view`
 (`views.py`) scatters that back through the edge's view into the producer's buffer shape.
+A node carrying a `CustomVjp` (`luminal.hl_ops.custom_vjp`, e.g. `pow`'s output) gets its
+inputs' gradients from that rule instead of from the primitives inside it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 
 from luminal import Graph, GraphTensor, ops
+from luminal.hl_ops.custom_vjp import VJP_META
 from luminal.shape import View
 
 from .contract import mul_grad, reduced_view, summed_axes
@@ -51,7 +54,10 @@ class Autograd:
     `ag.grads` (in parameter order), or what `ag.compile(graph)` returns.
 
     Building is idempotent: compiling again, or reading `grads` before compiling, reuses the
-    first result. A parameter the loss does not depend on gets a zero gradient.
+    first result. A parameter the loss does not depend on gets a zero gradient (PyTorch's
+    `autograd.grad(..., allow_unused=True, materialize_grads=True)`); a loss that reads no
+    float input (a constant, or only detached or compared values) raises ValueError, as
+    PyTorch raises for a loss without `grad_fn`.
     """
 
     def __init__(self, params: Params, loss: GraphTensor):
@@ -97,6 +103,11 @@ def build_gradients(loss: GraphTensor, params: Sequence[GraphTensor]) -> list[Gr
         raise TypeError(f"the loss must be a float tensor, got {loss.dtype}")
     if not loss.layout.numel == 1:
         raise ValueError(f"the loss must hold one element, got shape {loss.shape}")
+    if not _reads_an_input(graph, loss.id):
+        raise ValueError(
+            "grad: the loss is a constant (it reads no float input tensor, or reads them only "
+            "through detach, comparisons or integer casts), so it has no gradient (PyTorch "
+            "raises 'element 0 of tensors does not require grad' for the same)")
     param_ids = [p.id for p in params]
     relevant = _on_some_path(graph, set(param_ids), loss.id)
     seed = graph.constant(1.0, loss.dtype).expand(loss.layout.shape)
@@ -107,13 +118,20 @@ def build_gradients(loss: GraphTensor, params: Sequence[GraphTensor]) -> list[Gr
     users = graph.consumers()
     for node in reversed(graph.toposort()):
         parts = pending.pop(node.id, None)
-        if parts is None:
+        if parts is None or node.id not in relevant:  # no parameter below: zero gradients
             continue
         g = _sum(parts)
         if isinstance(node.op, ops.Input):
             found[node.id] = g
             continue
         if node.meta.get("detach"):  # GraphTensor.detach(): a constant for autograd
+            continue
+        custom = node.meta.get(VJP_META)
+        if custom is not None:  # an op with a gradient formula of its own (e.g. pow)
+            for t, gin in zip(custom.inputs, custom.rule(g)):
+                if gin is not None and t.id in relevant:
+                    src = graph.nodes[t.id]
+                    pending.setdefault(t.id, []).append(transpose_view(gin, t.layout, src.shape))
             continue
         inputs = [
             GraphTensor(graph, e.src, e.view, graph.nodes[e.src].dtype) for e in node.inputs
@@ -195,6 +213,30 @@ def _mul_input_grad(g: GraphTensor, other: GraphTensor, view: View, src) -> Grap
         if product is not None:
             return transpose_view(product, reduced_view(view, axes), src.shape)
     return transpose_view(g * other, view, src.shape)
+
+
+def _reads_an_input(graph: Graph, target: int) -> bool:
+    """Whether the target depends on some float input tensor through float values (what
+    PyTorch's `requires_grad` follows: not through comparisons, integer casts or `detach`),
+    counting the inputs an op with a custom gradient reads in its rule (`x ** 0` is a
+    constant that still depends on x)."""
+    seen: set[int] = set()
+    stack = [target]
+    while stack:
+        nid = stack.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        node = graph.nodes[nid]
+        if not node.dtype.is_float or node.meta.get("detach"):
+            continue
+        if isinstance(node.op, ops.Input):
+            return True
+        stack.extend(e.src for e in node.inputs)
+        custom = node.meta.get(VJP_META)
+        if custom is not None:
+            stack.extend(t.id for t in custom.inputs)
+    return False
 
 
 def _on_some_path(graph: Graph, sources: set[int], target: int) -> set[int]:

@@ -12,6 +12,7 @@ from ..dtypes import bool_, float32, int32, promote
 from ..errors import OpError
 from ..symbolic import Expr
 from .base import TensorBase
+from .custom_vjp import with_vjp
 from .movement import broadcast_shape, broadcast_to, cat
 
 if TYPE_CHECKING:
@@ -364,24 +365,50 @@ class BinaryOps:
 
     def pow(self, exponent: Operand) -> GraphTensor:
         """`self ** exponent` with PyTorch semantics: negative bases with integral exponents,
-        NaN for negative bases with fractional ones, 0 ** 0 == 1, 0 ** -1 == inf."""
+        NaN for negative bases with fractional ones, 0 ** 0 == 1, 0 ** -1 == inf; and
+        PyTorch's gradient formulas (`_pow_vjp`), exact at 0, inf and negative bases."""
         if not self.dtype.is_float and _integral_exponent(exponent):
             return _pow_int(self, exponent)
         x = self.to(_float_of(self))
         if not _is_tensor(exponent):
-            return _pow_scalar(x, float(exponent))
+            e = float(exponent)
+            return with_vjp(_pow_scalar(x, e), [x], lambda g: [_pow_base_grad(g, x, e)])
         y = exponent.to(promote(x.dtype, exponent.dtype) if exponent.dtype.is_float else x.dtype)
-        # |x| ** y as exp2(y * log2|x|); a zero exponent of a zero or infinite base reads
-        # base 1 so that 0 ** 0 == inf ** 0 == 1; a negative base with a fractional exponent
-        # reads x itself, whose log2 is NaN, so the value and its gradient are NaN (PyTorch)
-        neg = x < 0
-        fractional = y != y.trunc()
-        # 0 ** 0 and inf ** 0 are 1, but exp2(0 * log2(x)) is NaN there: read base 1
-        degenerate = (y == 0) & ((x == 0) | (x.abs() == math.inf))
-        base = where(degenerate, 1.0, where(neg & fractional, x, x.abs()))
-        mag = (base.log2() * y).exp2()
-        odd = y.abs().fmod(2.0) == 1
-        return where(neg & odd, -mag, mag)
+        shape = broadcast_shape("pow", x.layout.shape, y.layout.shape)
+        x, y = broadcast_to(x, shape), broadcast_to(y, shape)
+        out = _pow_tensor(x, y)
+        return with_vjp(out, [x, y], lambda g: [_pow_base_grad(g, x, y),
+                                                _pow_exponent_grad(g, x, y, out)])
+
+
+def _pow_tensor(x: GraphTensor, y: GraphTensor) -> GraphTensor:
+    """|x| ** y as exp2(y * log2|x|), the sign from y's parity."""
+    neg = x < 0
+    fractional = y != y.trunc()  # False for +-inf
+    # x ** 0, 1 ** y and -1 ** +-inf are 1 for every x and y (NaN included), but
+    # exp2(y * log2|x|) is NaN there: read base 1 and exponent 0. A negative finite base
+    # with a fractional exponent reads x itself, whose log2 is NaN (PyTorch's value);
+    # -inf ** 0.3 is inf.
+    one = (y == 0) | (x == 1) | ((x == -1) & (y.abs() == math.inf))
+    base = where(one, 1.0, where(neg & fractional & (x > -math.inf), x, x.abs()))
+    mag = (base.log2() * where(one, 0.0, y)).exp2()
+    odd = y.abs().fmod(2.0) == 1
+    return where(neg & odd, -mag, mag)
+
+
+def _pow_base_grad(g: GraphTensor, x: GraphTensor, e) -> GraphTensor:
+    """PyTorch's d(x ** e)/dx: e * x ** (e - 1), and 0 wherever e == 0 (even for x = 0 or
+    NaN, where the formula is not a number)."""
+    if not _is_tensor(e):
+        return g * 0.0 if e == 0 else g * (x.pow(e - 1.0) * e)
+    return g * where(e == 0, 0.0, e * x.pow(e - 1.0))
+
+
+def _pow_exponent_grad(g: GraphTensor, x: GraphTensor, y: GraphTensor,
+                       out: GraphTensor) -> GraphTensor:
+    """PyTorch's d(x ** y)/dy: x ** y * log(x), and 0 where x == 0 and y >= 0 (NaN for a
+    negative base, whose log is NaN)."""
+    return g * where((x == 0) & (y >= 0), 0.0, out * x.log())
 
 
 def _check_shift(x: GraphTensor, shift) -> None:
@@ -471,12 +498,12 @@ def _pow_int(x: GraphTensor, exponent: Operand) -> GraphTensor:
 
 def _pow_scalar(x: GraphTensor, e: float) -> GraphTensor:
     """x ** e for a Python exponent: whole exponents up to 64 by square-and-multiply (exact,
-    fine for negative bases, PyTorch's gradient at 0), sqrt for 0.5, exp2/log2 otherwise.
+    fine for negative bases), sqrt for +-0.5, exp2/log2 otherwise.
 
     In the exp2/log2 form the bases where it breaks (0 and -inf) read 1 instead, and their
-    value (C's pow) comes from a branch of its own, so no 0 * inf reaches the gradient. A
-    negative finite base with a fractional exponent reads x itself: its log2 is NaN, so the
-    value and the gradient are NaN, as in PyTorch."""
+    value (C's pow) comes from a branch of its own. A negative finite base with a fractional
+    exponent reads x itself: its log2 is NaN, as in PyTorch. (The gradient is pow's own rule,
+    `_pow_base_grad`, not this composition's.)"""
     if e == int(e) and abs(e) <= 64:
         out, square, k = None, x, int(abs(e))
         while k:
@@ -488,8 +515,10 @@ def _pow_scalar(x: GraphTensor, e: float) -> GraphTensor:
         if out is None:
             return x.graph.constant(1.0, x.dtype).expand_as(x)
         return out.reciprocal() if e < 0 else out
-    if e == 0.5:
+    if e == 0.5:  # PyTorch's sqrt and rsqrt special cases: NaN at -inf
         return x.sqrt()
+    if e == -0.5:
+        return x.sqrt().reciprocal()
     edge = (x == 0) | (x == -math.inf)
     safe = where(edge, 1.0, x)
     if e == int(e):  # large whole exponent: sign from its parity
@@ -499,20 +528,8 @@ def _pow_scalar(x: GraphTensor, e: float) -> GraphTensor:
     else:
         general = (safe.log2() * e).exp2()
         at_inf = math.inf if e > 0 else 0.0
-    edge_value = where(x == 0, _pow_at_zero(x, e), at_inf + safe * 0.0)  # gradient 0 at -inf
+    edge_value = where(x == 0, 0.0 if e > 0 else math.inf, at_inf)
     return where(edge, edge_value, general)
-
-
-def _pow_at_zero(x: GraphTensor, e: float) -> GraphTensor:
-    """0 ** e for a fractional e with PyTorch's gradient e * 0 ** (e - 1): 0 for e > 1,
-    inf for 0 < e < 1 (sqrt's at 0), -inf for e < 0 (the reciprocal's). x reads 0 where it is
-    0 and a harmless constant elsewhere (where this branch is not taken)."""
-    at_zero = where(x == 0, x, 0.0)
-    if e > 1:
-        return at_zero * 0.0
-    if e > 0:
-        return at_zero.sqrt()
-    return where(x == 0, x, 1.0).reciprocal()
 
 
 def _equal(a: Operand, b: Operand) -> GraphTensor:

@@ -14,6 +14,7 @@ from ..symbolic import Expr, lt, to_expr
 from .base import TensorBase
 from .binary import lift, where
 from .creation import IOTA_INDEX, iota
+from .custom_vjp import with_vjp
 from .movement import broadcast_to
 from .reduction import ValuesIndices, _axes
 
@@ -126,8 +127,9 @@ class SelectionOps:
     # ----- scatter -----------------------------------------------------------------------
     def scatter(self, dim: int, index: GraphTensor, src=None, value=None, reduce=None):
         """PyTorch `scatter`: out[index[i][j]][j] = src[i][j] (dim 0), elsewhere self.
-        Duplicate indices: the written values are summed (PyTorch leaves the pick
-        unspecified). `reduce="add"/"multiply"` is `scatter_reduce(..., "sum"/"prod")`."""
+        Duplicate indices: the last write along `dim` wins (the largest i), what PyTorch's
+        CPU kernel does (its docs leave the pick unspecified). `reduce="add"/"multiply"` is
+        `scatter_reduce(..., "sum"/"prod")`."""
         src = value if src is None else src
         if reduce is not None:
             kinds = {"add": "sum", "multiply": "prod"}
@@ -135,7 +137,13 @@ class SelectionOps:
                 raise RuntimeError(f"scatter: reduce must be 'add' or 'multiply', got {reduce!r}")
             return self.scatter_reduce(dim, index, src, kinds[reduce])
         hit, picked, _ = _scatter_parts(self, dim, index, src)
-        return _scatter_write(self, dim, hit.any(-1), where(hit, picked, 0).sum(-1))
+        order = iota(self.graph, IOTA_INDEX, (hit.layout.shape[-1],), int32)
+        last = where(hit, order, -1).amax(-1, keepdim=True)
+        chosen = hit & (order == last)  # one source per written position: exact selection
+        out = _scatter_write(self, dim, hit.any(-1), where(chosen, picked, 0).sum(-1))
+        if not isinstance(src, TensorBase):
+            return out
+        return with_vjp(out, [self, src], lambda g: _scatter_vjp(g, dim, index, src))
 
     def scatter_add(self, dim: int, index: GraphTensor, src: GraphTensor) -> GraphTensor:
         return self.scatter_reduce(dim, index, src, "sum")
@@ -264,6 +272,17 @@ def _scatter_parts(x: GraphTensor, dim: int, index: GraphTensor, src):
     hit = broadcast_to(idx, shape) == positions.unsqueeze(-1).expand(shape)
     picked = broadcast_to(src.to(x.dtype).movedim(a, -1).unsqueeze(-2), shape)
     return hit, picked, region.movedim(a, -1)
+
+
+def _scatter_vjp(g: GraphTensor, dim: int, index: GraphTensor, src: GraphTensor):
+    """PyTorch's scatter gradients: self gets g where nothing was written; every src value
+    the index reads gets g at its target, duplicates included (torch's `gather`), and src
+    beyond the index's extent gets 0."""
+    g_src = g.gather(dim, index)
+    for ax, (have, want) in enumerate(zip(g_src.layout.shape, src.layout.shape)):
+        if have != want:
+            g_src = g_src._pad_axis(ax, 0, to_expr(want) - have)
+    return [g.scatter(dim, index, value=0.0), g_src]
 
 
 def _scatter_write(x: GraphTensor, dim: int, written: GraphTensor, value: GraphTensor):

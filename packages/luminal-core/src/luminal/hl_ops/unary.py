@@ -95,9 +95,12 @@ class UnaryOps:
         return (self > 0).to(self.dtype) - (self < 0).to(self.dtype)
 
     def trunc(self) -> GraphTensor:
+        """x - fmod(x, 1); +-inf stay +-inf (fmod(inf, 1) is NaN), with gradient 0
+        everywhere as PyTorch's (the infinities are constants here)."""
         if not self.dtype.is_float:
             return self
-        return self - self.fmod(1.0)
+        whole = self - self.fmod(1.0)
+        return where(self == math.inf, math.inf, where(self == -math.inf, -math.inf, whole))
 
     def floor(self) -> GraphTensor:
         if not self.dtype.is_float:

@@ -103,6 +103,15 @@ def specials(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
+def choices(*values: float) -> Gen:
+    """float32 values drawn from `values` (edge points: 0, +-1, +-inf, NaN...)."""
+
+    def gen(rng, shape):
+        return rng.choice(np.array(values, np.float32), shape).astype(np.float32)
+
+    return gen
+
+
 def int_edges(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """int32 values including INT_MIN, INT_MAX, 0 and -1 (overflow-prone spots)."""
     edges = np.array([-(2**31), 2**31 - 1, 0, -1, 1, -7, 12345, -98765], np.int32)
@@ -660,6 +669,10 @@ PARITY = [
     parity("scatter", lambda F, x, i, s: (x.scatter(1, i, s),
                                           x.scatter_reduce(1, i, s, "amax")), (3, 5), (3, 2),
            (3, 2), gen=(normal, indices(5), normal)),
+    parity("scatter_duplicates", lambda F, x, i, s: (
+        x.scatter(1, i, s), x.scatter_add(1, i, s), x.scatter_reduce(1, i, s, "mean"),
+        x.scatter_reduce(1, i, s, "prod", include_self=False), x.scatter_reduce(1, i, s, "amin")),
+        (3, 5), (3, 6), (3, 6), gen=(normal, indices(2), specials)),
     parity("einsum", lambda F, a, b: (F.einsum("ij,jk->ik", a, b), F.einsum("ij->j", a)),
            (3, 4), (4, 5)),
     parity("conv_transpose2d", lambda F, x, w: F.conv_transpose2d(x, w, stride=2, padding=1,
@@ -674,6 +687,13 @@ PARITY = [
     parity("pad_modes", lambda F, x: (F.pad(x, (2, 1, 1, 0), mode="reflect"),
                                       F.pad(x, (1, 2, 0, 1), mode="replicate"),
                                       F.pad(x, (1, 1, 2, 2), mode="circular")), (1, 2, 4, 5)),
+    parity("pow_edges", lambda F, b, e: (b ** e, b ** 0.3, b ** -0.5, b ** 3.0, 2.0 ** e),
+           (6, 7), (6, 7), gen=(choices(-math.inf, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0,
+                                        math.inf, math.nan),
+                                choices(-2.0, -1.0, -0.5, 0.0, 0.3, 1.0, 2.0, 2.5, 3.0,
+                                        math.inf, -math.inf, math.nan))),
+    parity("rounding_non_finite", lambda F, x: (x.trunc(), x.floor(), x.ceil(), x.round()),
+           (4, 6), gen=specials),
     parity("diagonal_einsum_trace", lambda F, x: (x.diagonal(1), x.diagonal(-1, 0, 1),
                                                   F.einsum("ii", x[:, :4])), (4, 5)),
 ]
