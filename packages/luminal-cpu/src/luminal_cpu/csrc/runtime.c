@@ -343,7 +343,8 @@ static lm_work *lm_thread_work(void) {
  * (row stride `ldd`) when given, else stored into C */
 static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, long k_lo,
                     long k_hi, const lm_mat *A, const long *aoff, const lm_mat *B,
-                    const long *boff, const lm_qmat *W, const lm_out *C, float *dst, long ldd) {
+                    const long *boff, const lm_qmat *W, const lm_packer *P, const lm_out *C,
+                    float *dst, long ldd) {
   float *restrict ap = work->ap, *restrict bp = work->bp, *restrict ct = work->ct;
   const long width = (nc + 15) / 16 * 16;  /* columns the micro-kernels touch */
   for (long i = 0; i < (mc + LM_MR - 1) / LM_MR * LM_MR; i++)
@@ -353,6 +354,7 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
     for (long j = 0; j < nc; j += LM_NR) {
       const long nr = nc - j < LM_NR ? nc - j : LM_NR;
       if (W) lm_pack_bq(W, n0 + j, nr, k0, kc, bp + j * kc);
+      else if (P) P->pack(P->ctx, n0 + j, nr, k0, kc, bp + j * kc, LM_NR);
       else lm_pack_b(B, boff[b], n0 + j, nr, k0, kc, bp + j * kc);
     }
     for (long i = 0; i < mc; i += LM_MR)
@@ -385,7 +387,8 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
 #define LM_SPLIT_TASKS 8
 #define LM_SPLIT_MIN_K 512
 static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, long N, long K,
-                          const lm_mat *A, const lm_mat *B, const lm_qmat *W, const lm_out *C) {
+                          const lm_mat *A, const lm_mat *B, const lm_qmat *W,
+                          const lm_packer *P, const lm_out *C) {
   long tm = (M + LM_MC - 1) / LM_MC, tn = (N + LM_NC - 1) / LM_NC;
   /* the K split is decided on the shapes alone (before tiles are added for the threads) */
   long ks = 1;
@@ -404,7 +407,7 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
       for (long t = lo; t < hi; t++) {
         const long b = t / (tm * tn), m0 = t / tn % tm * mc, n0 = t % tn * nc;
         lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, 0, K,
-                A, aoff, B, boff, W, C, NULL, 0);
+                A, aoff, B, boff, W, P, C, NULL, 0);
       }
     return;
   }
@@ -428,7 +431,7 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
         continue;
       }
       lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, k_lo, k_hi,
-              A, aoff, B, boff, W, C, dst, N);
+              A, aoff, B, boff, W, P, C, dst, N);
     }
   lm_for_begin(nb * M);
   for (long lo, hi; lm_for_next(&lo, &hi);)
@@ -519,7 +522,12 @@ void lm_gemm(long nb, const long *aoff, const long *boff, long M, long N, long K
   else if (M <= LM_GEMV_MAX_M && B.rs == 1)
     lm_gemv_axpy(nb, aoff, boff, M, N, K, &A, &B, &C);
   else
-    lm_gemm_tiled(nb, aoff, boff, M, N, K, &A, &B, NULL, &C);
+    lm_gemm_tiled(nb, aoff, boff, M, N, K, &A, &B, NULL, NULL, &C);
+}
+
+void lm_gemm_packed(long M, long N, long K, lm_mat A, lm_packer B, lm_out C) {
+  const long zero = 0;
+  lm_gemm_tiled(1, &zero, &zero, M, N, K, &A, NULL, NULL, &B, &C);
 }
 
 /* ----- quantized ----------------------------------------------------------------------------- */
@@ -727,5 +735,5 @@ void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qm
   else if (M <= LM_GEMV_MAX_M)
     lm_qgemv_axpy(nb, aoff, M, N, K, &A, &W, &C);
   else
-    lm_gemm_tiled(nb, aoff, aoff, M, N, K, &A, NULL, &W, &C);
+    lm_gemm_tiled(nb, aoff, aoff, M, N, K, &A, NULL, &W, NULL, &C);
 }

@@ -46,3 +46,13 @@ void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qm
 
 /* lm_qgemm for Q5_0 and the K-quants (kquant.c) */
 void lm_kq_gemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W, lm_out C);
+
+/* B computed while the GEMM packs it, never stored whole (an implicit GEMM: a convolution's
+ * im2col matrix gathered from its input panel by panel). pack(ctx, n0, nr, k0, kc, bp, ldp)
+ * writes bp[k * ldp + j] = B(n0 + j, k0 + k) for k < kc, j < nr, and zeros for nr <= j < ldp */
+typedef void (*lm_pack_fn)(const void *ctx, long n0, long nr, long k0, long kc, float *bp,
+                           long ldp);
+typedef struct { lm_pack_fn pack; const void *ctx; } lm_packer;
+
+/* C (M x N) = A (M x K) * B^T with B's panels from `B` */
+void lm_gemm_packed(long M, long N, long K, lm_mat A, lm_packer B, lm_out C);

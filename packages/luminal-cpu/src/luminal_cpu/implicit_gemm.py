@@ -1,0 +1,195 @@
+"""Implicit GEMM: a matmul whose right operand is computed while the GEMM packs it.
+
+A convolution lowers to `W @ cols`, where `cols` (the im2col matrix, K = C*kh*kw rows of
+N = OH*OW output positions) is a gather kernel that reads every input kh*kw times and writes
+a matrix kh*kw times the input's size, which the GEMM then reads back from memory. Here such a
+gather kernel is folded into the matmul's B-panel packing (`lm_gemm_packed`, csrc/runtime.h):
+each panel is gathered from the (cache-resident) input right before the micro-kernel uses it,
+and the im2col matrix is never written.
+
+`fuse(program)` rewrites a `Program`: a `Matmul` without batch axes whose right operand is a
+float32 temporary read as B(n, k) = buf[k*N + n], written by a `Kernel` without reductions
+whose domain, walked row-major, is that (k, n) layout, and read by nothing else, becomes one
+`GatherMatmul`. Everything else is left as it is.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+
+from luminal.codegen import (
+    BodyWriter,
+    Call,
+    Kernel,
+    Matmul,
+    MatOperand,
+    Param,
+    Program,
+    dim_names,
+    kernel_dims,
+    top_reductions,
+    unravel_declarations,
+)
+from luminal.codegen.indexing import flat_index
+from luminal.symbolic import Expr, prod
+
+from .dialect import C
+
+
+@dataclass(frozen=True)
+class GatherMatmul:
+    """`matmul` with its right operand (parameter 2) computed by `gather`: the gather's
+    domain axes before `split` walk k, the others n. Parameters: the matmul's output and
+    left operand, then the gather's inputs."""
+
+    matmul: Matmul
+    gather: Kernel
+    split: int
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        return (*self.matmul.params[:2], *self.gather.params[1:])
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        return tuple(sorted({*kernel_dims(self.matmul), *kernel_dims(self.gather)}))
+
+
+def _split(mm: Matmul, gather: Kernel) -> int | None:
+    """The domain axis where the gather's n part starts, if its store is B's row-major
+    (k, n) layout."""
+    if top_reductions(gather.out.value) or gather.params[0].dtype.name != "float32":
+        return None
+    if gather.out.buf != 0 or gather.out.index != flat_index(gather.domain, gather.loop_vars):
+        return None
+    for j in range(1, len(gather.domain)):
+        if prod(gather.domain[j:]) == mm.n and prod(gather.domain[:j]) == mm.k:
+            return j
+    return None
+
+
+def _operand_is_gathered(mm: Matmul) -> bool:
+    b = mm.b
+    return (not mm.batch and isinstance(b, MatOperand) and b.offset == 0
+            and b.stride_row == 1 and b.stride_k == mm.n
+            and mm.params[2].dtype.name == "float32")
+
+
+def fuse(program: Program) -> Program:
+    """`program` with every gather-then-matmul pair of the module docstring fused."""
+    writer_of: dict[int, int] = {}  # temp buffer -> the call writing it
+    readers: Counter[int] = Counter()
+    for c, call in enumerate(program.calls):
+        for p, buf in zip(program.kernels[call.kernel].params, call.args):
+            if p.output:
+                writer_of[buf] = c
+            else:
+                readers[buf] += 1
+    kernels: list = list(program.kernels)
+    fused_ids: dict[GatherMatmul, int] = {}
+    replaced: dict[int, Call] = {}  # matmul call -> its fused call
+    dropped: set[int] = set()  # the gather calls folded into a matmul
+    for c, call in enumerate(program.calls):
+        mm = program.kernels[call.kernel]
+        if not (isinstance(mm, Matmul) and _operand_is_gathered(mm)):
+            continue
+        buf = call.args[2]
+        w = writer_of.get(buf)
+        if program.buffers[buf].role != "temp" or readers[buf] != 1 or w is None:
+            continue
+        gather = program.kernels[program.calls[w].kernel]
+        split = _split(mm, gather) if isinstance(gather, Kernel) else None
+        if split is None:
+            continue
+        fused = GatherMatmul(mm, gather, split)
+        kid = fused_ids.setdefault(fused, len(kernels))
+        if kid == len(kernels):
+            kernels.append(fused)
+        replaced[c] = Call(kid, (*call.args[:2], *program.calls[w].args[1:]))
+        dropped.add(w)
+    if not replaced:
+        return program
+    calls = [replaced.get(c, call) for c, call in enumerate(program.calls) if c not in dropped]
+    used = sorted({call.kernel for call in calls})
+    renumber = {old: new for new, old in enumerate(used)}
+    return replace(program, kernels=[kernels[k] for k in used],
+                   calls=[Call(renumber[call.kernel], call.args) for call in calls])
+
+
+def _render_pack(g: GatherMatmul, name: str) -> list[str]:
+    """The packing function of `g`: B's panel rows are runs of the gather's innermost axis,
+    vectorised."""
+    k = g.gather
+    dims = kernel_dims(k)
+    names = dim_names(dims)
+    writer = BodyWriter(C, names)
+    value = writer.emit(k.out.value)
+    extents = [e.render_c(names) for e in k.domain]
+    axes = [v.name for v in k.loop_vars]
+    k_ext, n_ext = extents[: g.split], extents[g.split:]
+    last = axes[-1]
+    inputs = [f"  const {C.storage_type(p.dtype)} *restrict p{i} = lm_c->p[{i - 1}];"
+              for i, p in enumerate(k.params) if i > 0]
+    return [
+        f"typedef struct {{ const void *p[{max(len(k.params) - 1, 1)}]; "
+        f"long d[{max(len(dims), 1)}]; }} {name}_ctx;",
+        f"static void {name}_pack(const void *lm_ctx, long lm_n0, long lm_nr, long lm_k0, "
+        "long lm_kc, float *restrict lm_bp, long lm_ldp) {",
+        f"  const {name}_ctx *lm_c = (const {name}_ctx *)lm_ctx;",
+        *inputs,
+        *(f"  const long {names[d]} = lm_c->d[{i}];" for i, d in enumerate(dims)),
+        "  for (long lm_k = 0; lm_k < lm_kc; lm_k++) {",
+        "    float *restrict lm_dst = lm_bp + lm_k * lm_ldp;",
+        "    const long lm_kk = lm_k0 + lm_k;",
+        *("    " + x for x in unravel_declarations("lm_kk", k_ext, axes[: g.split])),
+        "    long lm_j = 0;",
+        "    while (lm_j < lm_nr) {",
+        "      const long lm_n = lm_n0 + lm_j;",
+        *("      " + x for x in unravel_declarations("lm_n", n_ext, [*axes[g.split:-1],
+                                                                    "lm_s"])),
+        f"      const long lm_run = ({n_ext[-1]}) - lm_s < lm_nr - lm_j ? "
+        f"({n_ext[-1]}) - lm_s : lm_nr - lm_j;",
+        "      #pragma omp simd",
+        "      for (long lm_t = 0; lm_t < lm_run; lm_t++) {",
+        f"        const long {last} = lm_s + lm_t;",
+        *("        " + x for x in writer.root.lines),
+        f"        lm_dst[lm_j + lm_t] = {value};",
+        "      }",
+        "      lm_j += lm_run;",
+        "    }",
+        "    for (; lm_j < lm_ldp; lm_j++) lm_dst[lm_j] = 0.0f;",
+        "  }",
+        "}",
+    ]
+
+
+def render(g: GatherMatmul, name: str, dtype_code: dict[str, str]) -> str:
+    """`g` as a C function: its packing function, then the call into `lm_gemm_packed`."""
+    mm = g.matmul
+    dims = g.dims
+    names = dim_names(dims)
+
+    def ex(e: Expr) -> str:
+        return e.render_c(names)
+
+    gather_dims = kernel_dims(g.gather)
+    gather_params = g.gather.params[1:]
+    params = [(C.storage_type(mm.params[0].dtype), "p0", True),
+              (C.storage_type(mm.params[1].dtype), "p1", False),
+              *((C.storage_type(p.dtype), f"g{i}", False) for i, p in enumerate(gather_params))]
+    ctx = (f"{{{{{', '.join(f'g{i}' for i in range(len(gather_params))) or '0'}}}, "
+           f"{{{', '.join(names[d] for d in gather_dims) or '0'}}}}}")
+    a_dt = dtype_code[mm.params[1].dtype.name]
+    c_dt = dtype_code[mm.params[0].dtype.name]
+    return "\n".join([
+        *_render_pack(g, name),
+        C.signature(name, params, [names[d] for d in dims]) + " {",
+        f"  const {name}_ctx lm_ctx = {ctx};",
+        f"  const long lm_co = {ex(mm.out_offset)};",
+        f"  lm_gemm_packed({ex(mm.m)}, {ex(mm.n)}, {ex(mm.k)}, "
+        f"(lm_mat){{p1 + {ex(mm.a.offset)}, {a_dt}, {ex(mm.a.stride_row)}, {ex(mm.a.stride_k)}}}, "
+        f"(lm_packer){{{name}_pack, &lm_ctx}}, "
+        f"(lm_out){{p0, {c_dt}, &lm_co, {ex(mm.out_stride)}}});",
+        "}",
+    ]) + "\n"
