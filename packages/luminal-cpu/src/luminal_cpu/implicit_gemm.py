@@ -8,9 +8,10 @@ each panel is gathered from the (cache-resident) input right before the micro-ke
 and the im2col matrix is never written.
 
 `fuse(program)` rewrites a `Program`: a `Matmul` without batch axes whose right operand is a
-float32 temporary read as B(n, k) = buf[k*N + n], written by a `Kernel` without reductions
-whose domain, walked row-major, is that (k, n) layout, and read by nothing else, becomes one
-`GatherMatmul`. Everything else is left as it is.
+float32 temporary read as B(n, k) = buf[k*N + n], written by a `Kernel` that only moves data
+(loads, masks, and the sums of a concatenation's masked loads) and whose domain, walked
+row-major, is that (k, n) layout, and read by nothing else, becomes one `GatherMatmul`.
+Everything else is left as it is.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from luminal.codegen import (
     Program,
     dim_names,
     kernel_dims,
-    top_reductions,
     unravel_declarations,
 )
 from luminal.codegen.indexing import flat_index
+from luminal.codegen.ir import Binary, Const, Load, Value, Where
 from luminal.symbolic import Expr, prod
 
 from .dialect import C
@@ -56,10 +57,24 @@ class GatherMatmul:
         return tuple(sorted({*kernel_dims(self.matmul), *kernel_dims(self.gather)}))
 
 
+def _moves_data(v: Value) -> bool:
+    """Whether `v` only selects loaded values (a window, a pad, a concatenation: masked loads
+    added up). Anything that computes (a fused bias + SiLU) is cheaper stored once than
+    recomputed in every panel, where the gather's masks and divisions keep the compiler from
+    vectorising the math."""
+    if isinstance(v, (Load, Const)):
+        return True
+    if isinstance(v, Where):
+        return _moves_data(v.x)
+    if isinstance(v, Binary) and v.op == "add":
+        return _moves_data(v.a) and _moves_data(v.b)
+    return False
+
+
 def _split(mm: Matmul, gather: Kernel) -> int | None:
     """The domain axis where the gather's n part starts, if its store is B's row-major
     (k, n) layout."""
-    if top_reductions(gather.out.value) or gather.params[0].dtype.name != "float32":
+    if not _moves_data(gather.out.value) or gather.params[0].dtype.name != "float32":
         return None
     if gather.out.buf != 0 or gather.out.index != flat_index(gather.domain, gather.loop_vars):
         return None
