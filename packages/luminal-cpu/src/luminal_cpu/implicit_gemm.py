@@ -133,8 +133,8 @@ def fuse(program: Program) -> Program:
 
 
 def _render_pack(g: GatherMatmul, name: str) -> list[str]:
-    """The packing function of `g`: B's panel rows are runs of the gather's innermost axis,
-    vectorised."""
+    """The packing function of `g` (csrc/runtime.h, `lm_pack_fn`): each row of the block is
+    gathered in runs along the gather's innermost axis, cut where a panel ends, vectorised."""
     k = g.gather
     dims = kernel_dims(k)
     names = dim_names(dims)
@@ -149,31 +149,34 @@ def _render_pack(g: GatherMatmul, name: str) -> list[str]:
     return [
         f"typedef struct {{ const void *p[{max(len(k.params) - 1, 1)}]; "
         f"long d[{max(len(dims), 1)}]; }} {name}_ctx;",
-        f"static void {name}_pack(const void *lm_ctx, long lm_n0, long lm_nr, long lm_k0, "
-        "long lm_kc, float *restrict lm_bp, long lm_ldp) {",
+        f"static void {name}_pack(const void *lm_ctx, long lm_n0, long lm_nc, long lm_k0, "
+        "long lm_kc, float *restrict lm_bp, long lm_w) {",
         f"  const {name}_ctx *lm_c = (const {name}_ctx *)lm_ctx;",
         *inputs,
         *(f"  const long {names[d]} = lm_c->d[{i}];" for i, d in enumerate(dims)),
+        "  const long lm_panel = lm_w * lm_kc;",
         "  for (long lm_k = 0; lm_k < lm_kc; lm_k++) {",
-        "    float *restrict lm_dst = lm_bp + lm_k * lm_ldp;",
+        "    float *restrict lm_row = lm_bp + lm_k * lm_w;",
         "    const long lm_kk = lm_k0 + lm_k;",
         *("    " + x for x in unravel_declarations("lm_kk", k_ext, axes[: g.split])),
         "    long lm_j = 0;",
-        "    while (lm_j < lm_nr) {",
+        "    while (lm_j < lm_nc) {",
         "      const long lm_n = lm_n0 + lm_j;",
         *("      " + x for x in unravel_declarations("lm_n", n_ext, [*axes[g.split:-1],
                                                                     "lm_s"])),
-        f"      const long lm_run = ({n_ext[-1]}) - lm_s < lm_nr - lm_j ? "
-        f"({n_ext[-1]}) - lm_s : lm_nr - lm_j;",
+        "      long lm_run = lm_w - lm_j % lm_w;",
+        "      if (lm_run > lm_nc - lm_j) lm_run = lm_nc - lm_j;",
+        f"      if (lm_run > ({n_ext[-1]}) - lm_s) lm_run = ({n_ext[-1]}) - lm_s;",
+        "      float *restrict lm_dst = lm_row + lm_j / lm_w * lm_panel + lm_j % lm_w;",
         "      #pragma omp simd",
         "      for (long lm_t = 0; lm_t < lm_run; lm_t++) {",
         f"        const long {last} = lm_s + lm_t;",
         *("        " + x for x in writer.root.lines),
-        f"        lm_dst[lm_j + lm_t] = {value};",
+        f"        lm_dst[lm_t] = {value};",
         "      }",
         "      lm_j += lm_run;",
         "    }",
-        "    for (; lm_j < lm_ldp; lm_j++) lm_dst[lm_j] = 0.0f;",
+        "    for (; lm_j % lm_w; lm_j++) lm_row[lm_j / lm_w * lm_panel + lm_j % lm_w] = 0.0f;",
         "  }",
         "}",
     ]

@@ -351,10 +351,10 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
     memset(ct + i * LM_NC, 0, sizeof(float) * width);
   for (long k0 = k_lo; k0 < k_hi; k0 += LM_KC) {
     const long kc = k_hi - k0 < LM_KC ? k_hi - k0 : LM_KC;
-    for (long j = 0; j < nc; j += LM_NR) {
+    if (P) P->pack(P->ctx, n0, nc, k0, kc, bp, LM_NR);
+    else for (long j = 0; j < nc; j += LM_NR) {
       const long nr = nc - j < LM_NR ? nc - j : LM_NR;
       if (W) lm_pack_bq(W, n0 + j, nr, k0, kc, bp + j * kc);
-      else if (P) P->pack(P->ctx, n0 + j, nr, k0, kc, bp + j * kc, LM_NR);
       else lm_pack_b(B, boff[b], n0 + j, nr, k0, kc, bp + j * kc);
     }
     for (long i = 0; i < mc; i += LM_MR)
