@@ -35,7 +35,7 @@ from luminal.codegen.indexing import flat_index
 from luminal.codegen.ir import Binary, Const, Load, Value, Where
 from luminal.symbolic import Expr, prod
 
-from .dialect import C
+from .dialect import C, odometer
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,18 @@ def _render_pack(g: GatherMatmul, name: str) -> list[str]:
     last = axes[-1]
     inputs = [f"  const {C.storage_type(p.dtype)} *restrict p{i} = lm_c->p[{i - 1}];"
               for i, p in enumerate(k.params) if i > 0]
+    # the n axes start at lm_n0 (divided out once per row of the block), then step by runs
+    start, _ = odometer(n_ext, [*axes[g.split:-1], "lm_s"], "lm_n0")
+    next_row = odometer(n_ext[:-1], axes[g.split:-1])[1] if len(n_ext) > 1 else ""
+
+    def run(length: str) -> list[str]:
+        return ["#pragma omp simd",
+                f"for (long lm_t = 0; lm_t < {length}; lm_t++) {{",
+                f"  const long {last} = lm_s + lm_t;",
+                *("  " + x for x in writer.root.lines),
+                f"  lm_dst[lm_t] = {value};",
+                "}"]
+
     return [
         f"typedef struct {{ const void *p[{max(len(k.params) - 1, 1)}]; "
         f"long d[{max(len(dims), 1)}]; }} {name}_ctx;",
@@ -154,29 +166,30 @@ def _render_pack(g: GatherMatmul, name: str) -> list[str]:
         f"  const {name}_ctx *lm_c = (const {name}_ctx *)lm_ctx;",
         *inputs,
         *(f"  const long {names[d]} = lm_c->d[{i}];" for i, d in enumerate(dims)),
-        "  const long lm_panel = lm_w * lm_kc;",
+        "  (void)lm_w;  /* always LM_NR: constant here, so no division by it */",
+        "  const long lm_panel = LM_NR * lm_kc;",
         "  for (long lm_k = 0; lm_k < lm_kc; lm_k++) {",
-        "    float *restrict lm_row = lm_bp + lm_k * lm_w;",
+        "    float *restrict lm_row = lm_bp + lm_k * LM_NR;",
         "    const long lm_kk = lm_k0 + lm_k;",
         *("    " + x for x in unravel_declarations("lm_kk", k_ext, axes[: g.split])),
-        "    long lm_j = 0;",
-        "    while (lm_j < lm_nc) {",
-        "      const long lm_n = lm_n0 + lm_j;",
-        *("      " + x for x in unravel_declarations("lm_n", n_ext, [*axes[g.split:-1],
-                                                                    "lm_s"])),
-        "      long lm_run = lm_w - lm_j % lm_w;",
+        *("    " + x for x in start),
+        "    for (long lm_j = 0; lm_j < lm_nc;) {",
+        "      long lm_run = LM_NR - lm_j % LM_NR;",
         "      if (lm_run > lm_nc - lm_j) lm_run = lm_nc - lm_j;",
         f"      if (lm_run > ({n_ext[-1]}) - lm_s) lm_run = ({n_ext[-1]}) - lm_s;",
-        "      float *restrict lm_dst = lm_row + lm_j / lm_w * lm_panel + lm_j % lm_w;",
-        "      #pragma omp simd",
-        "      for (long lm_t = 0; lm_t < lm_run; lm_t++) {",
-        f"        const long {last} = lm_s + lm_t;",
-        *("        " + x for x in writer.root.lines),
-        f"        lm_dst[lm_t] = {value};",
+        "      float *restrict lm_dst = lm_row + lm_j / LM_NR * lm_panel + lm_j % LM_NR;",
+        # a whole panel row (the common case) is a loop of constant length, which the
+        # compiler turns into a few straight vector operations
+        "      if (lm_run == LM_NR) {",
+        *("        " + x for x in run("LM_NR")),
+        "      } else {",
+        *("        " + x for x in run("lm_run")),
         "      }",
         "      lm_j += lm_run;",
+        f"      lm_s += lm_run; if (lm_s == ({n_ext[-1]})) {{ lm_s = 0; {next_row} }}",
         "    }",
-        "    for (; lm_j % lm_w; lm_j++) lm_row[lm_j / lm_w * lm_panel + lm_j % lm_w] = 0.0f;",
+        "    for (long lm_j = lm_nc; lm_j % LM_NR; lm_j++)",
+        "      lm_row[lm_j / LM_NR * lm_panel + lm_j % LM_NR] = 0.0f;",
         "  }",
         "}",
     ]

@@ -113,7 +113,6 @@ static inline void **lm_team_shared(void) { return &lm_me.team->shared; }
 
 
 #define LM_MR 8
-#define LM_NR 32
 #define LM_MC 96
 #define LM_NC 256
 #define LM_KC 256

@@ -53,6 +53,7 @@ void lm_kq_gemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_
  * goes to bp[(j / w) * w * kc + k * w + j % w], and the last panel is padded with zeros.
  * One call per block lets it walk the input a row at a time (w-column panels filled in
  * turn), which the hardware prefetchers follow. */
+#define LM_NR 32  /* columns of a packed B panel (the micro-kernel's width) */
 typedef void (*lm_pack_fn)(const void *ctx, long n0, long nc, long k0, long kc, float *bp,
                            long w);
 typedef struct { lm_pack_fn pack; const void *ctx; } lm_packer;
