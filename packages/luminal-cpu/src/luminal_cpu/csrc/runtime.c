@@ -201,10 +201,11 @@ static inline void lm_dequant_block(const unsigned char *restrict b, int q, floa
 #endif
 
 /* ----- micro-kernel ----------------------------------------------------------------------- */
-/* c[i][j] += sum_k a[k][i] * b[k][j] for an LM_MR x LM_NR tile of packed panels */
+/* c[i][j] = add[i][j] + sum_k a[k][i] * b[k][j] for an LM_MR x LM_NR tile of packed panels
+ * (add: earlier blocks' partial sums, row stride ldadd, or NULL for zeros; it may be c) */
 #if defined(__AVX512F__)
 static inline void lm_ukernel(long kc, const float *restrict a, const float *restrict b,
-                              float *restrict c, long ldc) {
+                              const float *add, long ldadd, float *c, long ldc) {
   __m512 acc[LM_MR][2];
   for (int i = 0; i < LM_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   for (long k = 0; k < kc; k++) {
@@ -216,15 +217,16 @@ static inline void lm_ukernel(long kc, const float *restrict a, const float *res
     }
   }
   for (int i = 0; i < LM_MR; i++) {
-    float *ci = c + i * ldc;
-    _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), acc[i][0]));
-    _mm512_storeu_ps(ci + 16, _mm512_add_ps(_mm512_loadu_ps(ci + 16), acc[i][1]));
+    const __m512 p0 = add ? _mm512_loadu_ps(add + i * ldadd) : _mm512_setzero_ps();
+    const __m512 p1 = add ? _mm512_loadu_ps(add + i * ldadd + 16) : _mm512_setzero_ps();
+    _mm512_storeu_ps(c + i * ldc, _mm512_add_ps(p0, acc[i][0]));
+    _mm512_storeu_ps(c + i * ldc + 16, _mm512_add_ps(p1, acc[i][1]));
   }
 }
 
 /* the same for a panel at most 16 columns wide (narrow matrices: half the work) */
 static inline void lm_ukernel16(long kc, const float *restrict a, const float *restrict b,
-                                float *restrict c, long ldc) {
+                                const float *add, long ldadd, float *c, long ldc) {
   __m512 acc[LM_MR];
   for (int i = 0; i < LM_MR; i++) acc[i] = _mm512_setzero_ps();
   for (long k = 0; k < kc; k++) {
@@ -233,29 +235,30 @@ static inline void lm_ukernel16(long kc, const float *restrict a, const float *r
       acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[k * LM_MR + i]), b0, acc[i]);
   }
   for (int i = 0; i < LM_MR; i++) {
-    float *ci = c + i * ldc;
-    _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), acc[i]));
+    const __m512 p = add ? _mm512_loadu_ps(add + i * ldadd) : _mm512_setzero_ps();
+    _mm512_storeu_ps(c + i * ldc, _mm512_add_ps(p, acc[i]));
   }
 }
 #else
 static inline void lm_ukernel16(long kc, const float *restrict a, const float *restrict b,
-                                float *restrict c, long ldc) {
+                                const float *add, long ldadd, float *c, long ldc) {
   float acc[LM_MR][16] = {{0}};
   for (long k = 0; k < kc; k++)
     for (int i = 0; i < LM_MR; i++)
       for (int j = 0; j < 16; j++) acc[i][j] = fmaf(a[k * LM_MR + i], b[k * LM_NR + j], acc[i][j]);
   for (int i = 0; i < LM_MR; i++)
-    for (int j = 0; j < 16; j++) c[i * ldc + j] += acc[i][j];
+    for (int j = 0; j < 16; j++) c[i * ldc + j] = (add ? add[i * ldadd + j] : 0.0f) + acc[i][j];
 }
 
 static inline void lm_ukernel(long kc, const float *restrict a, const float *restrict b,
-                              float *restrict c, long ldc) {
+                              const float *add, long ldadd, float *c, long ldc) {
   float acc[LM_MR][LM_NR] = {{0}};
   for (long k = 0; k < kc; k++)
     for (int i = 0; i < LM_MR; i++)
       for (int j = 0; j < LM_NR; j++) acc[i][j] = fmaf(a[k * LM_MR + i], b[k * LM_NR + j], acc[i][j]);
   for (int i = 0; i < LM_MR; i++)
-    for (int j = 0; j < LM_NR; j++) c[i * ldc + j] += acc[i][j];
+    for (int j = 0; j < LM_NR; j++)
+      c[i * ldc + j] = (add ? add[i * ldadd + j] : 0.0f) + acc[i][j];
 }
 #endif
 
@@ -344,12 +347,18 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
                     long k_hi, const lm_mat *A, const long *aoff, const lm_mat *B,
                     const long *boff, const lm_qmat *W, const lm_packer *P, const lm_out *C,
                     float *dst, long ldd) {
-  float *restrict ap = work->ap, *restrict bp = work->bp, *restrict ct = work->ct;
-  const long width = (nc + 15) / 16 * 16;  /* columns the micro-kernels touch */
-  for (long i = 0; i < (mc + LM_MR - 1) / LM_MR * LM_MR; i++)
-    memset(ct + i * LM_NC, 0, sizeof(float) * width);
+  float *restrict ap = work->ap, *restrict bp = work->bp, *ct = work->ct;
+  /* whole micro-tiles of a float32 C: the last block's sums go straight into C (no copy of
+   * the tile afterwards); others are summed in ct, then copied */
+  const int direct = k_hi > k_lo && !dst && C->dt == LM_F32 && mc % LM_MR == 0 &&
+                     nc % LM_NR == 0;
+  if (k_hi <= k_lo)  /* an empty sum: zeros */
+    for (long i = 0; i < mc; i++) memset(ct + i * LM_NC, 0, sizeof(float) * nc);
+  float *out = direct ? (float *)C->p + C->off[b] + m0 * C->rs + n0 : ct;
+  const long ldo = direct ? C->rs : LM_NC;
   for (long k0 = k_lo; k0 < k_hi; k0 += LM_KC) {
     const long kc = k_hi - k0 < LM_KC ? k_hi - k0 : LM_KC;
+    const int first = k0 == k_lo, last = k0 + kc >= k_hi;
     if (P) P->pack(P->ctx, n0, nc, k0, kc, bp, LM_NR);
     else for (long j = 0; j < nc; j += LM_NR) {
       const long nr = nc - j < LM_NR ? nc - j : LM_NR;
@@ -361,11 +370,15 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
     for (long j = 0; j < nc; j += LM_NR) {
       const int narrow = nc - j <= 16;
       for (long i = 0; i < mc; i += LM_MR) {
-        if (narrow) lm_ukernel16(kc, ap + i * kc, bp + j * kc, ct + i * LM_NC + j, LM_NC);
-        else lm_ukernel(kc, ap + i * kc, bp + j * kc, ct + i * LM_NC + j, LM_NC);
+        const float *add = first ? NULL : ct + i * LM_NC + j;
+        float *c = last ? out + i * ldo + j : ct + i * LM_NC + j;
+        const long ldc = last ? ldo : LM_NC;
+        if (narrow) lm_ukernel16(kc, ap + i * kc, bp + j * kc, add, LM_NC, c, ldc);
+        else lm_ukernel(kc, ap + i * kc, bp + j * kc, add, LM_NC, c, ldc);
       }
     }
   }
+  if (direct) return;
   for (long i = 0; i < mc; i++) {
     if (dst) {
       memcpy(dst + i * ldd, ct + i * LM_NC, sizeof(float) * nc);
