@@ -308,6 +308,26 @@ static void lm_pack_b(const lm_mat *B, long off, long n0, long nr, long k0, long
   }
 }
 
+/* every panel of the block B(n0 .. n0 + nc, k0 .. k0 + kc) of a float32 B whose rows (k) are
+ * contiguous along n, filled a row of B at a time: one sequential read per row (the hardware
+ * prefetchers follow it) instead of kc short reads per panel */
+static void lm_pack_b_rows(const lm_mat *B, long off, long n0, long nc, long k0, long kc,
+                           float *restrict bp) {
+  for (long k = 0; k < kc; k++) {
+    const float *src = (const float *)B->p + off + n0 + (k0 + k) * B->ks;
+    for (long j = 0; j < nc; j += LM_NR) {
+      float *restrict dst = bp + j * kc + k * LM_NR;
+      const long nr = nc - j < LM_NR ? nc - j : LM_NR;
+      if (nr == LM_NR) {
+        for (long t = 0; t < LM_NR; t++) dst[t] = src[j + t];
+      } else {
+        for (long t = 0; t < nr; t++) dst[t] = src[j + t];
+        for (long t = nr; t < LM_NR; t++) dst[t] = 0.0f;
+      }
+    }
+  }
+}
+
 /* the same panel decoded from a quantized matrix W (rows x cols, blocks along rows) */
 /* Panels start on block boundaries: k0 and n0 are multiples of 32 (LM_KC and LM_NR are), and
  * so are K (k_contig) or N (otherwise), the lengths of quantized rows. */
@@ -360,6 +380,7 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
     const long kc = k_hi - k0 < LM_KC ? k_hi - k0 : LM_KC;
     const int first = k0 == k_lo, last = k0 + kc >= k_hi;
     if (P) P->pack(P->ctx, n0, nc, k0, kc, bp, LM_NR);
+    else if (!W && B->dt == LM_F32 && B->rs == 1) lm_pack_b_rows(B, boff[b], n0, nc, k0, kc, bp);
     else for (long j = 0; j < nc; j += LM_NR) {
       const long nr = nc - j < LM_NR ? nc - j : LM_NR;
       if (W) lm_pack_bq(W, n0 + j, nr, k0, kc, bp + j * kc);
