@@ -132,3 +132,24 @@ def test_large_conv_spans_several_panels():
     np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, bs, True, padding=1),
                                rtol=1e-4, atol=1e-4)
     assert gather_matmuls(g) == 1
+
+
+def test_two_convs_of_one_input_each_gather():
+    """YOLO's detection head runs two 3x3 convolutions on one feature map: their shared im2col
+    is gathered inside each GEMM, never stored."""
+    g = lm.Graph()
+    x = g.tensor((1, 6, 12, 12), name="x")
+    w1, w2 = g.tensor((5, 6, 3, 3), name="w1"), g.tensor((9, 6, 3, 3), name="w2")
+    y1 = F.conv2d(x, w1, padding=1).retrieve()
+    y2 = F.conv2d(x, w2, padding=1).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    data = [randn(1, 6, 12, 12), randn(5, 6, 3, 3), randn(9, 6, 3, 3)]
+    for t, a in zip((x, w1, w2), data):
+        t.set(a)
+    g.execute()
+    for y, w in ((y1, data[1]), (y2, data[2])):
+        np.testing.assert_allclose(y.numpy(), torch_conv(data[0], w, None, False, padding=1),
+                                   rtol=1e-4, atol=1e-4)
+    program = g.runtime.program
+    assert gather_matmuls(g) == 2
+    assert all(isinstance(program.kernels[c.kernel], GatherMatmul) for c in program.calls)

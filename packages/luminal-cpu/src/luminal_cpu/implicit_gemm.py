@@ -10,13 +10,13 @@ and the im2col matrix is never written.
 `fuse(program)` rewrites a `Program`: a `Matmul` without batch axes whose right operand is a
 float32 temporary read as B(n, k) = buf[k*N + n], written by a `Kernel` that only moves data
 (loads, masks, and the sums of a concatenation's masked loads) and whose domain, walked
-row-major, is that (k, n) layout, and read by nothing else, becomes one `GatherMatmul`.
+row-major, is that (k, n) layout, and read only by such matmuls, becomes one `GatherMatmul`
+per matmul (two convolutions of one input each gather their own panels).
 Everything else is left as it is.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, replace
 
 from luminal.codegen import (
@@ -92,37 +92,42 @@ def _operand_is_gathered(mm: Matmul) -> bool:
 
 
 def fuse(program: Program) -> Program:
-    """`program` with every gather-then-matmul pair of the module docstring fused."""
+    """`program` with every gather-then-matmul pair of the module docstring fused (a gather
+    read by several such matmuls, two convolutions of one input, is fused into each)."""
     writer_of: dict[int, int] = {}  # temp buffer -> the call writing it
-    readers: Counter[int] = Counter()
+    readers: dict[int, list[int]] = {}  # buffer -> the calls reading it
     for c, call in enumerate(program.calls):
         for p, buf in zip(program.kernels[call.kernel].params, call.args):
             if p.output:
                 writer_of[buf] = c
             else:
-                readers[buf] += 1
+                readers.setdefault(buf, []).append(c)
     kernels: list = list(program.kernels)
     fused_ids: dict[GatherMatmul, int] = {}
     replaced: dict[int, Call] = {}  # matmul call -> its fused call
-    dropped: set[int] = set()  # the gather calls folded into a matmul
-    for c, call in enumerate(program.calls):
-        mm = program.kernels[call.kernel]
-        if not (isinstance(mm, Matmul) and _operand_is_gathered(mm)):
-            continue
-        buf = call.args[2]
+    dropped: set[int] = set()  # the gather calls folded into matmuls
+    for buf, calls in readers.items():
         w = writer_of.get(buf)
-        if program.buffers[buf].role != "temp" or readers[buf] != 1 or w is None:
+        if w is None or program.buffers[buf].role != "temp":
             continue
         gather = program.kernels[program.calls[w].kernel]
-        split = _split(mm, gather) if isinstance(gather, Kernel) else None
-        if split is None:
-            continue
-        fused = GatherMatmul(mm, gather, split)
-        kid = fused_ids.setdefault(fused, len(kernels))
-        if kid == len(kernels):
-            kernels.append(fused)
-        replaced[c] = Call(kid, (*call.args[:2], *program.calls[w].args[1:]))
-        dropped.add(w)
+        fused = []
+        for c in calls:
+            mm, args = program.kernels[program.calls[c].kernel], program.calls[c].args
+            split = (_split(mm, gather) if isinstance(gather, Kernel) and isinstance(mm, Matmul)
+                     and _operand_is_gathered(mm) and args[2] == buf
+                     and buf not in args[:2] else None)
+            if split is None:
+                break
+            fused.append((c, GatherMatmul(mm, gather, split)))
+        else:
+            for c, g in fused:
+                kid = fused_ids.setdefault(g, len(kernels))
+                if kid == len(kernels):
+                    kernels.append(g)
+                args = program.calls[c].args
+                replaced[c] = Call(kid, (*args[:2], *program.calls[w].args[1:]))
+            dropped.add(w)
     if not replaced:
         return program
     calls = [replaced.get(c, call) for c, call in enumerate(program.calls) if c not in dropped]
