@@ -229,7 +229,8 @@ def _static(d, name: str, what: str) -> int:
 
 
 def _conv(x, weight, bias, stride, padding, dilation, groups, spatial: int, name: str):
-    """Convolution as im2col: sliding-window view, then one (grouped) matmul.
+    """Convolution as im2col: sliding-window view, then one (grouped) matmul, weights on
+    the left (see below).
 
     Input (N, C, *S) or unbatched (C, *S); `padding` an int, a tuple, or "valid" / "same"
     ("same" needs stride 1, as in PyTorch; an odd total padding puts the extra on the right).
@@ -269,12 +270,13 @@ def _conv(x, weight, bias, stride, padding, dilation, groups, spatial: int, name
     out_sp = list(win.layout.shape[2 : 2 + spatial])
     g = groups
     win = win.reshape((n, g, cg, *out_sp, *kernel))
-    # (N, g, *So, Cg, *K) -> (N, g, So, Cg*K): the im2col matrix
-    order = [0, 1, *range(3, 3 + spatial), 2, *range(3 + spatial, 3 + 2 * spatial)]
-    cols = win.permute(order).reshape((n, g, _prod(out_sp), cg * math.prod(kernel)))
-    w = weight.reshape((g, out_ch // g, cg * math.prod(kernel))).transpose(-1, -2)  # (g, CgK, Og)
-    out = matmul(cols, w.unsqueeze(0))  # (N, g, So, Og)
-    out = out.permute(0, 1, 3, 2).reshape((n, out_ch, *out_sp))
+    # (N, g, Cg, *K, *So) -> (N, g, Cg*K, So): the im2col matrix with the positions last, so
+    # that weights @ columns comes out in (N, O, *So) order: the output needs no transpose
+    order = [0, 1, 2, *range(3 + spatial, 3 + 2 * spatial), *range(3, 3 + spatial)]
+    cols = win.permute(order).reshape((n, g, cg * math.prod(kernel), _prod(out_sp)))
+    w = weight.reshape((g, out_ch // g, cg * math.prod(kernel)))  # (g, Og, CgK)
+    out = matmul(w.unsqueeze(0), cols)  # (N, g, Og, So)
+    out = out.reshape((n, out_ch, *out_sp))
     if bias is not None:
         out = out + bias.reshape((1, out_ch) + (1,) * spatial)
     return out.squeeze(0) if unbatched else out

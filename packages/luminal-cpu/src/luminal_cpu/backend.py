@@ -8,7 +8,7 @@ from luminal.backend import Backend, BackendStatus
 from luminal.codegen import lower, plan_memory
 from luminal.graph import Graph
 
-from . import device, toolchain
+from . import device, implicit_gemm, toolchain
 from .runtime import CpuRuntime
 from .source import QUANT_KERNELS, program_source, runtime_source
 
@@ -49,7 +49,7 @@ class CpuBackend(Backend):
             raise RuntimeError(f"backend 'cpu' cannot compile: {status.reason}")
         cc = toolchain.compiler()
         t0 = time.perf_counter()
-        program = lower(graph, self.schedule, QUANT_KERNELS)
+        program = implicit_gemm.fuse(lower(graph, self.schedule, QUANT_KERNELS))
         plan = plan_memory(program)
         t1 = time.perf_counter()
         source = program_source(program, toolchain.VECTOR_MATH if cc.vector_math else "")

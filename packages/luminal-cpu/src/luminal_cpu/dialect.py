@@ -23,12 +23,13 @@ def _shared_loop(n: str, body: list[str], simd: bool = False,
             *("    " + b for b in body), "  }", "}"]
 
 
-def _odometer(extents: list[str], names: list[str]) -> tuple[list[str], str]:
-    """Loop variables set from the row-major position `lm_lo` (divided out once per chunk),
+def odometer(extents: list[str], names: list[str], flat: str = "lm_lo"
+             ) -> tuple[list[str], str]:
+    """Loop variables set from the row-major position `flat` (divided out once per chunk),
     and the statement stepping them to the next position (no division per row):
     `if (++last == extent) { last = 0; if (++previous == ...) ... }`."""
     start = [d.replace("const long", "long", 1)
-             for d in unravel_declarations("lm_lo", extents, names)]
+             for d in unravel_declarations(flat, extents, names)]
     step = f"++{names[0]};"
     for v, e in zip(names[1:], extents[1:]):
         step = f"if (++{v} == ({e})) {{ {v} = 0; {step} }}"
@@ -69,7 +70,7 @@ class CDialect(Dialect):
             if rows >= self.parallel_rows:
                 break
         product = " * ".join(f"({e})" for e in extents[:shared])
-        start, step = _odometer(extents[:shared], names[:shared])
+        start, step = odometer(extents[:shared], names[:shared])
         return _shared_loop(product, [
             *(x + " {" for x in heads[shared:]),
             *inner,

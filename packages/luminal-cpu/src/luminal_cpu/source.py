@@ -26,6 +26,7 @@ from luminal.codegen import (
 )
 from luminal.symbolic import Expr
 
+from . import implicit_gemm
 from .dialect import C
 
 ENTRY_POINT = "lm_run"
@@ -96,8 +97,10 @@ def _render_matmul(mm: Matmul, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def kernel_source(kernel: Kernel | Matmul, name: str) -> str:
+def kernel_source(kernel: Kernel | Matmul | implicit_gemm.GatherMatmul, name: str) -> str:
     """One kernel as a C function."""
+    if isinstance(kernel, implicit_gemm.GatherMatmul):
+        return implicit_gemm.render(kernel, name, _DTYPE_CODE)
     if isinstance(kernel, Matmul):
         return _render_matmul(kernel, name)
     return render_kernel(kernel, name, C)
@@ -115,7 +118,9 @@ def program_source(program: Program, vector_math: str = "") -> str:
         args = [
             f"({C.storage_type(p.dtype)} *)b[{buf}]" for p, buf in zip(kernel.params, call.args)
         ]
-        args += [f"d[{dim_index[d]}]" for d in kernel_dims(kernel)]
+        dims = kernel.dims if isinstance(kernel, implicit_gemm.GatherMatmul) else kernel_dims(
+            kernel)
+        args += [f"d[{dim_index[d]}]" for d in dims]
         body.append(f"    lm_k{call.kernel}({', '.join(args)});")
     parts.append(
         f"void {ENTRY_POINT}(void **b, const long *d, int threads) {{\n"

@@ -96,40 +96,12 @@ def _convolve(ctx: NodeContext, x: lm.GraphTensor, w: lm.GraphTensor, bias):
     ctx.attr("kernel_shape", None)
     kernel, strides, dilations, pads = _window_attrs(ctx, x, kernel)
     groups = ctx.attr("group", 1)
-    if groups == 1 and all(d == 1 for d in dilations):
-        if any(p for pair in pads for p in pair):
-            x = x.pad(_flat_pads(pads))
-        return _conv_weights_left(x, w, bias, strides)
     if any(b != e for b, e in pads):
         x, padding = x.pad(_flat_pads(pads)), 0
     else:
         padding = [b for b, _ in pads]
     conv = (F.conv1d, F.conv2d, F.conv3d)[spatial - 1]
     return conv(x, w, bias, stride=strides, padding=padding, dilation=dilations, groups=groups)
-
-
-def _conv_weights_left(x: lm.GraphTensor, w: lm.GraphTensor, bias, strides) -> lm.GraphTensor:
-    """An ungrouped, undilated convolution of (already padded) NC* input as
-    weights (O, C*K) @ columns (N, C*K, positions): the product comes out in NC* order, so
-    no transpose of the output is needed (about twice as fast on the cpu backend as the
-    columns-left form of `F.conv2d` on YOLOv8's layers)."""
-    spatial = w.ndim - 2
-    kernel = list(w.shape[2:])
-    windows = x
-    for k in range(spatial):
-        windows = windows.unfold(2 + k, kernel[k], strides[k])  # window axes go last
-    n, c = x.shape[:2]
-    out_spatial = list(windows.shape[2:2 + spatial])
-    if all(k == 1 for k in kernel):
-        cols = windows.reshape((n, c, -1))
-    else:
-        kernel_axes = list(range(2 + spatial, 2 + 2 * spatial))
-        cols = windows.permute(0, 1, *kernel_axes, *range(2, 2 + spatial)).reshape(
-            (n, c * math.prod(kernel), -1))
-    out = lm.matmul(w.reshape((w.shape[0], -1)), cols).reshape((n, w.shape[0], *out_spatial))
-    if bias is not None:
-        out = out + bias.reshape((1, -1) + (1,) * spatial)
-    return out
 
 
 def _pool_input(ctx: NodeContext):

@@ -325,5 +325,17 @@ def as_gather(r: Reduce) -> Value | None:
 
 
 def expands(view: View) -> bool:
-    """Whether the view reads some element more than once (a broadcast axis)."""
-    return any(s == 0 and d != 1 for d, s in zip(view.shape, view.strides))
+    """Whether the view reads some element more than once: a broadcast axis, or axes whose
+    strides overlap (the sliding windows of a convolution read each input up to kernel-size
+    times), as far as constant strides tell."""
+    axes = [(s, d) for d, s in zip(view.shape, view.strides) if d != 1]
+    if any(s == 0 for s, _ in axes):
+        return True
+    if not all(s.is_const and d.is_const for s, d in axes):
+        return False
+    reach = 0  # the largest flat offset the smaller-stride axes span together
+    for stride, extent in sorted((abs(s.value), d.value) for s, d in axes):
+        if stride <= reach:
+            return True
+        reach += stride * (extent - 1)
+    return False

@@ -209,6 +209,11 @@ def helper_functions(qualifier: str) -> str:
 """
 
 
+# A reduction over fewer elements than this is a plain loop (a pooling window): the compiler
+# unrolls it, where a vectorised one pays its masked vector and horizontal epilogue per window.
+SIMD_REDUCE_MIN = 16
+
+
 @dataclass
 class Scope:
     """Statements generated at one loop depth, and the names of the values computed there."""
@@ -346,7 +351,9 @@ class BodyWriter:
         self.scope_of[r.var.name] = inner
         body = self.emit(r.body)
         var, size = self.names.get(r.var.name, r.var.name), self.expr(r.size)
-        pragma = self.d.reduce_pragma(r.op, r.dtype, acc.name) if self.reduce_pragmas else None
+        short = r.size.is_const and r.size.value < SIMD_REDUCE_MIN
+        pragma = (self.d.reduce_pragma(r.op, r.dtype, acc.name)
+                  if self.reduce_pragmas and not short else None)
         scope.lines.extend(acc.declare())
         if pragma:
             scope.lines.append(pragma)

@@ -113,7 +113,6 @@ static inline void **lm_team_shared(void) { return &lm_me.team->shared; }
 
 
 #define LM_MR 8
-#define LM_NR 32
 #define LM_MC 96
 #define LM_NC 256
 #define LM_KC 256
@@ -202,10 +201,11 @@ static inline void lm_dequant_block(const unsigned char *restrict b, int q, floa
 #endif
 
 /* ----- micro-kernel ----------------------------------------------------------------------- */
-/* c[i][j] += sum_k a[k][i] * b[k][j] for an LM_MR x LM_NR tile of packed panels */
+/* c[i][j] = add[i][j] + sum_k a[k][i] * b[k][j] for an LM_MR x LM_NR tile of packed panels
+ * (add: earlier blocks' partial sums, row stride ldadd, or NULL for zeros; it may be c) */
 #if defined(__AVX512F__)
 static inline void lm_ukernel(long kc, const float *restrict a, const float *restrict b,
-                              float *restrict c, long ldc) {
+                              const float *add, long ldadd, float *c, long ldc) {
   __m512 acc[LM_MR][2];
   for (int i = 0; i < LM_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   for (long k = 0; k < kc; k++) {
@@ -217,15 +217,16 @@ static inline void lm_ukernel(long kc, const float *restrict a, const float *res
     }
   }
   for (int i = 0; i < LM_MR; i++) {
-    float *ci = c + i * ldc;
-    _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), acc[i][0]));
-    _mm512_storeu_ps(ci + 16, _mm512_add_ps(_mm512_loadu_ps(ci + 16), acc[i][1]));
+    const __m512 p0 = add ? _mm512_loadu_ps(add + i * ldadd) : _mm512_setzero_ps();
+    const __m512 p1 = add ? _mm512_loadu_ps(add + i * ldadd + 16) : _mm512_setzero_ps();
+    _mm512_storeu_ps(c + i * ldc, _mm512_add_ps(p0, acc[i][0]));
+    _mm512_storeu_ps(c + i * ldc + 16, _mm512_add_ps(p1, acc[i][1]));
   }
 }
 
 /* the same for a panel at most 16 columns wide (narrow matrices: half the work) */
 static inline void lm_ukernel16(long kc, const float *restrict a, const float *restrict b,
-                                float *restrict c, long ldc) {
+                                const float *add, long ldadd, float *c, long ldc) {
   __m512 acc[LM_MR];
   for (int i = 0; i < LM_MR; i++) acc[i] = _mm512_setzero_ps();
   for (long k = 0; k < kc; k++) {
@@ -234,29 +235,30 @@ static inline void lm_ukernel16(long kc, const float *restrict a, const float *r
       acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(a[k * LM_MR + i]), b0, acc[i]);
   }
   for (int i = 0; i < LM_MR; i++) {
-    float *ci = c + i * ldc;
-    _mm512_storeu_ps(ci, _mm512_add_ps(_mm512_loadu_ps(ci), acc[i]));
+    const __m512 p = add ? _mm512_loadu_ps(add + i * ldadd) : _mm512_setzero_ps();
+    _mm512_storeu_ps(c + i * ldc, _mm512_add_ps(p, acc[i]));
   }
 }
 #else
 static inline void lm_ukernel16(long kc, const float *restrict a, const float *restrict b,
-                                float *restrict c, long ldc) {
+                                const float *add, long ldadd, float *c, long ldc) {
   float acc[LM_MR][16] = {{0}};
   for (long k = 0; k < kc; k++)
     for (int i = 0; i < LM_MR; i++)
       for (int j = 0; j < 16; j++) acc[i][j] = fmaf(a[k * LM_MR + i], b[k * LM_NR + j], acc[i][j]);
   for (int i = 0; i < LM_MR; i++)
-    for (int j = 0; j < 16; j++) c[i * ldc + j] += acc[i][j];
+    for (int j = 0; j < 16; j++) c[i * ldc + j] = (add ? add[i * ldadd + j] : 0.0f) + acc[i][j];
 }
 
 static inline void lm_ukernel(long kc, const float *restrict a, const float *restrict b,
-                              float *restrict c, long ldc) {
+                              const float *add, long ldadd, float *c, long ldc) {
   float acc[LM_MR][LM_NR] = {{0}};
   for (long k = 0; k < kc; k++)
     for (int i = 0; i < LM_MR; i++)
       for (int j = 0; j < LM_NR; j++) acc[i][j] = fmaf(a[k * LM_MR + i], b[k * LM_NR + j], acc[i][j]);
   for (int i = 0; i < LM_MR; i++)
-    for (int j = 0; j < LM_NR; j++) c[i * ldc + j] += acc[i][j];
+    for (int j = 0; j < LM_NR; j++)
+      c[i * ldc + j] = (add ? add[i * ldadd + j] : 0.0f) + acc[i][j];
 }
 #endif
 
@@ -306,6 +308,26 @@ static void lm_pack_b(const lm_mat *B, long off, long n0, long nr, long k0, long
   }
 }
 
+/* every panel of the block B(n0 .. n0 + nc, k0 .. k0 + kc) of a float32 B whose rows (k) are
+ * contiguous along n, filled a row of B at a time: one sequential read per row (the hardware
+ * prefetchers follow it) instead of kc short reads per panel */
+static void lm_pack_b_rows(const lm_mat *B, long off, long n0, long nc, long k0, long kc,
+                           float *restrict bp) {
+  for (long k = 0; k < kc; k++) {
+    const float *src = (const float *)B->p + off + n0 + (k0 + k) * B->ks;
+    for (long j = 0; j < nc; j += LM_NR) {
+      float *restrict dst = bp + j * kc + k * LM_NR;
+      const long nr = nc - j < LM_NR ? nc - j : LM_NR;
+      if (nr == LM_NR) {
+        for (long t = 0; t < LM_NR; t++) dst[t] = src[j + t];
+      } else {
+        for (long t = 0; t < nr; t++) dst[t] = src[j + t];
+        for (long t = nr; t < LM_NR; t++) dst[t] = 0.0f;
+      }
+    }
+  }
+}
+
 /* the same panel decoded from a quantized matrix W (rows x cols, blocks along rows) */
 /* Panels start on block boundaries: k0 and n0 are multiples of 32 (LM_KC and LM_NR are), and
  * so are K (k_contig) or N (otherwise), the lengths of quantized rows. */
@@ -343,14 +365,23 @@ static lm_work *lm_thread_work(void) {
  * (row stride `ldd`) when given, else stored into C */
 static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, long k_lo,
                     long k_hi, const lm_mat *A, const long *aoff, const lm_mat *B,
-                    const long *boff, const lm_qmat *W, const lm_out *C, float *dst, long ldd) {
-  float *restrict ap = work->ap, *restrict bp = work->bp, *restrict ct = work->ct;
-  const long width = (nc + 15) / 16 * 16;  /* columns the micro-kernels touch */
-  for (long i = 0; i < (mc + LM_MR - 1) / LM_MR * LM_MR; i++)
-    memset(ct + i * LM_NC, 0, sizeof(float) * width);
+                    const long *boff, const lm_qmat *W, const lm_packer *P, const lm_out *C,
+                    float *dst, long ldd) {
+  float *restrict ap = work->ap, *restrict bp = work->bp, *ct = work->ct;
+  /* whole micro-tiles of a float32 C: the last block's sums go straight into C (no copy of
+   * the tile afterwards); others are summed in ct, then copied */
+  const int direct = k_hi > k_lo && !dst && C->dt == LM_F32 && mc % LM_MR == 0 &&
+                     nc % LM_NR == 0;
+  if (k_hi <= k_lo)  /* an empty sum: zeros */
+    for (long i = 0; i < mc; i++) memset(ct + i * LM_NC, 0, sizeof(float) * nc);
+  float *out = direct ? (float *)C->p + C->off[b] + m0 * C->rs + n0 : ct;
+  const long ldo = direct ? C->rs : LM_NC;
   for (long k0 = k_lo; k0 < k_hi; k0 += LM_KC) {
     const long kc = k_hi - k0 < LM_KC ? k_hi - k0 : LM_KC;
-    for (long j = 0; j < nc; j += LM_NR) {
+    const int first = k0 == k_lo, last = k0 + kc >= k_hi;
+    if (P) P->pack(P->ctx, n0, nc, k0, kc, bp, LM_NR);
+    else if (!W && B->dt == LM_F32 && B->rs == 1) lm_pack_b_rows(B, boff[b], n0, nc, k0, kc, bp);
+    else for (long j = 0; j < nc; j += LM_NR) {
       const long nr = nc - j < LM_NR ? nc - j : LM_NR;
       if (W) lm_pack_bq(W, n0 + j, nr, k0, kc, bp + j * kc);
       else lm_pack_b(B, boff[b], n0 + j, nr, k0, kc, bp + j * kc);
@@ -360,11 +391,15 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
     for (long j = 0; j < nc; j += LM_NR) {
       const int narrow = nc - j <= 16;
       for (long i = 0; i < mc; i += LM_MR) {
-        if (narrow) lm_ukernel16(kc, ap + i * kc, bp + j * kc, ct + i * LM_NC + j, LM_NC);
-        else lm_ukernel(kc, ap + i * kc, bp + j * kc, ct + i * LM_NC + j, LM_NC);
+        const float *add = first ? NULL : ct + i * LM_NC + j;
+        float *c = last ? out + i * ldo + j : ct + i * LM_NC + j;
+        const long ldc = last ? ldo : LM_NC;
+        if (narrow) lm_ukernel16(kc, ap + i * kc, bp + j * kc, add, LM_NC, c, ldc);
+        else lm_ukernel(kc, ap + i * kc, bp + j * kc, add, LM_NC, c, ldc);
       }
     }
   }
+  if (direct) return;
   for (long i = 0; i < mc; i++) {
     if (dst) {
       memcpy(dst + i * ldd, ct + i * LM_NC, sizeof(float) * nc);
@@ -385,7 +420,8 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
 #define LM_SPLIT_TASKS 8
 #define LM_SPLIT_MIN_K 512
 static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, long N, long K,
-                          const lm_mat *A, const lm_mat *B, const lm_qmat *W, const lm_out *C) {
+                          const lm_mat *A, const lm_mat *B, const lm_qmat *W,
+                          const lm_packer *P, const lm_out *C) {
   long tm = (M + LM_MC - 1) / LM_MC, tn = (N + LM_NC - 1) / LM_NC;
   /* the K split is decided on the shapes alone (before tiles are added for the threads) */
   long ks = 1;
@@ -404,7 +440,7 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
       for (long t = lo; t < hi; t++) {
         const long b = t / (tm * tn), m0 = t / tn % tm * mc, n0 = t % tn * nc;
         lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, 0, K,
-                A, aoff, B, boff, W, C, NULL, 0);
+                A, aoff, B, boff, W, P, C, NULL, 0);
       }
     return;
   }
@@ -428,7 +464,7 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
         continue;
       }
       lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, k_lo, k_hi,
-              A, aoff, B, boff, W, C, dst, N);
+              A, aoff, B, boff, W, P, C, dst, N);
     }
   lm_for_begin(nb * M);
   for (long lo, hi; lm_for_next(&lo, &hi);)
@@ -519,7 +555,12 @@ void lm_gemm(long nb, const long *aoff, const long *boff, long M, long N, long K
   else if (M <= LM_GEMV_MAX_M && B.rs == 1)
     lm_gemv_axpy(nb, aoff, boff, M, N, K, &A, &B, &C);
   else
-    lm_gemm_tiled(nb, aoff, boff, M, N, K, &A, &B, NULL, &C);
+    lm_gemm_tiled(nb, aoff, boff, M, N, K, &A, &B, NULL, NULL, &C);
+}
+
+void lm_gemm_packed(long M, long N, long K, lm_mat A, lm_packer B, lm_out C) {
+  const long zero = 0;
+  lm_gemm_tiled(1, &zero, &zero, M, N, K, &A, NULL, NULL, &B, &C);
 }
 
 /* ----- quantized ----------------------------------------------------------------------------- */
@@ -727,5 +768,5 @@ void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qm
   else if (M <= LM_GEMV_MAX_M)
     lm_qgemv_axpy(nb, aoff, M, N, K, &A, &W, &C);
   else
-    lm_gemm_tiled(nb, aoff, aoff, M, N, K, &A, NULL, &W, &C);
+    lm_gemm_tiled(nb, aoff, aoff, M, N, K, &A, NULL, &W, NULL, &C);
 }

@@ -46,3 +46,17 @@ void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qm
 
 /* lm_qgemm for Q5_0 and the K-quants (kquant.c) */
 void lm_kq_gemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W, lm_out C);
+
+/* B computed while the GEMM packs it, never stored whole (an implicit GEMM: a convolution's
+ * im2col matrix gathered from its input block by block). pack(ctx, n0, nc, k0, kc, bp, w)
+ * writes the block B(n0 .. n0 + nc, k0 .. k0 + kc) as panels of w columns: B(n0 + j, k0 + k)
+ * goes to bp[(j / w) * w * kc + k * w + j % w], and the last panel is padded with zeros.
+ * One call per block lets it walk the input a row at a time (w-column panels filled in
+ * turn), which the hardware prefetchers follow. */
+#define LM_NR 32  /* columns of a packed B panel (the micro-kernel's width) */
+typedef void (*lm_pack_fn)(const void *ctx, long n0, long nc, long k0, long kc, float *bp,
+                           long w);
+typedef struct { lm_pack_fn pack; const void *ctx; } lm_packer;
+
+/* C (M x N) = A (M x K) * B^T with B's panels from `B` */
+void lm_gemm_packed(long M, long N, long K, lm_mat A, lm_packer B, lm_out C);

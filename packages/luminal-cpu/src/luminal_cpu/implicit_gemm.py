@@ -1,0 +1,231 @@
+"""Implicit GEMM: a matmul whose right operand is computed while the GEMM packs it.
+
+A convolution lowers to `W @ cols`, where `cols` (the im2col matrix, K = C*kh*kw rows of
+N = OH*OW output positions) is a gather kernel that reads every input kh*kw times and writes
+a matrix kh*kw times the input's size, which the GEMM then reads back from memory. Here such a
+gather kernel is folded into the matmul's B-panel packing (`lm_gemm_packed`, csrc/runtime.h):
+each panel is gathered from the (cache-resident) input right before the micro-kernel uses it,
+and the im2col matrix is never written.
+
+`fuse(program)` rewrites a `Program`: a `Matmul` without batch axes whose right operand is a
+float32 temporary read as B(n, k) = buf[k*N + n], written by a `Kernel` that only moves data
+(loads, masks, and the sums of a concatenation's masked loads) and whose domain, walked
+row-major, is that (k, n) layout, and read only by such matmuls, becomes one `GatherMatmul`
+per matmul (two convolutions of one input each gather their own panels).
+Everything else is left as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from luminal.codegen import (
+    BodyWriter,
+    Call,
+    Kernel,
+    Matmul,
+    MatOperand,
+    Param,
+    Program,
+    dim_names,
+    kernel_dims,
+    unravel_declarations,
+)
+from luminal.codegen.indexing import flat_index
+from luminal.codegen.ir import Binary, Const, Load, Value, Where
+from luminal.symbolic import Expr, prod
+
+from .dialect import C, odometer
+
+
+@dataclass(frozen=True)
+class GatherMatmul:
+    """`matmul` with its right operand (parameter 2) computed by `gather`: the gather's
+    domain axes before `split` walk k, the others n. Parameters: the matmul's output and
+    left operand, then the gather's inputs."""
+
+    matmul: Matmul
+    gather: Kernel
+    split: int
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        return (*self.matmul.params[:2], *self.gather.params[1:])
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        return tuple(sorted({*kernel_dims(self.matmul), *kernel_dims(self.gather)}))
+
+
+def _moves_data(v: Value) -> bool:
+    """Whether `v` only selects loaded values (a window, a pad, a concatenation: masked loads
+    added up). Anything that computes (a fused bias + SiLU) is cheaper stored once than
+    recomputed in every panel, where the gather's masks and divisions keep the compiler from
+    vectorising the math."""
+    if isinstance(v, (Load, Const)):
+        return True
+    if isinstance(v, Where):
+        return _moves_data(v.x)
+    if isinstance(v, Binary) and v.op == "add":
+        return _moves_data(v.a) and _moves_data(v.b)
+    return False
+
+
+def _split(mm: Matmul, gather: Kernel) -> int | None:
+    """The domain axis where the gather's n part starts, if its store is B's row-major
+    (k, n) layout."""
+    if not _moves_data(gather.out.value) or gather.params[0].dtype.name != "float32":
+        return None
+    if gather.out.buf != 0 or gather.out.index != flat_index(gather.domain, gather.loop_vars):
+        return None
+    for j in range(1, len(gather.domain)):
+        if prod(gather.domain[j:]) == mm.n and prod(gather.domain[:j]) == mm.k:
+            return j
+    return None
+
+
+def _operand_is_gathered(mm: Matmul) -> bool:
+    b = mm.b
+    return (not mm.batch and isinstance(b, MatOperand) and b.offset == 0
+            and b.stride_row == 1 and b.stride_k == mm.n
+            and mm.params[2].dtype.name == "float32")
+
+
+def fuse(program: Program) -> Program:
+    """`program` with every gather-then-matmul pair of the module docstring fused (a gather
+    read by several such matmuls, two convolutions of one input, is fused into each)."""
+    writer_of: dict[int, int] = {}  # temp buffer -> the call writing it
+    readers: dict[int, list[int]] = {}  # buffer -> the calls reading it
+    for c, call in enumerate(program.calls):
+        for p, buf in zip(program.kernels[call.kernel].params, call.args):
+            if p.output:
+                writer_of[buf] = c
+            else:
+                readers.setdefault(buf, []).append(c)
+    kernels: list = list(program.kernels)
+    fused_ids: dict[GatherMatmul, int] = {}
+    replaced: dict[int, Call] = {}  # matmul call -> its fused call
+    dropped: set[int] = set()  # the gather calls folded into matmuls
+    for buf, calls in readers.items():
+        w = writer_of.get(buf)
+        if w is None or program.buffers[buf].role != "temp":
+            continue
+        gather = program.kernels[program.calls[w].kernel]
+        fused = []
+        for c in calls:
+            mm, args = program.kernels[program.calls[c].kernel], program.calls[c].args
+            split = (_split(mm, gather) if isinstance(gather, Kernel) and isinstance(mm, Matmul)
+                     and _operand_is_gathered(mm) and args[2] == buf
+                     and buf not in args[:2] else None)
+            if split is None:
+                break
+            fused.append((c, GatherMatmul(mm, gather, split)))
+        else:
+            for c, g in fused:
+                kid = fused_ids.setdefault(g, len(kernels))
+                if kid == len(kernels):
+                    kernels.append(g)
+                args = program.calls[c].args
+                replaced[c] = Call(kid, (*args[:2], *program.calls[w].args[1:]))
+            dropped.add(w)
+    if not replaced:
+        return program
+    calls = [replaced.get(c, call) for c, call in enumerate(program.calls) if c not in dropped]
+    used = sorted({call.kernel for call in calls})
+    renumber = {old: new for new, old in enumerate(used)}
+    return replace(program, kernels=[kernels[k] for k in used],
+                   calls=[Call(renumber[call.kernel], call.args) for call in calls])
+
+
+def _render_pack(g: GatherMatmul, name: str) -> list[str]:
+    """The packing function of `g` (csrc/runtime.h, `lm_pack_fn`): each row of the block is
+    gathered in runs along the gather's innermost axis, cut where a panel ends, vectorised."""
+    k = g.gather
+    dims = kernel_dims(k)
+    names = dim_names(dims)
+    writer = BodyWriter(C, names)
+    value = writer.emit(k.out.value)
+    extents = [e.render_c(names) for e in k.domain]
+    axes = [v.name for v in k.loop_vars]
+    k_ext, n_ext = extents[: g.split], extents[g.split:]
+    last = axes[-1]
+    inputs = [f"  const {C.storage_type(p.dtype)} *restrict p{i} = lm_c->p[{i - 1}];"
+              for i, p in enumerate(k.params) if i > 0]
+    # the n axes start at lm_n0 (divided out once per row of the block), then step by runs
+    start, _ = odometer(n_ext, [*axes[g.split:-1], "lm_s"], "lm_n0")
+    next_row = odometer(n_ext[:-1], axes[g.split:-1])[1] if len(n_ext) > 1 else ""
+
+    def run(length: str) -> list[str]:
+        return ["#pragma omp simd",
+                f"for (long lm_t = 0; lm_t < {length}; lm_t++) {{",
+                f"  const long {last} = lm_s + lm_t;",
+                *("  " + x for x in writer.root.lines),
+                f"  lm_dst[lm_t] = {value};",
+                "}"]
+
+    return [
+        f"typedef struct {{ const void *p[{max(len(k.params) - 1, 1)}]; "
+        f"long d[{max(len(dims), 1)}]; }} {name}_ctx;",
+        f"static void {name}_pack(const void *lm_ctx, long lm_n0, long lm_nc, long lm_k0, "
+        "long lm_kc, float *restrict lm_bp, long lm_w) {",
+        f"  const {name}_ctx *lm_c = (const {name}_ctx *)lm_ctx;",
+        *inputs,
+        *(f"  const long {names[d]} = lm_c->d[{i}];" for i, d in enumerate(dims)),
+        "  (void)lm_w;  /* always LM_NR: constant here, so no division by it */",
+        "  const long lm_panel = LM_NR * lm_kc;",
+        "  for (long lm_k = 0; lm_k < lm_kc; lm_k++) {",
+        "    float *restrict lm_row = lm_bp + lm_k * LM_NR;",
+        "    const long lm_kk = lm_k0 + lm_k;",
+        *("    " + x for x in unravel_declarations("lm_kk", k_ext, axes[: g.split])),
+        *("    " + x for x in start),
+        "    for (long lm_j = 0; lm_j < lm_nc;) {",
+        "      long lm_run = LM_NR - lm_j % LM_NR;",
+        "      if (lm_run > lm_nc - lm_j) lm_run = lm_nc - lm_j;",
+        f"      if (lm_run > ({n_ext[-1]}) - lm_s) lm_run = ({n_ext[-1]}) - lm_s;",
+        "      float *restrict lm_dst = lm_row + lm_j / LM_NR * lm_panel + lm_j % LM_NR;",
+        # a whole panel row (the common case) is a loop of constant length, which the
+        # compiler turns into a few straight vector operations
+        "      if (lm_run == LM_NR) {",
+        *("        " + x for x in run("LM_NR")),
+        "      } else {",
+        *("        " + x for x in run("lm_run")),
+        "      }",
+        "      lm_j += lm_run;",
+        f"      lm_s += lm_run; if (lm_s == ({n_ext[-1]})) {{ lm_s = 0; {next_row} }}",
+        "    }",
+        "    for (long lm_j = lm_nc; lm_j % LM_NR; lm_j++)",
+        "      lm_row[lm_j / LM_NR * lm_panel + lm_j % LM_NR] = 0.0f;",
+        "  }",
+        "}",
+    ]
+
+
+def render(g: GatherMatmul, name: str, dtype_code: dict[str, str]) -> str:
+    """`g` as a C function: its packing function, then the call into `lm_gemm_packed`."""
+    mm = g.matmul
+    dims = g.dims
+    names = dim_names(dims)
+
+    def ex(e: Expr) -> str:
+        return e.render_c(names)
+
+    gather_dims = kernel_dims(g.gather)
+    gather_params = g.gather.params[1:]
+    params = [(C.storage_type(mm.params[0].dtype), "p0", True),
+              (C.storage_type(mm.params[1].dtype), "p1", False),
+              *((C.storage_type(p.dtype), f"g{i}", False) for i, p in enumerate(gather_params))]
+    ctx = (f"{{{{{', '.join(f'g{i}' for i in range(len(gather_params))) or '0'}}}, "
+           f"{{{', '.join(names[d] for d in gather_dims) or '0'}}}}}")
+    a_dt = dtype_code[mm.params[1].dtype.name]
+    c_dt = dtype_code[mm.params[0].dtype.name]
+    return "\n".join([
+        *_render_pack(g, name),
+        C.signature(name, params, [names[d] for d in dims]) + " {",
+        f"  const {name}_ctx lm_ctx = {ctx};",
+        f"  const long lm_co = {ex(mm.out_offset)};",
+        f"  lm_gemm_packed({ex(mm.m)}, {ex(mm.n)}, {ex(mm.k)}, "
+        f"(lm_mat){{p1 + {ex(mm.a.offset)}, {a_dt}, {ex(mm.a.stride_row)}, {ex(mm.a.stride_k)}}}, "
+        f"(lm_packer){{{name}_pack, &lm_ctx}}, "
+        f"(lm_out){{p0, {c_dt}, &lm_co, {ex(mm.out_stride)}}});",
+        "}",
+    ]) + "\n"

@@ -1,0 +1,155 @@
+"""Convolutions on the cpu backend against PyTorch: the implicit GEMM (im2col gathered while
+the GEMM packs its panels, never stored) and the paths it leaves alone (batches, groups)."""
+
+from __future__ import annotations
+
+import luminal as lm
+import luminal.functional as F
+import numpy as np
+import pytest
+import torch
+from luminal_cpu import CpuBackend
+from luminal_cpu.implicit_gemm import GatherMatmul
+
+rng = np.random.default_rng(7)
+
+
+def randn(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def conv_graph(x_shape, w_shape, bias: bool, silu: bool, **kw):
+    g = lm.Graph()
+    x, w = g.tensor(x_shape, name="x"), g.tensor(w_shape, name="w")
+    b = g.tensor((w_shape[0],), name="b") if bias else None
+    conv = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(w_shape)]
+    y = conv(x, w, b, **kw)
+    y = (y * y.sigmoid() if silu else y).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    return g, (x, w, b), y
+
+
+def torch_conv(x, w, b, silu, **kw):
+    conv = {3: torch.nn.functional.conv1d, 4: torch.nn.functional.conv2d,
+            5: torch.nn.functional.conv3d}[w.ndim]
+    y = conv(torch.from_numpy(x).double(), torch.from_numpy(w).double(),
+             None if b is None else torch.from_numpy(b).double(), **kw)
+    return (torch.nn.functional.silu(y) if silu else y).numpy()
+
+
+def gather_matmuls(g) -> int:
+    return sum(isinstance(k, GatherMatmul) for k in g.runtime.program.kernels)
+
+
+CASES = [
+    # (N, C, H, W), (O, C/groups, kh, kw), stride, padding, dilation, groups, implicit
+    ((1, 3, 17, 19), (8, 3, 3, 3), 1, 1, 1, 1, True),
+    ((1, 3, 32, 32), (16, 3, 3, 3), 2, 1, 1, 1, True),   # YOLO's stem
+    ((1, 5, 13, 11), (7, 5, 5, 3), (2, 3), (2, 0), 1, 1, True),
+    ((1, 4, 15, 15), (6, 4, 3, 3), 1, 2, 2, 1, True),    # dilation
+    ((1, 16, 9, 9), (33, 16, 1, 1), 1, 0, 1, 1, False),  # 1x1: a plain GEMM on x itself
+    ((1, 6, 12, 10), (4, 6, 2, 2), 2, 0, 1, 1, True),    # non-overlapping windows
+    ((2, 4, 11, 13), (8, 4, 3, 3), 1, 1, 1, 1, False),   # a batch: the im2col GEMM
+    ((1, 8, 10, 10), (12, 2, 3, 3), 1, 1, 1, 4, False),  # groups
+    ((1, 8, 14, 14), (8, 1, 3, 3), 2, 1, 1, 8, False),   # depthwise
+    ((1, 3, 7, 7), (5, 3, 7, 7), 1, 3, 1, 1, True),      # kernel as large as the input
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation,groups,implicit", CASES)
+@pytest.mark.parametrize("silu", [False, True])
+def test_conv2d_matches_torch(x_shape, w_shape, stride, padding, dilation, groups, implicit,
+                              silu):
+    kw = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    g, (x, w, b), y = conv_graph(x_shape, w_shape, True, silu, **kw)
+    xs, ws, bs = randn(*x_shape), randn(*w_shape), randn(w_shape[0])
+    x.set(xs), w.set(ws), b.set(bs)
+    g.execute()
+    np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, bs, silu, **kw),
+                               rtol=1e-4, atol=1e-4)
+    assert (gather_matmuls(g) > 0) == implicit
+
+
+def test_conv_chain_stores_the_activation_once():
+    """conv -> bias + SiLU -> 3x3 conv: the second conv's windows read the stored activation
+    (not recomputed per window read) and its im2col is gathered inside the GEMM."""
+    g = lm.Graph()
+    x = g.tensor((1, 4, 20, 20), name="x")
+    w1, w2 = g.tensor((8, 4, 3, 3), name="w1"), g.tensor((6, 8, 3, 3), name="w2")
+    b1 = g.tensor((8,), name="b1")
+    h = F.conv2d(x, w1, b1, padding=1)
+    y = F.conv2d(h * h.sigmoid(), w2, stride=2, padding=1).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    data = [randn(1, 4, 20, 20), randn(8, 4, 3, 3), randn(6, 8, 3, 3), randn(8)]
+    for t, a in zip((x, w1, w2, b1), data):
+        t.set(a)
+    g.execute()
+    want = torch_conv(torch_conv(data[0], data[1], data[3], True, padding=1), data[2], None,
+                      False, stride=2, padding=1)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+    assert gather_matmuls(g) == 2
+    source_exps = [k for k in g.runtime.program.kernels
+                   if isinstance(k, GatherMatmul) and "exp2" in repr(k.gather)]
+    assert not source_exps  # SiLU is computed once, outside the gathers
+
+
+def test_conv2d_symbolic_spatial_dims():
+    """One compiled graph at several image sizes (the pack function reads the dims)."""
+    g = lm.Graph()
+    x = g.tensor((1, 3, "h", "w"), name="x")
+    w = g.tensor((5, 3, 3, 3), name="w")
+    y = F.conv2d(x, w, stride=2, padding=1).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    assert gather_matmuls(g) == 1
+    ws = randn(5, 3, 3, 3)
+    w.set(ws)
+    for h, wd in ((9, 14), (32, 17), (5, 5)):
+        xs = randn(1, 3, h, wd)
+        x.set(xs)
+        g.execute()
+        np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, None, False, stride=2,
+                                                         padding=1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("x_shape,w_shape", [((1, 3, 40), (4, 3, 5)),
+                                             ((1, 2, 6, 7, 5), (3, 2, 3, 3, 2))])
+def test_conv1d_and_conv3d(x_shape, w_shape):
+    g, (x, w, b), y = conv_graph(x_shape, w_shape, True, False, stride=2, padding=1)
+    xs, ws, bs = randn(*x_shape), randn(*w_shape), randn(w_shape[0])
+    x.set(xs), w.set(ws), b.set(bs)
+    g.execute()
+    np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, bs, False, stride=2, padding=1),
+                               rtol=1e-4, atol=1e-4)
+    assert gather_matmuls(g) == 1
+
+
+def test_large_conv_spans_several_panels():
+    """K and N both past one GEMM block (LM_KC = 256, LM_NC = 256) and M past one tile."""
+    g, (x, w, b), y = conv_graph((1, 40, 23, 29), (100, 40, 3, 3), True, True, padding=1)
+    xs, ws, bs = randn(1, 40, 23, 29), randn(100, 40, 3, 3) * 0.1, randn(100)
+    x.set(xs), w.set(ws), b.set(bs)
+    g.execute()
+    np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, bs, True, padding=1),
+                               rtol=1e-4, atol=1e-4)
+    assert gather_matmuls(g) == 1
+
+
+def test_two_convs_of_one_input_each_gather():
+    """YOLO's detection head runs two 3x3 convolutions on one feature map: their shared im2col
+    is gathered inside each GEMM, never stored."""
+    g = lm.Graph()
+    x = g.tensor((1, 6, 12, 12), name="x")
+    w1, w2 = g.tensor((5, 6, 3, 3), name="w1"), g.tensor((9, 6, 3, 3), name="w2")
+    y1 = F.conv2d(x, w1, padding=1).retrieve()
+    y2 = F.conv2d(x, w2, padding=1).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    data = [randn(1, 6, 12, 12), randn(5, 6, 3, 3), randn(9, 6, 3, 3)]
+    for t, a in zip((x, w1, w2), data):
+        t.set(a)
+    g.execute()
+    for y, w in ((y1, data[1]), (y2, data[2])):
+        np.testing.assert_allclose(y.numpy(), torch_conv(data[0], w, None, False, padding=1),
+                                   rtol=1e-4, atol=1e-4)
+    program = g.runtime.program
+    assert gather_matmuls(g) == 2
+    assert all(isinstance(program.kernels[c.kernel], GatherMatmul) for c in program.calls)
