@@ -18,6 +18,7 @@ and decode (one) run the same compiled graph with different dim values.
 from __future__ import annotations
 
 import math
+import mmap
 
 import luminal as lm
 import numpy as np
@@ -96,6 +97,14 @@ class InPlaceLayerCache:
         return lm.cat([cache[:, :self.length], rows], dim=1).transpose(1, 2)
 
 
+def _untouched_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Zeros in fresh anonymous memory: pages are only made resident when written, so a cache
+    of the model's whole context costs memory for the positions used. (`np.zeros` may reuse
+    freed heap memory, which calloc must clear: every page resident at once.)"""
+    nbytes = max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype, count=int(np.prod(shape))).reshape(shape)
+
+
 class KVCache:
     """The caches of every attention layer of a model, sharing one symbolic length dim.
 
@@ -125,8 +134,8 @@ class KVCache:
             self.layers = [InPlaceLayerCache(graph, shape, length, f"kv_cache.{i}", dtype)
                            for i in range(num_layers)]
             for layer in self.layers:
-                layer.k.set(np.zeros(shape, dtype.numpy))
-                layer.v.set(np.zeros(shape, dtype.numpy))
+                layer.k.set(_untouched_zeros(shape, dtype.numpy))
+                layer.v.set(_untouched_zeros(shape, dtype.numpy))
         self.reset()
 
     def __getitem__(self, layer: int) -> LayerCache | InPlaceLayerCache:
