@@ -181,3 +181,66 @@ def test_repr_lists_nodes():
     text = repr(g)
     assert "Input x" in text and "Add" in text and "float32(2,)" in text
     assert "GraphTensor" in repr(x) and "(2,)" in repr(x)
+
+
+def test_write_stores_rows_in_place_across_executions():
+    """Graph.write: each run stores its rows at the offset; the input keeps its array and the
+    rest of its data; the run reads the rows before the offset and the new ones."""
+    g = lm.Graph()
+    cache = g.tensor((1, 6, 2), name="cache").set(np.zeros((1, 6, 2), np.float32))
+    x = g.tensor((1, "seq", 2), name="x")
+    rows = x * 2.0
+    g.write(cache, rows, 1, "past")
+    seen = lm.cat([cache[:, :"past"], rows], dim=1).retrieve()
+    g.set_dim("past", 0)
+    compiled(g)
+    array, want, past = g.data[cache.id], np.zeros((1, 6, 2), np.float32), 0
+    for n in (3, 1, 2):
+        step = np.arange(2 * n, dtype=np.float32).reshape(1, n, 2) + past
+        x.set(step)
+        g.set_dim("past", past)
+        g.execute()
+        want[:, past:past + n] = 2 * step
+        past += n
+        np.testing.assert_array_equal(seen.numpy(), want[:, :past])
+        np.testing.assert_array_equal(cache.numpy(), want)
+    assert g.data[cache.id] is array  # written in place, never rebound
+
+
+def test_write_refuses_rows_that_do_not_fit_and_bad_arguments():
+    g = lm.Graph()
+    cache = g.tensor((1, 4, 2), name="cache").set(np.ones((1, 4, 2), np.float32))
+    x = g.tensor((1, "seq", 2), name="x")
+    g.write(cache, x + 0.0, 1, "past")
+    (cache * 1.0).retrieve()
+    compiled(g)
+    x.set(np.zeros((1, 2, 2), np.float32))
+    g.set_dim("past", 3)
+    with pytest.raises(ValueError, match=r"'cache': rows 3\.\.4 along axis 1 do not fit its 4"):
+        g.execute()
+    np.testing.assert_array_equal(cache.numpy(), np.ones((1, 4, 2)))  # untouched
+    with pytest.raises(TypeError, match="must be an input"):
+        g.write(cache + 1.0, x, 1, 0)
+    with pytest.raises(ValueError, match="outside dim 1"):
+        g.write(cache, g.tensor((1, 1, 3)), 1, 0)
+    with pytest.raises(ValueError, match="dim 3 is out of range"):
+        g.write(cache, x, 3, 0)
+
+
+def test_inputs_set_after_a_run_are_checked_again():
+    """execute() re-checks only what changed since its last check: an input set since, or
+    the inputs with symbolic dims when a dim changed; a mismatch is still named."""
+    g = lm.Graph()
+    a = g.tensor(("n", 3), name="a").set(np.ones((4, 3), np.float32))
+    b = g.tensor(("n",), name="b").set(np.ones(4, np.float32))
+    w = g.tensor((3,), name="w").set(np.ones(3, np.float32))
+    ((a * w).sum(1) + b).retrieve()
+    compiled(g).execute()
+    b.set(np.ones(5, np.float32))  # binds n = 5: a no longer matches
+    with pytest.raises(ValueError, match="input 'a' holds data of shape"):
+        g.execute()
+    a.set(np.ones((5, 3), np.float32))
+    g.execute()
+    g.set_data(w.id, np.ones(4, np.float32))  # bypassing set()'s own check
+    with pytest.raises(ValueError, match="input 'w' holds data of shape"):
+        g.execute()

@@ -101,3 +101,38 @@ def test_output_arrays_are_recycled_once_released():
     del first
     g.execute()  # the released array comes back instead of a new allocation
     assert out.numpy().ctypes.data == address
+
+
+def test_written_rows_land_in_the_input_array():
+    """Graph.write on cpu: where the written rows are one contiguous block (batch 1) the
+    program computes them straight into the input's array; where they are not (batch 2), or
+    the written value is also retrieved, the runtime stores them after the run. Either way the
+    input keeps its array and the run reads the rows before the offset plus the new ones."""
+    for batch, retrieve_rows in ((1, False), (1, True), (2, False)):
+        def build(g, batch=batch, retrieve_rows=retrieve_rows):
+            cache = g.tensor((batch, 8, 3), name="cache")
+            x = g.tensor((batch, "seq", 3), name="x")
+            rows = (x * 3.0 + 1.0).keep()
+            g.write(cache, rows, 1, "past")
+            if retrieve_rows:
+                rows.retrieve()
+            seen = lm.cat([cache[:, :"past"], rows], dim=1).sum(-1).retrieve()
+            return cache, x, rows, seen
+
+        g = lm.Graph()
+        cache, x, rows, seen = build(g)
+        cache.set(np.full((batch, 8, 3), -7.0, np.float32))
+        g.set_dim("past", 0)
+        g.compile((lm.GenericCompiler(), CpuBackend()))
+        array, want, past = g.data[cache.id], np.full((batch, 8, 3), -7.0, np.float32), 0
+        for n in (4, 1, 1, 2):
+            step = np.random.default_rng(past).standard_normal((batch, n, 3)).astype(np.float32)
+            x.set(step)
+            g.set_dim("past", past)
+            g.execute()
+            want[:, past:past + n] = step * 3 + 1
+            past += n
+            np.testing.assert_allclose(seen.numpy(), want[:, :past].sum(-1), atol=1e-5)
+            np.testing.assert_allclose(rows.numpy(), step * 3 + 1, rtol=1e-6)
+            np.testing.assert_allclose(cache.numpy(), want, rtol=1e-6)
+            assert g.data[cache.id] is array

@@ -155,6 +155,7 @@ def test_nn_sliding_window_attention_matches_torch_with_and_without_cache(rng, w
     np.testing.assert_allclose(out.numpy(), want, atol=ATOL)
 
     _decode_in_steps(mod, x, want)
+    _decode_in_steps(mod, x, want, capacity=7)
 
 
 def test_nn_sliding_window_needs_causal_and_a_positive_size():
@@ -165,11 +166,14 @@ def test_nn_sliding_window_needs_causal_and_a_positive_size():
     assert "sliding_window=4" in repr(nn.MultiHeadAttention(8, 2, sliding_window=4))
 
 
-def _decode_in_steps(mod, x: np.ndarray, want: np.ndarray) -> nn.KVCache:
+def _decode_in_steps(mod, x: np.ndarray, want: np.ndarray,
+                     capacity: int | None = None) -> nn.KVCache:
     """Prefill 4 positions of `x`, then decode the rest one at a time with one compiled graph
-    and a KV cache; each step's output must equal the matching rows of `want`."""
+    and a KV cache (growing, or of `capacity` written in place); each step's output must equal
+    the matching rows of `want`."""
     g = lm.Graph()
-    cache = nn.KVCache(g, num_layers=1, batch=1, num_kv_heads=2, head_dim=8)
+    cache = nn.KVCache(g, num_layers=1, batch=1, num_kv_heads=2, head_dim=8,
+                       capacity=capacity)
     inp = g.tensor((1, "seq", 24))
     out = mod(inp, cache[0]).retrieve()
     g.compile(lm.GenericCompiler())
@@ -196,8 +200,39 @@ def test_nn_kv_cache_decode_matches_full_recompute(rng):
     cache = _decode_in_steps(mod, x, want)
     assert cache.length == 7
     assert cache[0].k.numpy().shape == (1, 2, 7, 8)
+    keys = cache[0].k.numpy()
     cache.reset()
     assert cache.length == 0
+
+    # written in place: the same keys, position-major, in a buffer that keeps its size
+    in_place = _decode_in_steps(mod, x, want, capacity=9)
+    assert in_place.length == 7
+    assert in_place[0].k.numpy().shape == (1, 9, 2, 8)
+    np.testing.assert_allclose(in_place[0].k.numpy()[:, :7].transpose(0, 2, 1, 3), keys,
+                               atol=ATOL)
+    in_place.reset()
+    assert in_place.length == 0
+
+
+def test_nn_kv_cache_in_place_refuses_to_overflow(rng):
+    """A step whose rows would not fit the capacity is an error naming the cache, and
+    leaves the cache as it was."""
+    mod = nn.MultiHeadAttention(24, 6, num_kv_heads=2, head_dim=8)
+    g = lm.Graph()
+    cache = nn.KVCache(g, num_layers=1, batch=1, num_kv_heads=2, head_dim=8, capacity=5)
+    inp = g.tensor((1, "seq", 24))
+    mod(inp, cache[0]).retrieve()
+    g.compile(lm.GenericCompiler())
+    inp.set(_attention_inputs(rng, embed=24, seq=4, batch=1))
+    g.execute()
+    cache.advance(4)
+    before = cache[0].k.numpy().copy()
+    inp.set(_attention_inputs(rng, embed=24, seq=2, batch=1))
+    with pytest.raises(ValueError, match=r"kv_cache\.0\.k.*rows 4\.\.5.*5 positions"):
+        g.execute()
+    np.testing.assert_array_equal(cache[0].k.numpy(), before)
+    with pytest.raises(ValueError, match="capacity"):
+        nn.KVCache(g, 1, 1, 2, 8, capacity=0)
 
 
 def test_nn_layer_cache_order_continues_chosen_rows(rng):

@@ -50,6 +50,10 @@ class Backend:
     # per-kernel settings a schedule may choose (`Schedule.tuning`), each with the values worth
     # trying besides the default; empty when the backend's dialect has none
     schedule_space: dict[str, tuple[int, ...]] = {}
+    # True where a `Graph.write` costs only the rows written (its runtime stores them in place,
+    # in host memory or on the device); False where a write re-uploads the whole input, so
+    # state is better kept with `Graph.assign` (a growing KV cache)
+    in_place_writes: bool = False
 
     def with_schedule(self, schedule: Schedule) -> Backend:
         """A copy of this backend that lowers with `schedule` (a `luminal.codegen.Schedule`)."""

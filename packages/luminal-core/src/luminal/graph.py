@@ -93,6 +93,35 @@ class Graph(IRGraph):
             )
         self.add_assignment(tnode.id, value.contiguous_if_view().id)
 
+    def write(self, target: GraphTensor, value: GraphTensor, dim: int,
+              offset: ExprLike) -> None:
+        """Each `execute()` stores `value` into input `target` at `offset` along `dim`, in
+        place: the other positions keep their data (a KV cache of fixed capacity taking the
+        new keys at the current length).
+
+        Unlike `assign`, the input keeps its buffer, so nothing of size `target` is copied or
+        rebound per run; a runtime may even compute `value` straight into it. So the graph
+        must not read the positions being written in the same run (read `value` instead).
+        `execute()` raises a ValueError when the rows would not fit.
+        """
+        tnode = self.nodes[self.resolve(target.id)]
+        if not isinstance(tnode.op, ops.Input):
+            raise TypeError("write(): the target must be an input tensor made by Graph.tensor()")
+        rank = len(tnode.shape)
+        if not -rank <= dim < rank:
+            raise ValueError(f"write(): dim {dim} is out of range for a rank-{rank} target")
+        dim %= rank
+        shape = value.layout.shape
+        same = len(shape) == rank and value.dtype == tnode.dtype and all(
+            to_expr(a) == to_expr(b)
+            for k, (a, b) in enumerate(zip(shape, tnode.shape)) if k != dim)
+        if not same:
+            raise ValueError(
+                f"write(): value {value.dtype.name}{show_shape(shape)} does not match target "
+                f"{tnode.dtype.name}{show_shape(tnode.shape)} outside dim {dim}"
+            )
+        self.add_write(tnode.id, value.contiguous_if_view().id, dim, to_expr(offset))
+
     def execute(self) -> Graph:
         """Run the graph with the current inputs and dims. A graph compiled without a backend
         runs on the reference backend (NumPy, one op at a time), with a warning."""

@@ -45,6 +45,16 @@ class Dequantized:
     cols: int
 
 
+@dataclass(frozen=True)
+class Write:
+    """`Graph.write`: each run stores node `src`'s value into an input, starting at `offset`
+    along axis `dim` (the input's other positions keep their data)."""
+
+    src: int
+    dim: int
+    offset: Expr
+
+
 @dataclass
 class Node:
     id: int
@@ -112,14 +122,20 @@ class Graph:
         self.retrieved: set[int] = set()
         self.kept: set[int] = set()
         self.assignments: dict[int, int] = {}  # input id -> node whose value it takes next run
+        self.writes: dict[int, Write] = {}  # input id -> the rows each run writes into it
         self.dims: dict[str, int] = {}
         self.data: dict[int, np.ndarray] = {}  # host values of inputs
         self.data_version: dict[int, int] = {}  # bumped on every set(), lets runtimes skip uploads
+        self._data_clock = 0
+        # (graph version, data clock, dims) when every input last passed check_inputs()
+        self._inputs_checked: tuple[int, int, tuple] = (-1, -1, ())
         self.runtime: Runtime | None = None
         self._version = 0  # bumped when nodes change
         self._free_dims_cache: tuple[int, frozenset[str]] = (-1, frozenset())
         self._toposort_cache: tuple[int, list[Node]] = (-1, [])
         self._input_shapes_cache: tuple[int, Any] = (-1, None)
+        self._writes_cache: tuple[int, Any] = (-1, None)
+        self._input_kinds_cache: tuple[int, Any] = (-1, None)
         self._runtime_version = -1  # the graph version the installed runtime was built from
         self._zero_dims_checked: tuple | None = None  # (version, dims) last checked
         self._executed = False  # whether execute() ran since the last compile()
@@ -169,6 +185,13 @@ class Graph:
     def add_assignment(self, target: int, value: int) -> None:
         """After each `execute()`, input node `target` takes the value node `value` had."""
         self.assignments[target] = value
+        self.kept.add(value)
+        self._version += 1
+
+    def add_write(self, target: int, value: int, dim: int, offset: Expr) -> None:
+        """Each `execute()` stores node `value` into input node `target` at `offset` along
+        axis `dim`, in place (see `luminal.Graph.write`)."""
+        self.writes[target] = Write(value, dim, offset)
         self.kept.add(value)
         self._version += 1
 
@@ -256,6 +279,9 @@ class Graph:
         for k, v in self.assignments.items():
             if v in moved:
                 self.assignments[k] = moved[v]
+        for k, w in self.writes.items():
+            if w.src in moved:
+                self.writes[k] = Write(moved[w.src], w.dim, w.offset)
         for old, new in moved.items():
             self._forward[old] = new
             self.remove(old)
@@ -334,7 +360,10 @@ class Graph:
             raise GraphModifiedError(
                 "the graph changed after compile(): call g.compile(...) again before execute()"
             )
-        self.runtime.execute(self, self.check_inputs())
+        dims = self.check_inputs()
+        if self.writes:
+            self._check_writes(dims)
+        self.runtime.execute(self, dims)
         self._executed = True
         return self
 
@@ -345,11 +374,14 @@ class Graph:
             raise UnboundDimError(missing)
         if 0 in self.dims.values():
             self._check_zero_dims()
+        if self._recheck_changed_inputs():
+            return dict(self.dims)
         nodes, evaluate_dims = self._input_shapes()
         flat, data = evaluate_dims(self.dims), self.data
         try:  # the common case in one pass: every input set, every shape right
             shapes = ((len(s := data[n.id].shape), *s) for n in nodes)
             if tuple(chain.from_iterable(shapes)) == flat:
+                self._inputs_checked = (self._version, self._data_clock, tuple(self.dims.items()))
                 return dict(self.dims)
         except KeyError:
             pass
@@ -369,7 +401,64 @@ class Graph:
                     f"input {n.op.label_name!r} holds data of shape {have} but its shape is "
                     + (f"{show_shape(n.shape)} with {bound}, so {want}" if bound else f"{want}")
                 )
+        self._inputs_checked = (self._version, self._data_clock, tuple(self.dims.items()))
         return dict(self.dims)
+
+    def _recheck_changed_inputs(self) -> bool:
+        """True when every input still agrees with the dims, judged by the inputs set since
+        the last full check and, if the dims changed, the inputs with symbolic shapes: the
+        other inputs (weights, caches of fixed size) cannot have changed. False: do the full
+        check (it names what is wrong)."""
+        version, clock, dims = self._inputs_checked
+        if version != self._version:
+            return False
+        static, symbolic, evaluate = self._input_kinds()
+        data, dims_now = self.data, tuple(self.dims.items())
+        recheck_symbolic = dims != dims_now
+        for nid in self.changed_since(clock):
+            want = static.get(nid)
+            if want is None:
+                recheck_symbolic = True
+            elif data[nid].shape != want:
+                return False
+        if recheck_symbolic and tuple(chain.from_iterable(
+                (len(s := data[n].shape), *s) for n in symbolic)) != evaluate(self.dims):
+            return False
+        self._inputs_checked = (version, self._data_clock, dims_now)
+        return True
+
+    def _input_kinds(self) -> tuple[dict[int, tuple[int, ...]], list[int], Callable]:
+        """The inputs of constant shape (id -> shape), those with symbolic dims, and one
+        function giving the latter's ranks and dims, flat; cached until the graph changes."""
+        version, kinds = self._input_kinds_cache
+        if version != self._version:
+            nodes = self.input_nodes()
+            static = {n.id: tuple(d.value for d in n.shape) for n in nodes
+                      if all(d.is_const for d in n.shape)}
+            symbolic = [n for n in nodes if n.id not in static]
+            kinds = (static, [n.id for n in symbolic],
+                     evaluator(d for n in symbolic for d in (len(n.shape), *n.shape)))
+            self._input_kinds_cache = (self._version, kinds)
+        return kinds
+
+    def _check_writes(self, dims: dict[str, int]) -> None:
+        """Every `write` must land inside its input: a runtime stores the rows in place, so a
+        write past the end would corrupt memory instead of failing."""
+        version, evaluate = self._writes_cache
+        if version != self._version:
+            # per write: the offset, the rows written and the room the input has
+            evaluate = evaluator(e for target, w in self.writes.items() for e in (
+                w.offset, self.nodes[w.src].shape[w.dim], self.nodes[target].shape[w.dim]))
+            self._writes_cache = (self._version, evaluate)
+        flat = evaluate(dims)
+        for k, target in enumerate(self.writes):
+            start, rows, room = flat[3 * k:3 * k + 3]
+            if start < 0 or start + rows > room:
+                name = self.nodes[target].op.label_name
+                raise ValueError(
+                    f"write into input {name!r}: rows {start}..{start + rows - 1} along axis "
+                    f"{self.writes[target].dim} do not fit its {room} positions"
+                )
 
     def _check_zero_dims(self) -> None:
         """A dim bound to 0 is fine where the graph only uses it as a size (an empty KV cache
@@ -399,7 +488,27 @@ class Graph:
 
     def set_data(self, node_id: int, array: np.ndarray) -> None:
         self.data[node_id] = array
-        self.data_version[node_id] = self.data_version.get(node_id, 0) + 1
+        # versions come from one clock, and the latest set moves to the end of the dict, so
+        # `changed_since` visits only what changed
+        self._data_clock += 1
+        self.data_version.pop(node_id, None)
+        self.data_version[node_id] = self._data_clock
+
+    @property
+    def data_clock(self) -> int:
+        """A counter that grows on every `set_data` (see `changed_since`)."""
+        return self._data_clock
+
+    def changed_since(self, clock: int) -> list[int]:
+        """The inputs whose data was set after `data_clock` was `clock`, latest first: a
+        runtime that remembers the clock of its last run looks at these instead of at every
+        input (a decode step changes one input of hundreds)."""
+        changed = []
+        for nid in reversed(self.data_version):
+            if self.data_version[nid] <= clock:
+                break
+            changed.append(nid)
+        return changed
 
     def fetch(self, node_id: int) -> np.ndarray:
         """The value of a node after `execute()` (host array in the node's shape)."""

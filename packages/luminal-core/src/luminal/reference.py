@@ -184,6 +184,7 @@ class ReferenceBackend(Backend):
 
     name = "reference"
     priority = 0
+    in_place_writes = True  # host arrays: a write is a NumPy slice assignment
     dtypes = ("float32", "float16", "bfloat16", "int32", "bool")
 
     def probe(self) -> BackendStatus:

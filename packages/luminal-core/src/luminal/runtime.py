@@ -23,6 +23,9 @@ CUDA graphs) calls from its own `execute` instead of reimplementing them:
 - `finish_run(graph, outputs, dims)`: records where this run's outputs are and carries out
   the assignments (`Graph.assign`), each value made by `hand_over`: by default a
   `DeviceArray` over the output's buffer (the next run reads it with no host round trip);
+- `finish_run` also carries out the writes (`Graph.write`) of `host_writes` through
+  `write_into`: by default on the host copy of the input, which is uploaded again; a runtime
+  that computes a written value straight into the input's buffer drops it from `host_writes`;
 - `fetch(node)`: downloads each output once per run;
 - `shapes(nodes, dims)`: node shapes at the bound dims, evaluated by one compiled function.
 
@@ -41,7 +44,7 @@ from .symbolic import evaluator
 
 if TYPE_CHECKING:
     from .dtypes import DType
-    from .ir import Graph
+    from .ir import Graph, Write
 
 Buffer = Any
 Shape = tuple[int, ...]
@@ -58,6 +61,10 @@ class Runtime:
         self.node_info = {n.id: (n.shape, n.dtype) for n in graph.nodes.values()}
         self.input_ids = [n.id for n in graph.input_nodes()]
         self.assignments = dict(graph.assignments)
+        self.writes = dict(graph.writes)
+        # the writes finish_run carries out (write_into); a runtime removes those it performs
+        self.host_writes = dict(self.writes)
+        self._write_offsets = evaluator(w.offset for w in self.writes.values())
         # what the DeviceArrays this runtime binds directly belong to: itself by default, a
         # device context where every runtime on it can read another's buffers
         self.owner: object = self
@@ -131,6 +138,11 @@ class Runtime:
         self._outputs = outputs
         self._host = {}
         self._dims = dims
+        if self.host_writes:
+            offsets = dict(zip(self.writes, self.write_offsets(dims)))
+            shapes = self.shapes((w.src for w in self.host_writes.values()), dims)
+            for (target, w), shape in zip(self.host_writes.items(), shapes):
+                self.write_into(graph, target, w, outputs.get(w.src), shape, offsets[target])
         if not self.assignments:
             return
         key = tuple(dims.items())
@@ -142,6 +154,23 @@ class Runtime:
             if isinstance(value, DeviceArray) and value.owner is self.owner:
                 # the device holds this version: the next run's changed_input() is None
                 self._uploaded[target] = graph.data_version[target]
+
+    def write_offsets(self, dims: dict[str, int]) -> tuple[int, ...]:
+        """Where each of `writes` (in order) starts along its axis, at `dims`."""
+        return self._write_offsets(dims)
+
+    def write_into(self, graph: Graph, target: int, write: Write, buffer: Buffer,
+                   shape: Shape, offset: int) -> None:
+        """Store `write.src`'s value (this run's `buffer`, of `shape`) into input `target` at
+        `offset` along `write.dim` (`Graph.write`). This default writes into the host array
+        in `graph.data` (a copy of it if it is not a writable NumPy array) and bumps its
+        version, so a device runtime uploads the whole input again before the next run."""
+        data = graph.data[target]
+        if not isinstance(data, np.ndarray) or not data.flags.writeable:
+            data = np.array(data)
+        rows = (slice(None),) * write.dim + (slice(offset, offset + shape[write.dim]),)
+        data[rows] = self.read(buffer, shape, self.node_info[write.src][1])
+        graph.set_data(target, data)
 
     def release_outputs(self) -> None:
         """Drop every reference to the last run's outputs (before reusing their buffers)."""

@@ -26,6 +26,7 @@ class CpuBackend(Backend):
     name = "cpu"
     priority = 100
     schedulable = True
+    in_place_writes = True  # the runtime computes written rows straight into the input
     # CDialect's heuristics: how many outer axes one work-shared loop collapses (by rows per
     # split), and how many outputs a strided reduction computes side by side
     schedule_space = {"parallel_rows": (1, 4096), "lanes": (16, 256)}

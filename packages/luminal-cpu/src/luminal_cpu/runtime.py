@@ -15,8 +15,10 @@ module binds pointers and lays out the arena.
 from __future__ import annotations
 
 import ctypes
+import operator
 import sys
 import time
+from itertools import pairwise
 
 import numpy as np
 from luminal import ops
@@ -86,9 +88,15 @@ class CpuRuntime(Runtime):
         self._dim_args = (ctypes.c_long * max(len(program.dims), 1))()
         self._inputs = [(k, b.node) for k, b in enumerate(bufs) if b.role == "input"]
         self._bound: dict[int, np.ndarray] = {}  # the input arrays the pointers point into
+        self._input_index = {node: k for k, node in self._inputs}
+        self._bound_clock = -1  # graph.data_clock when the inputs were last bound
         fresh = graph.retrieved | set(graph.assignments.values())
         self._fresh = [k for k, b in enumerate(bufs) if b.role == "output" and b.node in fresh]
-        self._kept = [k for k, b in enumerate(bufs) if b.role == "output" and b.node not in fresh]
+        self._direct = self._direct_writes(graph, fresh)
+        self._direct_of = {bufs[d[0]].node: d for d in self._direct}
+        direct = {k for k, *_ in self._direct}
+        self._kept = [k for k, b in enumerate(bufs)
+                      if b.role == "output" and b.node not in fresh and k not in direct]
         self._numel: tuple[int, ...] = (0,) * len(bufs)
         self._evaluate_numel = evaluator(b.numel for b in bufs)
         self._dims_key: tuple[int, ...] | None = None
@@ -98,12 +106,49 @@ class CpuRuntime(Runtime):
         self._assigned: dict[int, tuple[np.ndarray, int]] = {}
         self._addresses: dict[int, int] = {}  # this run's fresh outputs' addresses
         self._arena = np.empty(0, np.uint8)
+        self._room = [-1] * sum(map(len, plan.slots))  # bytes each arena member may take now
         self._kept_arrays: dict[int, np.ndarray] = {}
         self._recyclers = {k: _Recycler(bufs[k].dtype.numpy) for k in self._fresh}
         self.stats: dict[str, object] = {}  # compile-time facts, filled in by the backend
         # seconds spent inside the compiled program over all runs: the rest of a run's wall
         # time is host overhead (binding, Python), which benchmarks report
         self.native_s = 0.0
+
+    def _direct_writes(self, graph: Graph, fresh: set[int]) -> list[tuple[int, int, int, int]]:
+        """The writes (`Graph.write`) whose rows form one contiguous block of the input (every
+        axis before the written one has size 1) and whose value is an output of the program
+        that nothing retrieves: the program computes those values straight into the input.
+        Each as (value's buffer, input's buffer, position in `writes`, bytes per row); they
+        leave `host_writes`."""
+        bufs = self.program.buffers
+        index = {(b.node, b.role): k for k, b in enumerate(bufs)}
+        direct = []
+        for pos, (target, write) in enumerate(self.writes.items()):
+            shape = graph.nodes[target].shape
+            k, into = index.get((write.src, "output")), index.get((target, "input"))
+            if (k is None or into is None or write.src in fresh
+                    or not all(d.is_const and d.value == 1 for d in shape[:write.dim])
+                    or not all(d.is_const for d in shape[write.dim + 1:])):
+                continue
+            row = int(np.prod([d.value for d in shape[write.dim + 1:]], dtype=np.int64))
+            direct.append((k, into, pos, row * bufs[k].dtype.itemsize))
+            del self.host_writes[target]
+        return direct
+
+    def _lay_out_arena(self, dims: dict[str, int]) -> None:
+        """Give every arena slot room for these dims and a quarter more: a decode step's
+        temporaries grow by a row per step, and are only laid out anew (pointers rebound,
+        the arena perhaps reallocated) when one no longer fits."""
+        offsets, total = self.plan.layout(dims, _Recycler.HEADROOM)
+        if total + _ALIGN > self._arena.size:
+            self._arena = np.empty(total + _ALIGN, np.uint8)
+        base = -_address(self._arena) % _ALIGN + _address(self._arena)
+        for slot, members in enumerate(self.plan.slots):
+            for b in members:
+                self._ptrs[b] = base + offsets[slot]
+        # each member's room (its slot's), in the order of MemoryPlan.member_bytes
+        self._room = [end - start for (start, end), members in zip(
+            pairwise([*offsets, total]), self.plan.slots) for _ in members]
 
     def _bind_dims(self, dims: dict[str, int]) -> None:
         key = tuple(dims[d] for d in self.program.dims)
@@ -114,15 +159,8 @@ class CpuRuntime(Runtime):
             self._dim_args[k] = v
         bufs = self.program.buffers
         self._numel = self._evaluate_numel(dims)
-        offsets, total = self.plan.layout(dims)
-        if total + _ALIGN > self._arena.size:
-            # with room to grow: a sequence one token longer each run would otherwise get
-            # (and page-fault in) a new arena every run
-            self._arena = np.empty(int(total * _Recycler.HEADROOM) + _ALIGN, np.uint8)
-        base = -_address(self._arena) % _ALIGN + _address(self._arena)
-        for slot, members in enumerate(self.plan.slots):
-            for b in members:
-                self._ptrs[b] = base + offsets[slot]
+        if not all(map(operator.le, self.plan.member_bytes(dims), self._room)):
+            self._lay_out_arena(dims)
         for k in self._kept:
             spec = bufs[k]
             old = self._kept_arrays.get(k)
@@ -132,10 +170,51 @@ class CpuRuntime(Runtime):
 
     def execute(self, graph: Graph, dims: dict[str, int]) -> None:
         self._bind_dims(dims)
+        if self._bound_clock < 0:
+            changed = self._inputs
+        else:  # only the inputs set since the last run can need another pointer
+            index = self._input_index
+            changed = [(index[n], n) for n in graph.changed_since(self._bound_clock)
+                       if n in index]
+        self._bind_inputs(graph, changed)
+        self._bound_clock = graph.data_clock
         bufs = self.program.buffers
-        bound = self._bound
-        assigned = self._assigned
-        for k, node in self._inputs:
+        self.release_outputs()  # drop last run's references so its arrays can be recycled
+        values = {bufs[k].node: a for k, a in self._kept_arrays.items()}
+        addresses: dict[int, int] = {}
+        for k in self._fresh:
+            recycler = self._recyclers[k]
+            entry = recycler.get(self._numel[k])
+            recycler.give(entry)
+            a, self._ptrs[k] = recycler.view(entry, self._numel[k]), entry[1]
+            values[bufs[k].node] = a
+            addresses[bufs[k].node] = entry[1]
+        if self._direct:
+            ptrs, offsets = self._ptrs, self.write_offsets(dims)
+            for k, into, pos, row_bytes in self._direct:
+                ptrs[k] = ptrs[into] + offsets[pos] * row_bytes
+        threads = governor().threads()
+        start = time.perf_counter()
+        self._run(self._ptrs, self._dim_args, threads)
+        self.native_s += time.perf_counter() - start
+        self._addresses = addresses
+        self._assigned.clear()
+        self.finish_run(graph, values, dims)
+
+    def fetch(self, node_id: int) -> np.ndarray:
+        direct = self._direct_of.get(node_id)
+        if direct is None:
+            return super().fetch(node_id)
+        k, into, pos, row_bytes = direct  # the value is its rows in the input's array
+        target = self._bound[into]
+        start = self.write_offsets(self._dims)[pos] * row_bytes // target.itemsize
+        (shape,) = self.shapes((node_id,), self._dims)
+        return target.reshape(-1)[start:start + self._numel[k]].reshape(shape)
+
+    def _bind_inputs(self, graph: Graph, inputs: list[tuple[int, int]]) -> None:
+        """Point the program's input buffers `inputs` (buffer, node) at their arrays."""
+        bufs, bound, assigned = self.program.buffers, self._bound, self._assigned
+        for k, node in inputs:
             a = graph.data[node]
             if a is bound.get(k):
                 continue  # same array object: the pointer is still right
@@ -151,23 +230,6 @@ class CpuRuntime(Runtime):
                 address = _address(a)
             bound[k] = a
             self._ptrs[k] = address
-        self.release_outputs()  # drop last run's references so its arrays can be recycled
-        values = {bufs[k].node: a for k, a in self._kept_arrays.items()}
-        addresses: dict[int, int] = {}
-        for k in self._fresh:
-            recycler = self._recyclers[k]
-            entry = recycler.get(self._numel[k])
-            recycler.give(entry)
-            a, self._ptrs[k] = recycler.view(entry, self._numel[k]), entry[1]
-            values[bufs[k].node] = a
-            addresses[bufs[k].node] = entry[1]
-        threads = governor().threads()
-        start = time.perf_counter()
-        self._run(self._ptrs, self._dim_args, threads)
-        self.native_s += time.perf_counter() - start
-        self._addresses = addresses
-        assigned.clear()
-        self.finish_run(graph, values, dims)
 
     def download(self, buffer: np.ndarray, dtype: object) -> np.ndarray:
         return buffer

@@ -100,7 +100,10 @@ class Generator:
         self.max_context = limit if max_context is None else min(max_context, limit)
         self.context_ids: list[int] = []  # what the cache holds, in order
         g = self.graph = lm.Graph()
-        self.cache = model.new_cache(g)
+        # a cache of max_context positions written in place where the backend stores rows in
+        # place (no per-step copy or rebinding of the cache); else one that grows by assignment
+        in_place = getattr(self._lowering_backend, "in_place_writes", False)
+        self.cache = model.new_cache(g, capacity=self.max_context if in_place else None)
         self.tokens = g.tensor((1, "seq"), name="tokens", dtype=lm.int32)
         self.logits = model(self.tokens, self.cache, last_only=True).retrieve()
         steps = (("optimizing the graph", lm.GenericCompiler()),
@@ -110,11 +113,17 @@ class Generator:
             g.compile(tuple(_CompileStep(name, compiler, bar) for name, compiler in steps))
 
     @property
-    def backend_name(self) -> str:
-        """The backend's name (through a compiler that wraps one, as the search compiler)."""
+    def _lowering_backend(self) -> Any:
+        """The backend itself, through a compiler that wraps one (the search compiler)."""
         backend = self.backend
         while not hasattr(backend, "name") and hasattr(backend, "backend"):
             backend = backend.backend
+        return backend
+
+    @property
+    def backend_name(self) -> str:
+        """The backend's name."""
+        backend = self._lowering_backend
         return getattr(backend, "name", type(backend).__name__)
 
     @property

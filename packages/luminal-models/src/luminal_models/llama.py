@@ -303,10 +303,13 @@ class Llama(nn.Module):
         self.lm_head = None if config.tie_word_embeddings else nn.Linear(
             config.hidden_size, config.vocab_size, bias=False)
 
-    def new_cache(self, graph: lm.Graph, batch: int = 1, length: str = "past") -> nn.KVCache:
-        """An empty KV cache for this model in `graph` (its length is the dim `length`)."""
+    def new_cache(self, graph: lm.Graph, batch: int = 1, length: str = "past",
+                  capacity: int | None = None) -> nn.KVCache:
+        """An empty KV cache for this model in `graph` (its length is the dim `length`):
+        growing, or with `capacity`, of that many positions written in place."""
         c = self.config
-        return nn.KVCache(graph, c.num_layers, batch, c.num_kv_heads, c.head_dim, length)
+        return nn.KVCache(graph, c.num_layers, batch, c.num_kv_heads, c.head_dim, length,
+                          capacity=capacity)
 
     def forward(self, tokens: GraphTensor, cache: nn.KVCache | None = None,
                 last_only: bool = False) -> GraphTensor:

@@ -1,27 +1,36 @@
 """Multi-head and grouped-query attention, with a KV cache that stays on the device.
 
-The cache of a layer is a pair of graph inputs of shape (batch, kv_heads, past, head_dim),
-where `past` is a symbolic dim. Each execution appends the new keys and values and assigns the
-result back to the inputs (`Graph.assign`), so after `execute()` the inputs hold the longer
-cache on the device and the host only advances the dim (`KVCache.advance`). Prefill (many new
-positions) and decode (one) run the same compiled graph with different dim values.
+The cache of a layer is a pair of graph inputs, in one of two forms:
+
+- growing (`LayerCache`): shape (batch, kv_heads, past, head_dim), where `past` is a symbolic
+  dim. Each execution appends the new keys and values and assigns the result back to the
+  inputs (`Graph.assign`), so after `execute()` the inputs hold the longer cache on the device;
+- written in place (`InPlaceLayerCache`, `KVCache(capacity=...)`): shape (batch, capacity,
+  kv_heads, head_dim), allocated once; each execution writes only the new rows, at position
+  `past` (`Graph.write`). Nothing of the cache's size is copied or rebound per step, which is
+  what makes a decode step cheap on the host; backends whose writes cost only the rows
+  written say so with `Backend.in_place_writes`.
+
+Either way the host only advances the dim (`KVCache.advance`). Prefill (many new positions)
+and decode (one) run the same compiled graph with different dim values.
 """
 
 from __future__ import annotations
 
 import math
+import mmap
 
 import luminal as lm
 import numpy as np
 from luminal import Graph, GraphTensor
 from luminal.dtypes import DType
-from luminal.symbolic import Expr, ExprLike, to_expr
+from luminal.symbolic import Expr, ExprLike, smin, to_expr
 
 from .linear import Linear
 from .module import Module
 from .rotary import RotaryEmbedding
 
-__all__ = ["KVCache", "LayerCache", "MultiHeadAttention", "causal_mask"]
+__all__ = ["InPlaceLayerCache", "KVCache", "LayerCache", "MultiHeadAttention", "causal_mask"]
 
 
 class LayerCache:
@@ -59,26 +68,77 @@ class LayerCache:
         return k, v
 
 
+class InPlaceLayerCache:
+    """Keys and values of one attention layer in two inputs of fixed capacity,
+    (batch, capacity, kv_heads, head_dim), of which the first `length` positions are valid.
+
+    Position-major, so that with batch 1 the rows a step writes are one contiguous block
+    (a runtime can compute the new keys straight into the cache).
+    """
+
+    def __init__(self, graph: Graph, shape: tuple[int, int, int, int], length: str, name: str,
+                 dtype: DType):
+        # the length as the slice of the cache's first positions sees it (clamped to the
+        # capacity): the causal mask and RoPE offset then agree with the keys' shape
+        self.graph, self.length = graph, smin(to_expr(length), shape[1])
+        self.k = graph.tensor(shape, name=f"{name}.k", dtype=dtype)
+        self.v = graph.tensor(shape, name=f"{name}.v", dtype=dtype)
+
+    def update(self, k_new: GraphTensor, v_new: GraphTensor) -> tuple[GraphTensor, GraphTensor]:
+        """Write (batch, kv_heads, seq, head_dim) keys and values at position `length`; return
+        the cached and new ones together, (batch, kv_heads, length + seq, head_dim)."""
+        return self._update(self.k, k_new), self._update(self.v, v_new)
+
+    def _update(self, cache: GraphTensor, new: GraphTensor) -> GraphTensor:
+        rows = new.to(cache.dtype).transpose(1, 2).contiguous_if_view()  # (b, seq, kv, d)
+        self.graph.write(cache, rows, 1, self.length)
+        # the cached rows are read from the input and the new ones from `rows`: the run must
+        # not read the positions it writes (Graph.write)
+        return lm.cat([cache[:, :self.length], rows], dim=1).transpose(1, 2)
+
+
+def _untouched_zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Zeros in fresh anonymous memory: pages are only made resident when written, so a cache
+    of the model's whole context costs memory for the positions used. (`np.zeros` may reuse
+    freed heap memory, which calloc must clear: every page resident at once.)"""
+    nbytes = max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype, count=int(np.prod(shape))).reshape(shape)
+
+
 class KVCache:
     """The caches of every attention layer of a model, sharing one symbolic length dim.
 
     Args:
         graph: the graph the cache lives in.
-        num_layers: how many `LayerCache`s (`cache[i]` is layer i's).
+        num_layers: how many layer caches (`cache[i]` is layer i's).
         batch, num_kv_heads, head_dim: the static dims of each layer's K and V.
         length: name of the symbolic dim counting cached positions.
+        capacity: None for growing caches (`LayerCache`); else the most positions the cache
+            holds, allocated once and written in place (`InPlaceLayerCache`). The buffers are
+            zero-filled lazily by the OS, so only the positions written take memory.
     """
 
     def __init__(self, graph: Graph, num_layers: int, batch: int, num_kv_heads: int,
-                 head_dim: int, length: str = "past", dtype: DType = lm.float32):
-        self.graph, self.length_dim = graph, length
-        shape = (batch, num_kv_heads, length, head_dim)
-        self.layers = [LayerCache(graph, shape, f"kv_cache.{i}", dtype)
-                       for i in range(num_layers)]
-        self._empty = np.zeros((batch, num_kv_heads, 0, head_dim), dtype.numpy)
+                 head_dim: int, length: str = "past", dtype: DType = lm.float32,
+                 capacity: int | None = None):
+        self.graph, self.length_dim, self.capacity = graph, length, capacity
+        if capacity is None:
+            shape = (batch, num_kv_heads, length, head_dim)
+            self.layers: list[LayerCache] | list[InPlaceLayerCache] = [
+                LayerCache(graph, shape, f"kv_cache.{i}", dtype) for i in range(num_layers)]
+            self._empty = np.zeros((batch, num_kv_heads, 0, head_dim), dtype.numpy)
+        else:
+            if capacity < 1:
+                raise ValueError(f"KVCache: capacity must be >= 1, got {capacity}")
+            shape = (batch, capacity, num_kv_heads, head_dim)
+            self.layers = [InPlaceLayerCache(graph, shape, length, f"kv_cache.{i}", dtype)
+                           for i in range(num_layers)]
+            for layer in self.layers:
+                layer.k.set(_untouched_zeros(shape, dtype.numpy))
+                layer.v.set(_untouched_zeros(shape, dtype.numpy))
         self.reset()
 
-    def __getitem__(self, layer: int) -> LayerCache:
+    def __getitem__(self, layer: int) -> LayerCache | InPlaceLayerCache:
         return self.layers[layer]
 
     def __len__(self) -> int:
@@ -91,13 +151,14 @@ class KVCache:
 
     def reset(self) -> None:
         """Empty every layer's cache (binds the length dim to 0)."""
-        for layer in self.layers:
-            layer.k.set(self._empty)
-            layer.v.set(self._empty)
+        if self.capacity is None:
+            for layer in self.layers:  # the growing caches' shapes imply the length dim
+                layer.k.set(self._empty)
+                layer.v.set(self._empty)
+        self.graph.set_dim(self.length_dim, 0)
 
     def advance(self, n: int) -> None:
-        """After an `execute()` that appended `n` positions, bump the length dim to match the
-        caches the graph assigned to the inputs."""
+        """After an `execute()` that appended `n` positions, bump the length dim to match."""
         self.graph.set_dim(self.length_dim, self.length + n)
 
 

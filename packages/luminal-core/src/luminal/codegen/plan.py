@@ -33,15 +33,25 @@ class MemoryPlan:
     def slot_of(self) -> dict[int, int]:
         return {b: s for s, members in enumerate(self.slots) for b in members}
 
-    def layout(self, dims: dict[str, int]) -> tuple[list[int], int]:
-        """Byte offset of every slot in the arena, and the arena's size, for these dims."""
-        values = iter(self._evaluate_sizes(dims))
+    def layout(self, dims: dict[str, int], headroom: float = 1.0) -> tuple[list[int], int]:
+        """Byte offset of every slot in the arena, and the arena's size, for these dims; with
+        `headroom`, every slot gets that factor more room (see `slot_bytes`)."""
         offsets, total = [], 0
-        for sizes in self.sizes:
+        for need in self.slot_bytes(dims):
             offsets.append(total)
-            need = max((next(values) for _ in sizes), default=0)
-            total += (need + ALIGN - 1) // ALIGN * ALIGN
+            total += (int(need * headroom) + ALIGN - 1) // ALIGN * ALIGN
         return offsets, total
+
+    def slot_bytes(self, dims: dict[str, int]) -> list[int]:
+        """The bytes each slot needs at these dims (its largest member). A runtime whose dims
+        change every run (a decode step's cache length) keeps a layout made with headroom for
+        as long as every slot still fits, instead of laying out the arena anew."""
+        values = iter(self.member_bytes(dims))
+        return [max((next(values) for _ in sizes), default=0) for sizes in self.sizes]
+
+    def member_bytes(self, dims: dict[str, int]) -> tuple[int, ...]:
+        """The bytes of every slot's every member at these dims, flat, slot by slot."""
+        return self._evaluate_sizes(dims)
 
     @cached_property
     def _evaluate_sizes(self) -> Callable[[dict[str, int]], tuple[int, ...]]:
