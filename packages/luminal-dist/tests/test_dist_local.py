@@ -113,6 +113,29 @@ def test_gradient_buckets_respect_size_and_dtype() -> None:
     assert ld.DataParallel(ld.SingleProcess()).reduce_gradients(grads) == grads
 
 
+def test_overlap_starts_each_gradient_bucket_when_its_backward_part_is_done() -> None:
+    g = lm.Graph()
+    weights = [g.tensor((16, 16), name=f"w{i}").set(np.eye(16)) for i in range(3)]
+    h = g.tensor((4, 16), name="x")
+    for w in weights:
+        h = lm.functional.linear(h, w).relu()
+    loss = h.sum()
+    dp = ld.DataParallel(SimpleNamespace(rank=0, size=2), bucket_mb=16 * 16 * 4 / 2**20)
+    reduced = dp.reduce_gradients(lt.grad(loss, weights))  # one bucket per weight
+    for t in [*reduced, loss]:
+        t.retrieve()
+    # the buckets, last layer first (the order backward produces them)
+    buckets = [g.nodes[t.id].inputs[0].src for t in reduced[::-1]]
+    blocking = ld.split_stages(g)
+    assert [[c.id for c in s.collectives] for s in blocking] == [buckets, []]
+    overlapped = ld.split_stages(g, overlap=True)
+    assert [[c.id for c in s.collectives] for s in overlapped] == [[b] for b in buckets] + [[]]
+    # each part after the first is a further step of the backward pass
+    assert all(s.graph.nodes for s in overlapped)
+    assert sum(len(s.graph.nodes) for s in overlapped) >= sum(len(s.graph.nodes)
+                                                              for s in blocking)
+
+
 def test_tensor_parallel_slices_heads_and_mlp_columns() -> None:
     from luminal_models.llama import Llama, LlamaConfig
 

@@ -60,6 +60,8 @@ def test_data_parallel_equals_one_process_on_the_combined_batch(tmp_path) -> Non
     for name in ("w1", "b1", "w2", "b2"):
         assert not np.allclose(d[f"single.{name}"], 0) or name.startswith("b")
         np.testing.assert_allclose(d[f"dp.{name}"], d[f"single.{name}"], atol=1e-5)
+        # all-reduces overlapped with the backward pass: the same update
+        np.testing.assert_allclose(d[f"overlap.{name}"], d[f"dp.{name}"], atol=1e-6, rtol=0)
     np.testing.assert_array_equal(d["ranks"][0], d["ranks"][1])  # identical on every rank
 
 
