@@ -120,8 +120,8 @@ def _parts(graph: Graph, order: list[Node], level: dict[int, int]) -> dict[int, 
             while todo:
                 nid = todo.pop()
                 node = graph.nodes[nid]
-                if nid in seen or level[nid] != k or _leaf(node) or isinstance(node.op,
-                                                                               Collective):
+                # a collective is never in its own readers' round
+                if nid in seen or level[nid] != k or _leaf(node):
                     continue
                 seen.add(nid)
                 todo.extend(e.src for e in node.inputs)
@@ -142,9 +142,7 @@ def _parts(graph: Graph, order: list[Node], level: dict[int, int]) -> dict[int, 
         if n.id not in part and not _leaf(n):
             k = level[n.id]
             part[n.id] = max((part[e.src] for e in n.inputs
-                              if e.src in part and level[e.src] == k
-                              and not isinstance(graph.nodes[e.src].op, Collective)),
-                             default=offset[k])
+                              if e.src in part and level[e.src] == k), default=offset[k])
     return part
 
 
