@@ -113,6 +113,29 @@ def test_gradient_buckets_respect_size_and_dtype() -> None:
     assert ld.DataParallel(ld.SingleProcess()).reduce_gradients(grads) == grads
 
 
+def test_overlap_starts_each_gradient_bucket_when_its_backward_part_is_done() -> None:
+    g = lm.Graph()
+    weights = [g.tensor((16, 16), name=f"w{i}").set(np.eye(16)) for i in range(3)]
+    h = g.tensor((4, 16), name="x")
+    for w in weights:
+        h = lm.functional.linear(h, w).relu()
+    loss = h.sum()
+    dp = ld.DataParallel(SimpleNamespace(rank=0, size=2), bucket_mb=16 * 16 * 4 / 2**20)
+    reduced = dp.reduce_gradients(lt.grad(loss, weights))  # one bucket per weight
+    for t in [*reduced, loss]:
+        t.retrieve()
+    # the buckets, last layer first (the order backward produces them)
+    buckets = [g.nodes[t.id].inputs[0].src for t in reduced[::-1]]
+    blocking = ld.split_stages(g)
+    assert [[c.id for c in s.collectives] for s in blocking] == [buckets, []]
+    overlapped = ld.split_stages(g, overlap=True)
+    assert [[c.id for c in s.collectives] for s in overlapped] == [[b] for b in buckets] + [[]]
+    # each part after the first is a further step of the backward pass
+    assert all(s.graph.nodes for s in overlapped)
+    assert sum(len(s.graph.nodes) for s in overlapped) >= sum(len(s.graph.nodes)
+                                                              for s in blocking)
+
+
 def test_tensor_parallel_slices_heads_and_mlp_columns() -> None:
     from luminal_models.llama import Llama, LlamaConfig
 
@@ -138,10 +161,54 @@ def test_tensor_parallel_slices_heads_and_mlp_columns() -> None:
                        ("mlp.down_proj.weight", 1)):
         joined = np.concatenate([p[layer + name].data for p in parts], axis=axis)
         np.testing.assert_array_equal(joined, state[layer + name])
-    with pytest.raises(ValueError, match="3 key/value heads cannot be split over 4"):
+    with pytest.raises(ValueError, match="3 key/value heads and 6 query heads cannot be split "
+                                         "over 4 ranks"):
         ld.TensorParallel(None, SimpleNamespace(rank=0, size=4)).shard(Llama(config))
     with pytest.raises(ValueError, match="launch it with `mpiexec -n 2"):
         ld.TensorParallel(None, ld.SingleProcess(), size=2)
+
+
+def test_fewer_kv_heads_than_ranks_replicate_them() -> None:
+    from luminal_dist.tensor_parallel import head_share
+
+    # Gemma 3 270M: one KV head, 4 query heads over 2 ranks
+    assert [tuple(map(list, head_share(4, 1, 2, r))) for r in range(2)] == [([0], [0, 1]),
+                                                                           ([0], [2, 3])]
+    # 2 KV heads of 3 query heads each over 4 ranks: uneven query shares of one KV head
+    assert [tuple(map(list, head_share(6, 2, 4, r))) for r in range(4)] == [
+        ([0], [0, 1]), ([0], [2]), ([1], [3, 4]), ([1], [5])]
+    with pytest.raises(ValueError, match="1 key/value heads and 2 query heads cannot be split "
+                                         "over 4 ranks"):
+        head_share(2, 1, 4, 0)
+
+
+def test_tensor_parallel_shards_gemma3_blocks() -> None:
+    from luminal_models.gemma3 import Gemma3, Gemma3Config
+
+    config = Gemma3Config(vocab_size=32, hidden_size=16, intermediate_size=12, num_layers=2,
+                          num_heads=4, num_kv_heads=1, head_dim=4)
+    rng = np.random.default_rng(0)
+    state = {name: rng.standard_normal(p.shape).astype(np.float32)
+             for name, p in Gemma3(config).named_parameters()}
+    parts = []
+    for rank in range(2):
+        model = Gemma3(config)
+        model.load_state_dict(state)
+        ld.TensorParallel(None, SimpleNamespace(rank=rank, size=2)).shard(model)
+        assert (model.config.num_heads, model.config.num_kv_heads) == (2, 1)
+        assert model.config.intermediate_size == 6
+        assert type(model.model.layers[1].mlp.down_proj).__name__ == "RowParallel"
+        parts.append(dict(model.named_parameters()))
+    layer = "model.layers.1."
+    for name, axis in (("self_attn.q_proj.weight", 0), ("self_attn.o_proj.weight", 1),
+                       ("mlp.gate_proj.weight", 0), ("mlp.up_proj.weight", 0),
+                       ("mlp.down_proj.weight", 1)):
+        joined = np.concatenate([p[layer + name].data for p in parts], axis=axis)
+        np.testing.assert_array_equal(joined, state[layer + name])
+    for name in ("self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.q_norm.weight",
+                 "post_feedforward_layernorm.weight"):  # replicated on both ranks
+        for p in parts:
+            np.testing.assert_array_equal(p[layer + name].data, state[layer + name])
 
 
 def test_launch_builds_the_mpiexec_command(monkeypatch) -> None:

@@ -60,6 +60,8 @@ def test_data_parallel_equals_one_process_on_the_combined_batch(tmp_path) -> Non
     for name in ("w1", "b1", "w2", "b2"):
         assert not np.allclose(d[f"single.{name}"], 0) or name.startswith("b")
         np.testing.assert_allclose(d[f"dp.{name}"], d[f"single.{name}"], atol=1e-5)
+        # all-reduces overlapped with the backward pass: the same update
+        np.testing.assert_allclose(d[f"overlap.{name}"], d[f"dp.{name}"], atol=1e-6, rtol=0)
     np.testing.assert_array_equal(d["ranks"][0], d["ranks"][1])  # identical on every rank
 
 
@@ -75,9 +77,10 @@ def test_luminal_launch_trains_the_digits_example_to_one_process_accuracy() -> N
     assert float(lines[0].split("=")[1]) >= 0.95
 
 
-def _generate(*launcher: str) -> list[int]:
-    prompt = ["-m", "luminal", "generate", "--json", "-n", "3", "The capital of France is"]
-    if launcher:
+def _generate(model: str, tokens: int, tensor_parallel: bool) -> list[int]:
+    prompt = ["-m", "luminal", "generate", "--model", model, "--json", "-n", str(tokens),
+              "The capital of France is"]
+    if tensor_parallel:
         done = mpirun(2, *prompt, "--tensor-parallel", "2")
         lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
         assert len(lines) == 1, done.stdout  # rank 0 prints, rank 1 does not
@@ -88,9 +91,16 @@ def _generate(*launcher: str) -> list[int]:
 
 
 def test_tensor_parallel_smollm2_greedy_tokens_equal_one_process() -> None:
-    single = _generate()
+    single = _generate("smollm2", 3, tensor_parallel=False)
     assert len(single) == 3
-    assert _generate("mpiexec") == single
+    assert _generate("smollm2", 3, tensor_parallel=True) == single
+
+
+def test_tensor_parallel_gemma3_greedy_tokens_equal_one_process() -> None:
+    # Gemma 3 270M: its one KV head is replicated, its 4 query heads split 2 + 2
+    single = _generate("gemma3", 8, tensor_parallel=False)
+    assert len(single) == 8
+    assert _generate("gemma3", 8, tensor_parallel=True) == single
 
 
 @pytest.mark.parametrize("mode", ["kill", "hang"])

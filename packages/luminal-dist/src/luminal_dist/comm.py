@@ -57,6 +57,30 @@ def check_split(shape: tuple[int, ...], axis: int, size: int, what: str) -> None
                          "equal parts (one per rank)")
 
 
+class Pending(Protocol):
+    """A collective under way: `test()` makes progress and says whether it completed,
+    `wait()` returns its result (raising `CollectiveTimeout` past the communicator's
+    timeout)."""
+
+    def test(self) -> bool: ...
+
+    def wait(self) -> Any: ...
+
+
+class Done:
+    """A collective that completed when it started (a communicator without non-blocking
+    collectives)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def test(self) -> bool:
+        return True
+
+    def wait(self) -> Any:
+        return self.value
+
+
 @runtime_checkable
 class Communicator(Protocol):
     """A group of `size` processes; this one is `rank` (0-based)."""
@@ -66,7 +90,9 @@ class Communicator(Protocol):
     timeout: float
 
     def all_reduce(self, x: Any, op: str = "sum") -> Any:
-        """Elementwise reduction of every rank's `x` (same shape and dtype); all get it."""
+        """Elementwise reduction of every rank's `x` (same shape and dtype); all get it.
+        A communicator may also offer `start_all_reduce(x, op) -> Pending`, the same started
+        without waiting (see `Distributed(overlap=True)`)."""
 
     def all_gather(self, x: Any, axis: int = 0) -> Any:
         """Every rank's `x` concatenated along `axis` in rank order; all get it."""

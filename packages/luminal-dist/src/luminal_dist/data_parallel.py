@@ -10,6 +10,10 @@ the ranks with one all-reduce and unpacks them, all inside the compiled step gra
 optimizer update that follows is the same computation on every rank, so the parameters stay
 identical. Averaging equals training on the combined batch when every rank's batch has the
 same size and the loss is a mean.
+
+Buckets are filled in reverse parameter order, the order in which the backward pass produces
+the gradients; with `overlap=True` each bucket's all-reduce starts as soon as its gradients
+are computed, while the backward pass of the earlier layers runs (`Distributed(overlap=True)`).
 """
 
 from __future__ import annotations
@@ -48,20 +52,26 @@ class DataParallel(OnCommunicator):
     Args:
         comm: the communicator.
         bucket_mb: gradient bytes per all-reduce (fewer, larger messages amortise latency).
+        overlap: start each bucket's all-reduce during the backward pass (the step is cut into
+            one compiled stage per bucket); see the README for when it pays.
     """
 
-    def __init__(self, comm: Communicator | None = None, bucket_mb: float = 25.0) -> None:
+    def __init__(self, comm: Communicator | None = None, bucket_mb: float = 25.0,
+                 overlap: bool = False) -> None:
         if not bucket_mb > 0:
             raise ValueError(f"bucket_mb must be positive, got {bucket_mb}")
         self.comm = comm if comm is not None else world()
         self.bucket_bytes = int(bucket_mb * (1 << 20))
+        self.overlap = overlap
 
     def reduce_gradients(self, grads: Sequence[GraphTensor]) -> list[GraphTensor]:
         """The gradients averaged over the ranks, one all-reduce per bucket."""
         out: list[GraphTensor] = list(grads)
         if self.size == 1:
             return out
-        for bucket in buckets(grads, self.bucket_bytes):
+        backward_order = list(reversed(range(len(grads))))
+        for part in buckets([grads[k] for k in backward_order], self.bucket_bytes):
+            bucket = [backward_order[k] for k in part]
             flat = [grads[k].reshape((-1,)) for k in bucket]
             packed = flat[0] if len(flat) == 1 else lm.cat(flat, dim=0)
             mean = all_reduce(packed, "sum", self.comm) * (1.0 / self.size)
@@ -74,7 +84,8 @@ class DataParallel(OnCommunicator):
 
     def compiler(self, backend: Any) -> Distributed:
         """The compiler running the step's collectives on this communicator for `backend`."""
-        return Distributed(backend, self.comm)
+        return Distributed(backend, self.comm, self.overlap)
 
     def __repr__(self) -> str:
-        return f"DataParallel({self.comm!r}, bucket_mb={self.bucket_bytes / (1 << 20):g})"
+        return (f"DataParallel({self.comm!r}, bucket_mb={self.bucket_bytes / (1 << 20):g}, "
+                f"overlap={self.overlap})")

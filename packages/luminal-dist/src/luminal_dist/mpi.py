@@ -16,6 +16,7 @@ import itertools
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -56,11 +57,16 @@ class MpiCommunicator:
 
     # ----- collectives --------------------------------------------------------------------
     def all_reduce(self, x: Any, op: str = "sum") -> np.ndarray:
+        return self.start_all_reduce(x, op).wait()
+
+    def start_all_reduce(self, x: Any, op: str = "sum") -> MpiPending:
+        """Start an all-reduce of `x` (`Iallreduce`); MPICH progresses it inside MPI calls,
+        i.e. in the pending object's `test()` and `wait()`."""
         send, restore = _reducible(x)
         out = np.empty_like(send)
-        self._wait(self.comm.Iallreduce(send, out, self._ops[check_reduce_op(op)]),
-                   f"all_reduce({op}) of {send.shape} {send.dtype}")
-        return restore(out)
+        request = self.comm.Iallreduce(send, out, self._ops[check_reduce_op(op)])
+        return MpiPending(self, request, (send, out), lambda: restore(out),
+                          f"all_reduce({op}) of {send.shape} {send.dtype}")
 
     def all_gather(self, x: Any, axis: int = 0) -> np.ndarray:
         x = np.asarray(x)
@@ -116,6 +122,23 @@ class MpiCommunicator:
 
     def __repr__(self) -> str:
         return f"MpiCommunicator(rank={self.rank}, size={self.size})"
+
+
+class MpiPending:
+    """An MPI request under way, the buffers MPI reads and writes meanwhile (kept alive
+    here), and how to read its result."""
+
+    def __init__(self, comm: MpiCommunicator, request: Any, buffers: tuple[np.ndarray, ...],
+                 result: Callable[[], Any], what: str) -> None:
+        self.comm, self.request, self.buffers = comm, request, buffers
+        self.result, self.what = result, what
+
+    def test(self) -> bool:
+        return bool(self.request.Test())
+
+    def wait(self) -> Any:
+        self.comm._wait(self.request, self.what)
+        return self.result()
 
 
 def _as_bytes(x: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from luminal import GraphTensor
 from luminal.ir import Edge
 from luminal.ops import Op
 
-from .comm import Communicator, DistributedError, check_reduce_op
+from .comm import Communicator, DistributedError, Done, Pending, check_reduce_op
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,11 @@ class Collective(Op):
         """Carry out the collective on this rank's host value `x`."""
         raise NotImplementedError
 
+    def start(self, comm: Communicator, x) -> Pending:
+        """Start the collective on `x`; its `wait()` gives `run`'s result. Blocking (done at
+        once) unless the communicator can start this collective without waiting."""
+        return Done(self.run(comm, x))
+
     def label(self) -> str:
         return f"{self.name} x{self.size}"
 
@@ -50,6 +55,10 @@ class AllReduce(Collective):
 
     def run(self, comm, x):
         return comm.all_reduce(x, self.op)
+
+    def start(self, comm, x) -> Pending:
+        start = getattr(comm, "start_all_reduce", None)
+        return Done(self.run(comm, x)) if start is None else start(x, self.op)
 
     def label(self) -> str:
         return f"AllReduce {self.op} x{self.size}"

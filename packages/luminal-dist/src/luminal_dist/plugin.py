@@ -27,7 +27,8 @@ def luminal_register_compilers(register: Callable[..., Any]) -> None:
     register("distributed", _distributed,
              "runs graphs with collectives over MPI ranks (luminal-dist)")
     register("tensor-parallel", _tensor_parallel,
-             "Megatron-style tensor parallelism for Llama models over MPI ranks (luminal-dist)")
+             "Megatron-style tensor parallelism for Llama and Gemma 3 over MPI ranks "
+             "(luminal-dist)")
 
 
 @hookimpl

@@ -1,5 +1,6 @@
-"""MPI worker: 20 data-parallel AdamW steps of an MLP; rank 0 then trains the same model in
-one process on the combined batches and writes both parameter sets to OUT.npz."""
+"""MPI worker: 20 data-parallel AdamW steps of an MLP, with the gradient all-reduces after
+the backward pass and overlapped with it; rank 0 then trains the same model in one process on
+the combined batches and writes the three parameter sets to OUT.npz."""
 
 import sys
 
@@ -33,8 +34,11 @@ def train(data_parallel, rank, size):
 
 
 parallel = train(dp, dp.rank, dp.size)
+overlapped = train(ld.DataParallel(bucket_mb=0.01, overlap=True), dp.rank, dp.size)
 others = dp.comm.all_gather(np.concatenate([v.reshape(-1) for v in parallel.values()]))
 if dp.rank == 0:
     single = train(None, 0, 1)
     np.savez(out, **{f"dp.{k}": v for k, v in parallel.items()},
-             **{f"single.{k}": v for k, v in single.items()}, ranks=others.reshape(dp.size, -1))
+             **{f"single.{k}": v for k, v in single.items()},
+             **{f"overlap.{k}": v for k, v in overlapped.items()},
+             ranks=others.reshape(dp.size, -1))
