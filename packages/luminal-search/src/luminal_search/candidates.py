@@ -10,14 +10,16 @@ from . import terms
 
 @dataclass
 class Candidate:
-    """One way to compile a region: `kind` is "default", "store", "loops", "tune" or
-    "rewrite"."""
+    """One way to compile a region: `kind` is "default", "store", "loops", "tune", "rewrite"
+    or "fuse" (a fused region as the one kernel `derived`, which the cache does not store: a
+    warm compile derives it again)."""
 
     kind: str
     label: str
     steps: terms.Steps | None = None  # "rewrite": the region's new term
     store: tuple[int, ...] = ()  # "store": positions in `Region.nodes` to store
     tuning: tuple[tuple[str, int], ...] = ()  # "tune": the root kernel's dialect settings
+    derived: Any = None  # "fuse": a `fusion.Derived`
 
     def as_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "label": self.label, "steps": self.steps,
@@ -45,6 +47,7 @@ class RegionResult:
     timed: int = 0
     rejected: list[str] = field(default_factory=list)
     egraph_s: float = 0.0
+    timings: list[tuple[str, float]] = field(default_factory=list)  # every timed candidate
 
     @property
     def gain(self) -> float:
@@ -54,14 +57,15 @@ class RegionResult:
         return {"label": self.label, "instances": self.instances,
                 "choice": self.choice.as_json(), "default_s": self.default_s,
                 "best_s": self.best_s, "timed": self.timed, "rejected": self.rejected,
-                "egraph_s": self.egraph_s}
+                "egraph_s": self.egraph_s, "timings": [list(t) for t in self.timings]}
 
     @staticmethod
     def from_json(d: dict) -> RegionResult:
         return RegionResult(str(d["label"]), int(d["instances"]),
                             Candidate.from_json(d["choice"]), float(d["default_s"]),
                             float(d["best_s"]), int(d["timed"]), [str(r) for r in d["rejected"]],
-                            float(d["egraph_s"]))
+                            float(d["egraph_s"]),
+                            [(str(label), float(t)) for label, t in d["timings"]])
 
 
 @dataclass

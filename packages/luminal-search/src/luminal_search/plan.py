@@ -20,6 +20,7 @@ def to_json(results: dict[str, RegionResult], regions: list[Region], whole: Whol
             order: list[int]) -> dict[str, Any]:
     position = {n: k for k, n in enumerate(order)}
     instances = [{"signature": r.signature, "root": position[r.root], "matmul": r.matmul,
+                  "fused": r.fused,
                   "nodes": [position[n] for n in r.nodes],
                   "inputs": [position[n] for n in r.inputs]}
                  for r in regions if results[r.signature].choice.kind != "default"]
@@ -36,7 +37,8 @@ def from_json(graph: Graph, plan: dict[str, Any], order: list[int], space: dict[
     for inst in plan["instances"]:
         at = [order[p] for p in inst["nodes"]]
         region = Region(order[inst["root"]], at, [order[p] for p in inst["inputs"]],
-                        bool(inst["matmul"]), signature=str(inst["signature"]))
+                        bool(inst["matmul"]), signature=str(inst["signature"]),
+                        fused=int(inst["fused"]))
         if region.nodes[-1] != region.root or not set(region.inputs) <= set(region.nodes):
             raise ValueError("region instance does not fit the graph")
         check_candidate(graph, region, results[region.signature].choice, space)
@@ -46,10 +48,12 @@ def from_json(graph: Graph, plan: dict[str, Any], order: list[int], space: dict[
 
 def check_candidate(graph: Graph, region: Region, cand: Candidate,
                     space: dict[str, Any]) -> None:
-    if cand.kind not in ("default", "store", "loops", "tune", "rewrite"):
+    if cand.kind not in ("default", "store", "loops", "tune", "rewrite", "fuse"):
         raise ValueError(f"unknown candidate kind {cand.kind!r}")
     if any(name not in space for name, _ in cand.tuning):
         raise ValueError(f"tuning {cand.tuning} outside the backend's schedule space")
+    if (cand.kind == "fuse") != bool(region.fused):
+        raise ValueError("a fused kernel chosen for a region that is not a fusion, or back")
     if cand.kind == "loops" and not region.matmul:
         raise ValueError("loops on a region that is not a matmul")
     for p in cand.store:

@@ -31,10 +31,11 @@ class Region:
     signature: str = ""
     # a quantized matmul reads packed weights the region alone cannot reproduce: not searched
     searchable: bool = True
+    fused: int = 0  # a fusion of this many regions of the default plan (`fusion.py`)
 
     def label(self, graph: Graph) -> str:
         names = [graph.nodes[n].op.name for n in self.nodes if n not in self.inputs]
-        kind = "matmul" if self.matmul else "kernel"
+        kind = f"fusion of {self.fused}" if self.fused else "matmul" if self.matmul else "kernel"
         head = ",".join(dict.fromkeys(names))
         return f"{kind}[{head[:60]}]"
 

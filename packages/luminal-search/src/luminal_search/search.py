@@ -25,7 +25,7 @@ from luminal.graph import Graph
 from luminal.passes import DeadCodeElimination
 from luminal.reference import ReferenceBackend
 
-from . import cache, measure, plan, terms
+from . import cache, fusion, measure, plan, terms
 from .candidates import DEFAULT, Candidate, RegionResult, WholeGraph
 from .egraph import Limits, saturate
 from .regions import Region, find_regions, leaves, subgraph, views_and_extents
@@ -68,6 +68,8 @@ class SearchReport:
                 choice = f"default (its own best, {choice}, lost in the whole graph)"
             lines.append(f"{r.label[:48]:<48} {r.instances:>3} {r.timed:>5} {timing}  {choice}")
             lines += [f"    rejected: {why}" for why in r.rejected]
+            if r.label.startswith("fusion"):
+                lines += [f"    timed: {label} {t * 1e6:.1f}us" for label, t in r.timings]
         return "\n".join(lines)
 
 
@@ -114,8 +116,8 @@ class Search:
             results, regions, whole = loaded
             path = str(cache.cache_dir() / f"{key}.json")
         else:
-            regions = find_regions(graph)
-            results = self._search(graph, regions, rulesets)
+            regions, fused = self._fuse(graph, find_regions(graph))
+            results = self._search(graph, regions, rulesets, fused)
             whole = self._check_whole(graph, regions, results)
             if not whole.kept:
                 regions = []
@@ -144,18 +146,57 @@ class Search:
         if stored is None:
             return None
         try:
-            return plan.from_json(graph, stored, order, self.backend.schedule_space)
+            results, regions, whole = plan.from_json(graph, stored, order,
+                                                     self.backend.schedule_space)
         except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             return None
+        for region in regions:  # fused kernels are derived again (deterministic)
+            choice = results[region.signature].choice
+            if choice.kind == "fuse" and choice.derived is None:
+                choice.derived = fusion.derive(graph, region, self._dims(graph), self.limits)
+                if choice.derived is None:
+                    return None
+        return results, regions, whole
+
+    # ----- fusing -------------------------------------------------------------------------
+    @staticmethod
+    def _dims(graph: Graph) -> dict[str, int]:
+        return {d: graph.dims.get(d, DEFAULT_DIM) for d in graph.free_dims()}
+
+    def _fuse(self, graph: Graph, regions: list[Region]
+              ) -> tuple[list[Region], dict[str, RegionResult]]:
+        """`regions` with each fused region (`fusion.py`) whose derived kernel beats the
+        default plan in place of the regions it absorbs, and the fused regions' results."""
+        results: dict[str, RegionResult] = {}
+        covered: set[int] = set()
+        for fused in fusion.find_fusions(graph, regions):
+            inside = set(fused.nodes) - set(fused.inputs)
+            if inside & covered:
+                continue
+            result = results.get(fused.signature)
+            if result is None:
+                result = results[fused.signature] = self._search_region(
+                    graph, fused, (), fused.label(graph), 1)
+            else:
+                result.instances += 1
+            if result.choice.kind == "fuse":
+                covered |= inside
+                regions = [r for r in regions if r.root not in inside] + [fused]
+        order = {n.id: k for k, n in enumerate(graph.toposort())}
+        return sorted(regions, key=lambda r: order[r.root]), results
 
     # ----- searching ----------------------------------------------------------------------
-    def _search(self, graph: Graph, regions: list[Region], rulesets) -> dict[str, RegionResult]:
+    def _search(self, graph: Graph, regions: list[Region], rulesets,
+                done: dict[str, RegionResult]) -> dict[str, RegionResult]:
+        """Each distinct region's result (regions already in `done` are not searched again)."""
         from tqdm import tqdm
 
+        results = dict(done)
         groups: dict[str, list[Region]] = {}
         for region in regions:
+            if region.signature in results:
+                continue
             groups.setdefault(region.signature, []).append(region)
-        results: dict[str, RegionResult] = {}
         bar = tqdm(groups.items(), desc="search", unit="region", disable=not self.progress,
                    leave=False)
         for sig, members in bar:
@@ -168,6 +209,13 @@ class Search:
         return results
 
     def _candidates(self, graph: Graph, region: Region, rulesets) -> tuple[list[Candidate], float]:
+        if region.fused:
+            derived = fusion.derive(graph, region, self._dims(graph), self.limits)
+            if derived is None:
+                return [DEFAULT], 0.0
+            label = (f"one kernel from the e-graph (cost {derived.inlined_cost} -> "
+                     f"{derived.cost}, est. work {derived.work / derived.default_work:.2f}x)")
+            return [DEFAULT, Candidate("fuse", label, derived=derived)], derived.seconds
         out = [DEFAULT]
         if region.matmul:
             out.append(Candidate("loops", "matmul as generated loops"))
@@ -192,7 +240,7 @@ class Search:
         if len(candidates) == 1:
             return result
         rng = np.random.default_rng(self.seed)
-        dims = {d: graph.dims.get(d, DEFAULT_DIM) for d in graph.free_dims()}
+        dims = self._dims(graph)
         reference, _ = self._instance(graph, region, candidates[0], dims, ReferenceBackend())
         data = measure.random_inputs(reference, rng)
         special = measure.random_inputs(reference, rng, specials=True)
@@ -240,6 +288,7 @@ class Search:
                     sub.set_dim(d, 1)
             times.append(measure.time_interleaved(subs, measure.random_inputs(subs[0], rng)))
         result.default_s = result.best_s = times[0][0]
+        result.timings = [(cand.label, t) for (cand, _), t in zip(survivors, times[0])]
         best = MARGIN
         for k, (cand, _) in enumerate(survivors[1:], start=1):
             ratios = [t[k] / t[0] for t in times]
@@ -290,7 +339,7 @@ class Search:
     def _apply(graph: Graph, regions: list[Region], choices: dict[str, Candidate],
                by_signature: bool = True) -> Schedule:
         """Rewrite the regions whose choice is a rewrite; the schedule for the others."""
-        store, loops, tuning = set(), set(), {}
+        store, loops, tuning, kernels = set(), set(), {}, {}
         rewritten = False
         for region in regions:
             cand = choices.get(region.signature if by_signature else "", DEFAULT)
@@ -300,6 +349,9 @@ class Search:
                 loops.add(region.root)
             elif cand.kind == "tune":
                 tuning[region.root] = cand.tuning
+            elif cand.kind == "fuse":
+                params = tuple(graph.resolve(region.nodes[p]) for p in cand.derived.params)
+                kernels[params[0]] = (cand.derived.kernel, params)
             elif cand.kind == "rewrite":
                 leaf_ids = leaves(graph, region)
                 views, _ = views_and_extents(graph, region, leaf_ids)
@@ -308,7 +360,8 @@ class Search:
                 rewritten = True
         if rewritten:
             DeadCodeElimination().compile(graph)
-        return Schedule(store=frozenset(store), loop_matmuls=frozenset(loops), tuning=tuning)
+        return Schedule(store=frozenset(store), loop_matmuls=frozenset(loops), tuning=tuning,
+                        kernels=kernels)
 
 
 def _clone(graph: Graph) -> Graph:

@@ -159,6 +159,21 @@ class Reduce(Value):
 
 
 @_node
+class SoftmaxSum(Value):
+    """`sum_var softmax_var(logit) * body`: the softmax over `var` in [0, size) of `logit` (base
+    2: weights `exp2(logit - max logit)`, normalised) weighting `body`, computed in one pass
+    with a running max, sum and accumulator (online softmax), so no vector of weights is
+    stored. Its semantics are those of the primitive decomposition, NaN and infinities
+    included: a NaN logit, an infinite logit or a row whose logits are all -inf gives NaN."""
+
+    var: Expr
+    size: Expr
+    logit: Value
+    body: Value
+    dtype: DType
+
+
+@_node
 class Bind(Value):
     """`body` with index variable `var` set to the integer `value` (a data-dependent index)."""
 
@@ -287,7 +302,7 @@ class Program:
 # ----- traversal -----------------------------------------------------------------------------
 _EXPR_FIELDS = {
     Load: ("index", "valid"), Index: ("expr",), Where: ("cond",), Reduce: ("var", "size"),
-    Bind: ("var",),
+    SoftmaxSum: ("var", "size"), Bind: ("var",),
 }
 
 
@@ -381,7 +396,8 @@ def kernel_dims(k: KernelLike) -> tuple[str, ...]:
 
 
 def top_reductions(v: Value) -> list[Reduce]:
-    """The reductions of a tree that are not inside another reduction's body."""
+    """The reductions of a tree that are not inside another reduction's body (nor inside a
+    `SoftmaxSum`, which is a reduction of its own kind)."""
     out, stack, seen = [], [v], set()
     while stack:
         x = stack.pop()
@@ -390,7 +406,7 @@ def top_reductions(v: Value) -> list[Reduce]:
         seen.add(id(x))
         if isinstance(x, Reduce):
             out.append(x)
-        else:
+        elif not isinstance(x, SoftmaxSum):
             stack.extend(children(x))
     return out
 

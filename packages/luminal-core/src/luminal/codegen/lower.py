@@ -244,6 +244,8 @@ class Lowering:
 
     def _decide_buffers(self) -> None:
         forced = set(self.outputs) | set(self.matmuls)
+        for _, params in self.schedule.kernels.values():
+            forced.update(params)
         for m in self.matmuls.values():
             forced.add(m.a.node)
             forced.add(m.b.node)
@@ -334,6 +336,9 @@ class Lowering:
 
     def build_kernel(self, node: Node) -> tuple[KernelLike, list[int]]:
         """The kernel computing `node` and the nodes bound to its parameters, in order."""
+        scheduled = self.schedule.kernels.get(node.id)
+        if scheduled is not None:
+            return scheduled[0], list(scheduled[1])
         match = self.matmuls.get(node.id)
         if match is not None:
             return self._build_matmul(node, match)

@@ -19,7 +19,7 @@ import copy
 import math
 from dataclasses import dataclass, field
 
-from ..dtypes import DType
+from ..dtypes import DType, float32
 from ..symbolic import Expr
 from .ir import (
     Binary,
@@ -31,12 +31,15 @@ from .ir import (
     Load,
     Reduce,
     Select,
+    SoftmaxSum,
     Unary,
     Value,
     Where,
     affine,
     children,
+    exprs_of,
     kernel_dims,
+    map_exprs,
     top_reductions,
     walk,
 )
@@ -162,6 +165,8 @@ class Dialect:
 
     # >0: the dialect can reduce this many neighbouring outputs side by side (`reduce_lanes`)
     lanes = 0
+    # steps of a row-wise `SoftmaxSum` whose logits are computed, then weighted, together
+    softmax_block = 32
 
     def reduce_lanes(self, extents: list[str], names: list[str], declare: list[str],
                      reset: list[str], loop: str, body: list[str], final: list[str]) -> list[str]:
@@ -230,14 +235,17 @@ def _bound(name: str) -> bool:
 class BodyWriter:
     """Emits the statements computing a value tree (see the module docstring)."""
 
-    def __init__(self, dialect: Dialect, names: dict[str, str], reduce_pragmas: bool = True):
+    def __init__(self, dialect: Dialect, names: dict[str, str], reduce_pragmas: bool = True,
+                 first: int = 0):
+        """`first`: the number of the first local variable (writers emitting into one
+        function number their values apart)."""
         self.d = dialect
         self.reduce_pragmas = reduce_pragmas
         self.names = names
         self.root = Scope(0)
         self.scope_of: dict[str, Scope] = {}
         self._deps: dict[int, frozenset[str]] = {}
-        self._count = 0
+        self.count = first
 
     def expr(self, e: Expr) -> str:
         return e.render_c(self.names)
@@ -253,9 +261,9 @@ class BodyWriter:
                 own |= {n for n in e.free_vars if _bound(n)}
         for c in children(v):
             own |= self.deps(c)
-        if isinstance(v, (Reduce, Bind)):
+        if isinstance(v, (Reduce, SoftmaxSum, Bind)):
             own.discard(v.var.name)
-            if isinstance(v, Reduce):
+            if not isinstance(v, Bind):
                 own |= {n for n in v.size.free_vars if _bound(n)}
         got = self._deps[id(v)] = frozenset(own)
         return got
@@ -265,8 +273,8 @@ class BodyWriter:
         return max(scopes, key=lambda s: s.depth) if scopes else self.root
 
     def fresh(self) -> str:
-        self._count += 1
-        return f"v{self._count - 1}"
+        self.count += 1
+        return f"v{self.count - 1}"
 
     def emit(self, v: Value) -> str:
         """A C expression (usually a variable name) holding `v`."""
@@ -278,6 +286,8 @@ class BodyWriter:
             return got
         if isinstance(v, Reduce):
             name = self.reduce(v, scope)
+        elif isinstance(v, SoftmaxSum):
+            name = self.softmax_sum(v, scope)
         elif isinstance(v, Bind):
             name = self.bind(v, scope)
         else:
@@ -365,6 +375,23 @@ class BodyWriter:
         scope.lines.append(f"{self.d.compute_type(r.dtype)} {result} = {value};")
         return result
 
+    def softmax_sum(self, s: SoftmaxSum, scope: Scope) -> str:
+        """One pass over `s.var` with a running max, sum and accumulator (`OnlineSoftmax`)."""
+        online = OnlineSoftmax(self.d, self.fresh())
+        inner = Scope(scope.depth + 1)
+        self.scope_of[s.var.name] = inner
+        logit, body = self.emit(s.logit), self.emit(s.body)
+        var, size = self.names.get(s.var.name, s.var.name), self.expr(s.size)
+        scope.lines.extend(online.declare())
+        scope.lines.append(f"for (long {var} = 0; {var} < {size}; {var}++) {{")
+        scope.lines.extend("  " + line for line in [*inner.lines, *online.step(logit)])
+        scope.lines.append("  " + online.accumulate(online.acc, body))
+        scope.lines.append("}")
+        result = self.fresh()
+        value = self.d.round(s.dtype, online.result(online.acc))
+        scope.lines.append(f"{self.d.compute_type(s.dtype)} {result} = {value};")
+        return result
+
     def bind(self, b: Bind, scope: Scope) -> str:
         var = self.names.get(b.var.name, b.var.name)
         value = self.emit(b.value)
@@ -422,6 +449,64 @@ class _Accumulator:
         return f"(int){acc}" if self.kind == "sum_int" else acc
 
 
+class OnlineSoftmax:
+    """The C of a `SoftmaxSum`: the running max `m`, the running sum of weights `l` and a NaN
+    flag, shared by one accumulator or by a row of them. A new max rescales what was summed
+    by `exp2(old max - new max)`; while every logit so far is -inf nothing is weighted yet
+    (weights 0, scale 1), so `0 * body` still turns an infinite body into NaN as the
+    decomposition does."""
+
+    def __init__(self, dialect: Dialect, name: str):
+        self.d, self.name = dialect, name
+        self.m, self.l, self.nan = f"{name}_m", f"{name}_l", f"{name}_nan"
+        self.c, self.p, self.acc = f"{name}_c", f"{name}_p", f"{name}_acc"
+
+    def declare(self, row: int = 0) -> list[str]:
+        acc = f"float {self.acc}[{row}];" if row else f"float {self.acc} = 0.0f;"
+        return [f"float {self.m} = -INFINITY, {self.l} = 0.0f; int {self.nan} = 0;", acc]
+
+    def step(self, logit: str) -> list[str]:
+        """Statements folding one logit into the max and the sum (and setting the scale `c`
+        of what was accumulated and the weight `p` of this step)."""
+        exp2 = self.d.unary
+        return [
+            f"float {self.name}_mn = {logit} > {self.m} ? {logit} : {self.m};",
+            f"{self.nan} |= {logit} != {logit};",
+            f"float {self.c} = {self.name}_mn == -INFINITY ? 1.0f : "
+            f"{exp2('exp2', f'{self.m} - {self.name}_mn')};",
+            f"float {self.p} = {self.name}_mn == -INFINITY ? 0.0f : "
+            f"{exp2('exp2', f'{logit} - {self.name}_mn')};",
+            f"{self.l} = {self.l} * {self.c} + {self.p}; {self.m} = {self.name}_mn;",
+        ]
+
+    def accumulate(self, acc: str, body: str) -> str:
+        return f"{acc} = {acc} * {self.c} + {self.p} * {body};"
+
+    def block_step(self, logits: str, weights: str, count: str) -> list[str]:
+        """Statements folding `count` logits (array `logits`) at once: the new max, the scale
+        `c` of what was accumulated, and the weights into array `weights`."""
+        exp2, mn = self.d.unary, f"{self.name}_mn"
+        return [
+            f"float {mn} = {self.m};",
+            f"for (long lm_jj = 0; lm_jj < {count}; lm_jj++) {{",
+            f"  {mn} = {logits}[lm_jj] > {mn} ? {logits}[lm_jj] : {mn};",
+            f"  {self.nan} |= {logits}[lm_jj] != {logits}[lm_jj];",
+            "}",
+            f"float {self.c} = {mn} == -INFINITY ? 1.0f : {exp2('exp2', f'{self.m} - {mn}')};",
+            f"float {self.name}_s = 0.0f;",
+            *filter(None, [self.d.reduce_pragma("sum", float32, f"{self.name}_s")]),
+            f"for (long lm_jj = 0; lm_jj < {count}; lm_jj++) {{",
+            f"  {weights}[lm_jj] = {mn} == -INFINITY ? 0.0f : "
+            f"{exp2('exp2', f'{logits}[lm_jj] - {mn}')};",
+            f"  {self.name}_s += {weights}[lm_jj];",
+            "}",
+            f"{self.l} = {self.l} * {self.c} + {self.name}_s; {self.m} = {mn};",
+        ]
+
+    def result(self, acc: str) -> str:
+        return f"(({self.nan} || {self.m} == -INFINITY) ? NAN : {acc} / {self.l})"
+
+
 def exprs_of_shallow(v: Value):
     """The symbolic expressions of `v` itself (not of its children)."""
     if isinstance(v, Load):
@@ -468,7 +553,7 @@ def _strided_reduction(kernel: Kernel) -> bool:
         return False
     last = kernel.loop_vars[-1]
     reductions = [v for v in walk(kernel.out.value) if isinstance(v, Reduce)]
-    if not reductions or any(isinstance(v, Bind) for v in walk(kernel.out.value)):
+    if not reductions or any(isinstance(v, (Bind, SoftmaxSum)) for v in walk(kernel.out.value)):
         return False
     strided = False
     for v in walk(kernel.out.value):
@@ -485,6 +570,88 @@ def _strided_reduction(kernel: Kernel) -> bool:
     return strided and store is not None and store[0][0] == 1
 
 
+# Longest last domain axis a `SoftmaxSum` is rendered row-wise for (an accumulator array of
+# this many floats per point).
+ROW_LIMIT = 256
+ROW_VAR = "_rrow"  # "_r" prefix: a loop variable bound inside the body, like a reduction's
+
+
+def _row_softmax(kernel: Kernel) -> SoftmaxSum | None:
+    """The `SoftmaxSum` of a kernel that can run row-wise: the one in the tree, outside every
+    reduction, its logit not reading the last domain axis (short and static), so that the
+    logit is computed once per step for a whole row of outputs (attention's dot product
+    of a query and a key, shared by every value column)."""
+    if not kernel.domain:
+        return None
+    last = kernel.domain[-1]
+    found = [v for v in walk(kernel.out.value) if isinstance(v, SoftmaxSum)]
+    if len(found) != 1 or not (last.is_const and 1 < last.value <= ROW_LIMIT):
+        return None
+    if any(isinstance(v, Bind) for v in walk(kernel.out.value)):
+        return None
+    if any(found[0] in set(walk(r.body)) for r in top_reductions(kernel.out.value)):
+        return None
+    lane = kernel.loop_vars[-1].name
+    if any(lane in e.free_vars for e in exprs_of(found[0].logit)):
+        return None
+    return found[0]
+
+
+def _render_row(kernel: Kernel, dialect: Dialect, names: dict[str, str], extents: list[str],
+                loop_names: list[str]) -> list[str]:
+    """The domain of a row-wise `SoftmaxSum` kernel: the outer axes in parallel; per point a
+    pass over the softmax axis in blocks of `Dialect.softmax_block` steps (their logits, then
+    one rescale and their exponentials side by side, then the row of accumulators updated),
+    then the row is stored."""
+    width, block = kernel.domain[-1].value, dialect.softmax_block
+    row = Expr.var(ROW_VAR, 0, width - 1)
+    last = kernel.loop_vars[-1].name
+    value = map_exprs(kernel.out.value, lambda e: e.substitute({last: row}))
+    index = kernel.out.index.substitute({last: row})
+    (s,) = (v for v in walk(value) if isinstance(v, SoftmaxSum))
+    var = names.get(s.var.name, s.var.name)
+    # the logits in one pass over the block, the weighted rows in a second: two writers, so
+    # each pass computes only its own part (the second numbers its values after the first's)
+    logits = BodyWriter(dialect, names)
+    logits.scope_of[s.var.name] = logit_step = Scope(1)
+    logit = logits.emit(s.logit)
+    rows = BodyWriter(dialect, names, first=logits.count)
+    rows.scope_of[s.var.name], rows.scope_of[ROW_VAR] = (body_step := Scope(1)), (lane := Scope(2))
+    body = rows.emit(s.body)
+    outer = BodyWriter(dialect, names, first=rows.count)
+    outer.scope_of[ROW_VAR] = outer.root
+    o = OnlineSoftmax(dialect, "lm_sm")
+    acc = f"{o.acc}[{ROW_VAR}]"
+    outer.root.lines.append(f"float lm_sm_o = {dialect.round(s.dtype, o.result(acc))};")
+    outer.root.names[s] = "lm_sm_o"
+    stored = outer.emit(value)
+    out_dt = kernel.params[kernel.out.buf].dtype
+    store = dialect.store_statement(out_dt, f"p{kernel.out.buf}", outer.expr(index), stored)
+    row_loop = f"for (long {ROW_VAR} = 0; {ROW_VAR} < {width}; {ROW_VAR}++) {{"
+    steps = "for (long lm_jj = 0; lm_jj < lm_nb; lm_jj++) {"
+    at = f"const long {var} = lm_jb + lm_jj;"
+    size = logits.expr(s.size)
+    per_block = [
+        f"const long lm_nb = {size} - lm_jb < {block} ? {size} - lm_jb : {block};",
+        f"float lm_x[{block}], lm_w[{block}];",
+        steps, *("  " + x for x in [at, *logit_step.lines, f"lm_x[lm_jj] = {logit};"]), "}",
+        *o.block_step("lm_x", "lm_w", "lm_nb"),
+        f"{row_loop} {acc} *= {o.c}; }}",
+        steps, *("  " + x for x in [at, *body_step.lines, row_loop,
+                                    *("  " + y for y in [*lane.lines,
+                                                         f"{acc} += lm_w[lm_jj] * {body};"]),
+                                    "}"]), "}",
+    ]
+    body_lines = [
+        *logits.root.lines, *rows.root.lines, *o.declare(width),
+        f"{row_loop} {acc} = 0.0f; }}",
+        f"for (long lm_jb = 0; lm_jb < {size}; lm_jb += {block}) {{",
+        *("  " + x for x in per_block), "}",
+        row_loop, *("  " + x for x in [*outer.root.lines, store]), "}",
+    ]
+    return dialect.domain(extents[:-1], loop_names[:-1], body_lines)
+
+
 def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
     """Source of one function computing `kernel` in `dialect`. Its arguments are the buffers
     `p0, p1, ...` (in `kernel.params` order) then the dims of `kernel_dims(kernel)`."""
@@ -499,6 +666,9 @@ def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
         (dialect.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)
     ]
     lines = [dialect.signature(name, params, [names[d] for d in dims]) + " {"]
+    if _row_softmax(kernel) is not None:
+        code = _render_row(kernel, dialect, names, extents, loop_names)
+        return "\n".join([*lines, *("  " + x for x in code), "}"]) + "\n"
     top = top_reductions(kernel.out.value)
     if simd_last and dialect.lanes and len(top) == 1:
         code = _render_lanes(kernel, top[0], dialect, names, extents, loop_names)

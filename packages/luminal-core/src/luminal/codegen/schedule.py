@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .ir import Kernel
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -30,22 +32,35 @@ class Schedule:
     - `loop_matmuls`: generate these matmul-shaped reductions as fused loops instead of the
       `Matmul` micro-kernel;
     - `tuning`: for the kernel a node roots, settings of the rendering dialect to override
-      (`Kernel.tuning`; names from the backend's `Backend.schedule_space`).
+      (`Kernel.tuning`; names from the backend's `Backend.schedule_space`);
+    - `kernels`: a kernel computing a node outright (a fusion search derived, e.g. an online
+      softmax), with the nodes bound to its parameters (that node first, then what it reads,
+      which are stored); nodes only that kernel would have read are never built.
     """
 
     store: frozenset[int] = frozenset()
     inline: frozenset[int] = frozenset()
     loop_matmuls: frozenset[int] = frozenset()
     tuning: Mapping[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
+    kernels: Mapping[int, tuple[Kernel, tuple[int, ...]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         both = self.store & self.inline
         if both:
             raise ValueError(f"Schedule: nodes {sorted(both)} are both stored and inlined")
+        for node, (kernel, params) in self.kernels.items():
+            if not params or params[0] != node or len(params) != len(kernel.params):
+                raise ValueError(f"Schedule: the kernel for node {node} has "
+                                 f"{len(kernel.params)} parameters but binds {list(params)} "
+                                 f"(the node itself first)")
+            if self.inline & set(params):
+                raise ValueError(f"Schedule: nodes {sorted(self.inline & set(params))} are read "
+                                 f"by a scheduled kernel and inlined")
 
     @property
     def is_default(self) -> bool:
-        return not (self.store or self.inline or self.loop_matmuls or self.tuning)
+        return not (self.store or self.inline or self.loop_matmuls or self.tuning
+                    or self.kernels)
 
 
 DEFAULT = Schedule()
