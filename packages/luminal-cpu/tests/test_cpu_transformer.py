@@ -3,8 +3,6 @@ their kernels, and compiling 30 layers is fast (and faster from the cache)."""
 
 from __future__ import annotations
 
-import time
-
 import cpu_transformer as T
 import luminal as lm
 import numpy as np
@@ -55,16 +53,15 @@ def test_identical_layers_share_kernels():
     assert c3 > 2 * c1
 
 
-def test_thirty_layers_compile_in_seconds_and_load_from_cache_fast(tmp_path, monkeypatch):
+def test_thirty_layers_compile_once_then_load_from_cache(tmp_path, monkeypatch):
+    """The second compile of the same graph loads the shared library from the cache (how long
+    either takes is measured in benchmarks/compile_bench.py, not here: timings in a shared
+    test run are noise)."""
     monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
-    timings = []
+    cached = []
     for _ in range(2):
         g, *_ = T.build(T.Config(layers=30))
         lm.GenericCompiler().compile(g)
-        start = time.perf_counter()
         g.compile(CpuBackend())
-        timings.append((time.perf_counter() - start, g.runtime.stats["cached"]))
-    (cold, cold_cached), (warm, warm_cached) = timings
-    assert not cold_cached and warm_cached
-    assert cold < 30, f"cold compile took {cold:.1f} s"
-    assert warm < 1.0, f"compile from the cache took {warm:.2f} s"
+        cached.append(g.runtime.stats["cached"])
+    assert cached == [False, True]

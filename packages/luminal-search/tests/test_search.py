@@ -4,7 +4,6 @@ reference, the default plan always a candidate, the plan cache used and rebuilt,
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import luminal as lm
@@ -82,9 +81,8 @@ def test_cache_is_used_then_rebuilt_when_corrupt(cpu, private_cache):
 
     g2, out2 = mlp_graph()
     warm = Search(cpu, progress=False)
-    t0 = time.perf_counter()
     g2.compile((lm.GenericCompiler(), warm))
-    assert warm.report.cached and time.perf_counter() - t0 < 1.0
+    assert warm.report.cached  # its time: benchmarks/search_bench.py (warm column)
     assert [r.choice.label for r in warm.report.regions] == [
         r.choice.label for r in first.report.regions]
     g2.execute()
