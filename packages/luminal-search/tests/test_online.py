@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from luminal.codegen import Schedule, lower
 from luminal.codegen.ir import SoftmaxSum, walk
-from luminal_search import Search, fusion, kterms
+from luminal_search import Search, fusion, kterms, plan
+from luminal_search.candidates import Candidate, RegionResult, WholeGraph
 from luminal_search.regions import find_regions
 
 RULE = re.compile(r"^\((?:rewrite|rule) .*$", re.M)
@@ -197,23 +198,41 @@ def test_attention_comes_out_of_the_egraph_as_one_streaming_kernel():
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
 
 
-def test_search_picks_the_fused_kernel_for_decode_attention_and_caches_it(private_cache):
-    """One query against 256 keys: the fused kernel beats the default plan's five kernels;
-    the cached plan names the choice, which is derived again on load."""
+def test_search_checks_and_times_the_fused_kernel_for_decode_attention(private_cache):
+    """One query against 256 keys: the fused region's derived kernel passes the reference check
+    and is timed against the default plan (which wins depends on the machine: on an idle Zen 4
+    the fused kernel, 1.6x; see the README)."""
     g, out, want = attention(256, queries=1, heads=4)
-    first = Search(lm.backend("cpu"), progress=False)
-    g.compile((lm.GenericCompiler(), first))
+    search = Search(lm.backend("cpu"), progress=False)
+    g.compile((lm.GenericCompiler(), search))
     g.execute()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
-    fused = [r for r in first.report.regions if r.label.startswith("fusion of")]
-    assert fused and any(c.kind == "fuse" for r in fused for c in [r.choice])
-    assert "one kernel from the e-graph" in first.explain()
-    stored = json.loads(Path(first.report.cache_path).read_text())
-    assert any(r["choice"]["kind"] == "fuse" for r in stored["regions"].values())
+    (fused,) = [r for r in search.report.regions if r.label.startswith("fusion of")]
+    assert fused.timed == 2 and not fused.rejected
+    assert "one kernel from the e-graph" in search.explain()
 
-    g2, out2, _ = attention(256, queries=1, heads=4)
-    warm = Search(lm.backend("cpu"), progress=False)
-    g2.compile((lm.GenericCompiler(), warm))
+
+def test_a_cached_fused_choice_is_derived_again_on_load(private_cache):
+    """A plan naming the fused kernel (written here whatever the timings chose) is loaded by
+    deriving the kernel again: the warm compile uses it and agrees with PyTorch."""
+    cpu = lm.backend("cpu")
+    g, _, want = attention(256, queries=1, heads=4)
+    first = Search(cpu, progress=False)
+    g.compile((lm.GenericCompiler(), first))
+    path = Path(first.report.cache_path)
+
+    g, _, _ = attention(256, queries=1, heads=4)
+    lm.GenericCompiler().compile(g)
+    region = fusion.find_fusions(g, find_regions(g))[0]
+    choice = Candidate("fuse", "one kernel from the e-graph")
+    chosen = plan.to_json({region.signature: RegionResult(region.label(g), 1, choice)},
+                          [region], WholeGraph(kept=True), [n.id for n in g.toposort()])
+    path.write_text(json.dumps(json.loads(path.read_text()) | chosen))
+
+    g, out, _ = attention(256, queries=1, heads=4)
+    warm = Search(cpu, progress=False)
+    g.compile((lm.GenericCompiler(), warm))
     assert warm.report.cached
-    g2.execute()
-    np.testing.assert_allclose(out2.numpy(), want, rtol=1e-5, atol=1e-5)
+    assert [r.choice.kind for r in warm.report.regions] == ["fuse"]
+    g.execute()
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
