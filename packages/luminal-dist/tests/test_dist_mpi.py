@@ -131,6 +131,9 @@ def test_a_lost_rank_fails_the_job_within_the_timeout(mode) -> None:
     assert done.returncode != 0
     assert "rank 0 step 1" in done.stdout  # the job ran until the fault
     assert time.monotonic() - start < 60  # not the 300 s default, nor forever
+    if mode == "kill":  # the launcher ends the job and says which rank died, and how
+        assert "BAD TERMINATION" in done.stdout + done.stderr
+        assert "Killed (signal 9)" in done.stdout + done.stderr
     if mode == "hang":  # rank 0 names the collective it waited for, and the cause
         assert "did not complete within 3 s" in done.stderr
         assert "all_reduce(sum)" in done.stderr
