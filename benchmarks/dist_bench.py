@@ -174,10 +174,10 @@ def main() -> None:
             print(slowest)
         return
 
-    import platform
+    from compile_bench import cpu_model
 
-    print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores; "
-          f"global batch {args.batch}, {args.steps} steps x {args.rounds} rounds")
+    print(f"# {cpu_model()}, {os.cpu_count()} cores; global batch {args.batch}, "
+          f"{args.steps} steps x {args.rounds} rounds; load average {os.getloadavg()[0]:.1f}")
     results: dict[tuple[str, int], list[float]] = {}
     port = args.port
     jobs = [("luminal-buckets", 2), ("luminal-overlap", 2)]
@@ -187,6 +187,7 @@ def main() -> None:
         for system, ranks in jobs:
             port += 1
             results.setdefault((system, ranks), []).append(run_job(system, ranks, args, port))
+    print(f"# load average at the end {os.getloadavg()[0]:.1f}")
     if not args.overlap_only:
         print_scaling(results)
     small = {s: statistics.median(results[(s, 2)]) for s in LUMINAL_SYSTEMS[1:]}

@@ -9,7 +9,9 @@ Both servers start once, on 127.0.0.1, and stay up; rounds alternate between the
 load from other processes on a shared machine hits both alike. In a round, N client threads
 send `--requests` chat completions in all (greedy, `--max-tokens` each, prompts differ) with
 the `openai` client, and the round's wall time gives requests/s and generated tokens/s
-(`usage.completion_tokens`). Reported: the median over rounds, and luminal / llama.cpp.
+(`usage.completion_tokens`). Reported: the median over rounds, and luminal / llama.cpp,
+under a line naming the CPU and the range of the 1-minute load average during the run (each
+round's is printed as it ends: figures taken on a busy machine say little).
 Both servers run one request at a time (llama.cpp's server holds a lock around its model),
 so more clients show queueing and HTTP overhead, not batching.
 
@@ -28,6 +30,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from compile_bench import cpu_model
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = [
@@ -113,6 +117,7 @@ def main() -> None:
     except ImportError:
         print("llama-cpp-python is not installed (bash scripts/setup-bench.sh): luminal only",
               file=sys.stderr)
+    loads = [os.getloadavg()[0]]
     try:
         results: dict[tuple[str, int], list[tuple[float, int]]] = {}
         for _, url in servers.values():  # warm-up: first-request costs
@@ -122,11 +127,15 @@ def main() -> None:
                 for name, (_, url) in servers.items():
                     results.setdefault((name, clients), []).append(
                         _round(url, clients, args.requests, args.max_tokens))
-            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+            loads.append(os.getloadavg()[0])
+            print(f"round {r + 1}/{args.rounds} done: load average {loads[-1]:.1f}",
+                  file=sys.stderr, flush=True)
     finally:
         for proc, _ in servers.values():
             proc.terminate()
             proc.wait(timeout=30)
+    print(f"{cpu_model()}, {os.cpu_count()} CPUs; load average {min(loads):.1f}-"
+          f"{max(loads):.1f} during the run; {args.rounds} round(s), medians\n")
     ratio = "luminal / llama.cpp tokens/s" if len(servers) > 1 else ""
     print(f"| clients | server | requests/s | tokens/s | {ratio} |")
     print("|---|---|---|---|---|")

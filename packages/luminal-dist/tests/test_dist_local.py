@@ -4,6 +4,7 @@ and NCCL argument handling (no GPU needed)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -223,6 +224,32 @@ def test_launch_builds_the_mpiexec_command(monkeypatch) -> None:
         launch_command(0, ["x"])
     assert "launch" in {c.name for c in lm.plugins.commands()}
     assert {"distributed", "tensor-parallel"} <= {c.name for c in lm.compilers()}
+
+
+def test_launch_refuses_bad_arguments_naming_them(tmp_path) -> None:
+    """Bad values are reported against the flag, with `launch`'s usage; a script or program
+    that is not there is said once, before mpiexec starts any rank."""
+    def launch(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "luminal", "launch", *args],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+    for args, message in (
+            (("-n", "0", "x.py"), "argument -n/--ranks: must be >= 1, got 0"),
+            (("-n", "two", "x.py"), "argument -n/--ranks: expected an integer, got 'two'"),
+            (("--timeout", "0", "x.py"), "argument --timeout: must be > 0, got 0")):
+        done = launch(*args)
+        assert done.returncode == 2
+        assert done.stderr.startswith("usage: luminal launch ")
+        assert f"luminal launch: error: {message}\n" in done.stderr
+    for program, message in (("nosuch.py", "nosuch.py: no such script"),
+                             ("nosuch-prog", "nosuch-prog: no such program")):
+        done = launch("-n", "2", program)
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.startswith(f"luminal launch: error: {message}")
+        assert done.stderr.count("\n") == 1
+    (tmp_path / "hello.py").write_text("print('hello')\n")
+    done = launch("-n", "2", "hello.py")
+    assert done.returncode == 0 and done.stdout == "hello\nhello\n"
 
 
 def test_timeout_setting(monkeypatch) -> None:

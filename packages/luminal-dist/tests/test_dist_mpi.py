@@ -1,6 +1,7 @@
 """Real two-rank MPI jobs on 127.0.0.1 (the mpiexec of mpich's wheel): collectives against
-NumPy, data-parallel training against one process on the combined batch, tensor-parallel
-SmolLM2 against one process, and faults."""
+NumPy, data-parallel training against one process on the combined batch (and rank-0
+checkpointing), the digits example against one process, tensor-parallel SmolLM2 and Gemma 3
+against one process, and faults."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from luminal_dist.launch import launch_command
+from safetensors import safe_open
 
 WORKERS = Path(__file__).parent / "workers"
 
@@ -63,18 +65,36 @@ def test_data_parallel_equals_one_process_on_the_combined_batch(tmp_path) -> Non
         # all-reduces overlapped with the backward pass: the same update
         np.testing.assert_allclose(d[f"overlap.{name}"], d[f"dp.{name}"], atol=1e-6, rtol=0)
     np.testing.assert_array_equal(d["ranks"][0], d["ranks"][1])  # identical on every rank
+    # rank-0 checkpointing: both ranks called save(), rank 0 alone wrote, after step 20
+    assert not (tmp_path / "params.npz.rank1.safetensors").exists()
+    with safe_open(str(tmp_path / "params.npz.rank0.safetensors"), "numpy") as ckpt:
+        assert ckpt.metadata()["step"] == "20"
+        for name in ("w1", "b1", "w2", "b2"):
+            np.testing.assert_array_equal(ckpt.get_tensor(f"param/{name}"), d[f"dp.{name}"])
+
+
+def _accuracy(stdout: str) -> float:
+    lines = [line for line in stdout.splitlines() if line.startswith("test_accuracy=")]
+    assert len(lines) == 1, stdout  # rank 0 prints
+    return float(lines[0].split("=")[1])
 
 
 def test_luminal_launch_trains_the_digits_example_to_one_process_accuracy() -> None:
+    """`luminal launch -n 2 digits_mlp.py --distributed` reaches the accuracy of the same
+    script in one process (same global batch and seed)."""
     example = Path(__file__).parents[2] / "luminal-train" / "examples" / "digits_mlp.py"
+    env = {**os.environ, "LUMINAL_CPU_THREADS": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "luminal", "launch", "-n", "2", "--timeout", "120", str(example),
-         "--distributed", "--no-progress"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "LUMINAL_CPU_THREADS": "1"})
+         "--distributed", "--no-progress"], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = [line for line in done.stdout.splitlines() if line.startswith("test_accuracy=")]
-    assert len(lines) == 1  # rank 0 prints
-    assert float(lines[0].split("=")[1]) >= 0.95
+    single = subprocess.run([sys.executable, str(example), "--no-progress"],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert single.returncode == 0, single.stderr[-3000:]
+    accuracy = _accuracy(done.stdout)
+    assert accuracy >= 0.95
+    # the same updates up to summation order: at most a test image or two differs
+    assert abs(accuracy - _accuracy(single.stdout)) <= 0.006
 
 
 def _generate(model: str, tokens: int, tensor_parallel: bool) -> list[int]:
@@ -111,6 +131,9 @@ def test_a_lost_rank_fails_the_job_within_the_timeout(mode) -> None:
     assert done.returncode != 0
     assert "rank 0 step 1" in done.stdout  # the job ran until the fault
     assert time.monotonic() - start < 60  # not the 300 s default, nor forever
+    if mode == "kill":  # the launcher ends the job and says which rank died, and how
+        assert "BAD TERMINATION" in done.stdout + done.stderr
+        assert "Killed (signal 9)" in done.stdout + done.stderr
     if mode == "hang":  # rank 0 names the collective it waited for, and the cause
         assert "did not complete within 3 s" in done.stderr
         assert "all_reduce(sum)" in done.stderr

@@ -1,7 +1,8 @@
 """`NcclCommunicator` on two threads over an emulated `cupy` / `cupy.cuda.nccl` (no GPU
 here): the emulator reads and writes the buffers through the raw pointers and counts the
 communicator passes, exactly as NCCL's C API would, so the marshalling (pointers, element
-counts, NCCL types, the layout reduce_scatter and all_gather need) is checked against NumPy.
+counts, NCCL types, the layout reduce_scatter and all_gather need) is checked against NumPy,
+and so is overlapped data-parallel training (all-reduces started during the backward pass).
 On a GPU machine the same communicator runs on real NCCL."""
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ class Hub:
         self.size, self.sent = size, {}
         self.barrier = threading.Barrier(size, timeout=20)
 
-    def exchange(self, rank: int, data: np.ndarray) -> list[np.ndarray]:
-        self.sent[rank] = data.copy()
+    def exchange(self, rank: int, data) -> list:
+        self.sent[rank] = data.copy() if isinstance(data, np.ndarray) else data
         self.barrier.wait()
         out = [self.sent[r] for r in range(self.size)]
         self.barrier.wait()
@@ -89,6 +90,9 @@ class Bootstrap:
 
     def broadcast(self, x, root=0):
         return self.hub.exchange(self.rank, np.asarray(x))[root]
+
+    def allgather_object(self, value):
+        return self.hub.exchange(self.rank, value)
 
 
 @pytest.fixture
@@ -158,3 +162,72 @@ def test_nccl_collective_that_never_finishes_aborts_after_the_timeout(emulated_c
     with pytest.raises(ld.CollectiveTimeout, match=waited):
         comm.all_reduce(np.ones(3, np.float32))
     assert comm.comm.aborted
+
+
+def test_nccl_all_reduce_is_started_without_waiting(emulated_cupy) -> None:
+    """`start_all_reduce` returns while the stream still works; `test()` follows the stream's
+    event and `wait()` gives the sum once it is done."""
+    from luminal_dist.nccl import NcclCommunicator
+
+    comm = NcclCommunicator(bootstrap=Bootstrap(Hub(1), 0), timeout=5)
+    event = types.SimpleNamespace(done=False)
+    comm.stream = types.SimpleNamespace(ptr=0, record=lambda: event)
+    pending = comm.start_all_reduce(np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert not pending.test()
+    event.done = True
+    assert pending.test()
+    np.testing.assert_array_equal(pending.wait(), np.arange(6).reshape(2, 3))
+
+
+def _train(backend, data_parallel, xs, ys, batch):
+    import luminal as lm
+    import luminal.functional as F
+    import luminal_train as lt
+
+    rng = np.random.default_rng(0)
+    g = lm.Graph()
+    p = {"w1": g.tensor((16, 6), name="w1").set(rng.uniform(-0.5, 0.5, (16, 6))),
+         "b1": g.tensor((16,), name="b1").set(np.zeros(16)),
+         "w2": g.tensor((3, 16), name="w2").set(rng.uniform(-0.5, 0.5, (3, 16)))}
+    x, y = g.tensor(("batch", 6), name="x"), g.tensor(("batch",), name="y", dtype=lm.int32)
+    loss = lt.cross_entropy(F.linear(F.linear(x, p["w1"], p["b1"]).relu(), p["w2"]), y)
+    step = lt.TrainStep(loss, lt.AdamW(p, 1e-2), backend=backend, data_parallel=data_parallel)
+    rank, size = (0, 1) if data_parallel is None else (data_parallel.rank, data_parallel.size)
+    batches = lt.Batches({x: xs, y: ys}, batch // size, seed=1, rank=rank, world_size=size)
+    lt.fit(step, batches, epochs=1, progress=False)
+    return {k: t.numpy() for k, t in p.items()}
+
+
+def test_overlapped_data_parallel_training_on_two_emulated_gpus(emulated_cupy) -> None:
+    """`DataParallel(overlap=True)` over NCCL: the step's buckets are started on the stream
+    during the backward pass, and 10 AdamW steps on two ranks equal one process on the
+    combined batches."""
+    import luminal_dist as ld
+    from luminal_dist.nccl import NcclCommunicator
+
+    rng = np.random.default_rng(2)
+    xs = rng.standard_normal((80, 6)).astype(np.float32)
+    ys = rng.integers(0, 3, 80).astype(np.int32)
+    start, results, errors, started = Hub(2), {}, [], {0: [], 1: []}
+
+    def rank(r: int) -> None:
+        try:
+            comm = NcclCommunicator(bootstrap=Bootstrap(start, r))
+            begin = comm.start_all_reduce
+            comm.start_all_reduce = lambda x, op="sum": started[r].append(x.size) or begin(x, op)
+            dp = ld.DataParallel(comm, bucket_mb=200 / 2**20, overlap=True)  # 3 buckets
+            results[r] = _train("reference", dp, xs, ys, 8)
+        except Exception as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert started[0] == started[1] == [48, 16, 96] * 10  # w2, b1, w1: backward's order
+    single = _train("reference", None, xs, ys, 8)
+    for name, want in single.items():
+        np.testing.assert_array_equal(results[0][name], results[1][name])
+        np.testing.assert_allclose(results[0][name], want, atol=1e-5)

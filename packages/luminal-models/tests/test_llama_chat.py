@@ -99,3 +99,15 @@ def test_llama_chat_ctrl_c_reset_and_ctrl_d(spawn, smollm2_file, smollm2_tokeniz
     child.close()
     assert child.exitstatus == 0
     assert "Traceback" not in (child.before or "")
+
+
+def test_llama_chat_message_over_the_context_names_the_way_out(cli_env, smollm2_file):
+    """A message that does not fit the context leaves the session running and says how to
+    get out: /reset, or a larger --ctx."""
+    from test_llama_cli import luminal
+
+    out = luminal(cli_env, "chat", "--ctx", "8", "--quiet", stdin="Hello there friend\n/exit\n")
+    assert out.returncode == 0, out.stderr
+    assert ("the sequence would exceed the context of 8 tokens (0 cached + 33 new); /reset "
+            "starts over (--ctx sets the context, up to the model's 8192 tokens)") in out.stderr
+    assert "Traceback" not in out.stderr

@@ -41,6 +41,9 @@ def test_llama_cli_chat_streams_text_and_reports_speed(cli_env, model_available)
     assert out.returncode == 0, out.stderr
     assert out.stdout == CHAT_ANSWER + "\n"
     assert "prefill 37 tokens" in out.stderr and "tok/s" in out.stderr
+    # compilation shows its progress, step by step, as weight loading does
+    assert "compiling:" in out.stderr and "optimizing the graph" in out.stderr
+    assert "building for " in out.stderr and "2/2" in out.stderr
 
 
 def test_gemma3_cli_chat_uses_gemma_turns_and_says_so_once(cli_env):

@@ -56,6 +56,12 @@ def test_llama_cli_system_and_ctx(cli_env, smollm2_file, smollm2_tokenizer):
     assert short.returncode == 0, short.stderr
     assert json.loads(short.stdout)["token_ids"] == [28, 260, 2240]
     assert json.loads(short.stdout)["stop_reason"] == "context"
+    # a prompt longer than the context: the error names the flag that sets it
+    over = luminal(cli_env, "generate", "Once upon a time", "--ctx", "2", "--quiet")
+    assert over.returncode == 1 and over.stdout == ""
+    assert over.stderr == ("luminal generate: error: the sequence would exceed the context of 2 "
+                           "tokens (0 cached + 4 new); --ctx sets the context, up to the "
+                           "model's 8192 tokens\n")
 
 
 def test_llama_cli_models_lists_smollm2_with_its_size(cli_env, smollm2_file):

