@@ -114,6 +114,7 @@ static inline void **lm_team_shared(void) { return &lm_me.team->shared; }
 
 #define LM_MR 8
 #define LM_MC 96
+#define LM_MC_PACKED 256  /* rows of a tile when A is packed once per product (lm_apack) */
 #define LM_NC 256
 #define LM_KC 256
 #define LM_GEMV_MAX_M 4
@@ -353,7 +354,15 @@ static void lm_pack_bq(const lm_qmat *W, long n0, long nr, long k0, long kc, flo
 
 /* packed panels and the C tile of one thread: on the heap (small thread stacks suffice),
  * allocated once per thread and kept for the life of the process */
-typedef struct { float ap[LM_MC * LM_KC], bp[LM_NC * LM_KC], ct[LM_MC * LM_NC]; } lm_work;
+typedef struct {
+  float ap[LM_MC * LM_KC], bp[LM_NC * LM_KC], ct[LM_MC_PACKED * LM_NC];
+} lm_work;
+
+/* A packed once for the whole product (every batch reads the same A: a convolution's
+ * weights), instead of once per tile: panels of LM_MR rows, k block by k block. Block k0 (a
+ * multiple of LM_KC, kc long) starts at p + k0 * mp (mp: M rounded up to LM_MR), and a tile
+ * starting at row m0 finds its panels at p + k0 * mp + m0 * kc, as lm_pack_a lays them out. */
+typedef struct { const float *p; long mp; } lm_apack;
 
 static lm_work *lm_thread_work(void) {
   static _Thread_local lm_work *work;
@@ -364,9 +373,9 @@ static lm_work *lm_thread_work(void) {
 /* the mc x nc tile at (m0, n0) of batch b, summed over k in [k_lo, k_hi), written to `dst`
  * (row stride `ldd`) when given, else stored into C */
 static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, long k_lo,
-                    long k_hi, const lm_mat *A, const long *aoff, const lm_mat *B,
-                    const long *boff, const lm_qmat *W, const lm_packer *P, const lm_out *C,
-                    float *dst, long ldd) {
+                    long k_hi, const lm_mat *A, const lm_apack *AP, const long *aoff,
+                    const lm_mat *B, const long *boff, const lm_qmat *W, const lm_packer *P,
+                    const lm_out *C, float *dst, long ldd) {
   float *restrict ap = work->ap, *restrict bp = work->bp, *ct = work->ct;
   /* whole micro-tiles of a float32 C: the last block's sums go straight into C (no copy of
    * the tile afterwards); others are summed in ct, then copied */
@@ -386,7 +395,9 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
       if (W) lm_pack_bq(W, n0 + j, nr, k0, kc, bp + j * kc);
       else lm_pack_b(B, boff[b], n0 + j, nr, k0, kc, bp + j * kc);
     }
-    for (long i = 0; i < mc; i += LM_MR)
+    const float *apb = ap;
+    if (AP) apb = AP->p + k0 * AP->mp + m0 * kc;
+    else for (long i = 0; i < mc; i += LM_MR)
       lm_pack_a(A, aoff[b], m0 + i, mc - i < LM_MR ? mc - i : LM_MR, k0, kc, ap + i * kc);
     for (long j = 0; j < nc; j += LM_NR) {
       const int narrow = nc - j <= 16;
@@ -394,8 +405,8 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
         const float *add = first ? NULL : ct + i * LM_NC + j;
         float *c = last ? out + i * ldo + j : ct + i * LM_NC + j;
         const long ldc = last ? ldo : LM_NC;
-        if (narrow) lm_ukernel16(kc, ap + i * kc, bp + j * kc, add, LM_NC, c, ldc);
-        else lm_ukernel(kc, ap + i * kc, bp + j * kc, add, LM_NC, c, ldc);
+        if (narrow) lm_ukernel16(kc, apb + i * kc, bp + j * kc, add, LM_NC, c, ldc);
+        else lm_ukernel(kc, apb + i * kc, bp + j * kc, add, LM_NC, c, ldc);
       }
     }
   }
@@ -411,6 +422,13 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
   }
 }
 
+/* frees the packed A (if any) once every tile that reads it is done */
+static void lm_free_shared(const lm_apack *AP) {
+  if (!AP) return;
+  lm_for_begin(1);
+  for (long lo, hi; lm_for_next(&lo, &hi);) free((void *)AP->p);
+}
+
 /* tiles of at most LM_MC x LM_NC, evenly sized (no thin leftover tile), and at least one
  * per thread when the matrix allows it, so both cores of a small matmul get work. A product
  * with fewer tiles than LM_SPLIT_TASKS and a long K (a weight gradient: a sum over every
@@ -422,7 +440,13 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
 static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, long N, long K,
                           const lm_mat *A, const lm_mat *B, const lm_qmat *W,
                           const lm_packer *P, const lm_out *C) {
-  long tm = (M + LM_MC - 1) / LM_MC, tn = (N + LM_NC - 1) / LM_NC;
+  /* A is packed once up front when every batch shares it and tiles would otherwise pack it
+   * again and again (one tile per LM_NC columns); its tiles may then be taller */
+  int shared_a = 1;
+  for (long b = 1; b < nb && shared_a; b++) shared_a = aoff[b] == aoff[0];
+  const int prepack = shared_a && nb * ((N + LM_NC - 1) / LM_NC) > 1;
+  const long mc_max = prepack ? LM_MC_PACKED : LM_MC;
+  long tm = (M + mc_max - 1) / mc_max, tn = (N + LM_NC - 1) / LM_NC;
   /* the K split is decided on the shapes alone (before tiles are added for the threads) */
   long ks = 1;
   if (!W && nb * tm * tn < LM_SPLIT_TASKS)
@@ -434,14 +458,33 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
   tn = (N + nc - 1) / nc;
   const long tiles = nb * tm * tn;
   lm_work *work = lm_thread_work();
+  lm_apack packed = {NULL, (M + LM_MR - 1) / LM_MR * LM_MR};
+  const lm_apack *AP = prepack ? &packed : NULL;
+  if (prepack) {
+    lm_for_begin(1);  /* one thread allocates, the others get the pointer */
+    for (long lo, hi; lm_for_next(&lo, &hi);)
+      *lm_team_shared() = malloc(sizeof(float) * packed.mp * K + 64);
+    float *ap = (float *)*lm_team_shared();
+    const long panels = packed.mp / LM_MR;
+    lm_for_begin((K + LM_KC - 1) / LM_KC * panels);
+    for (long lo, hi; lm_for_next(&lo, &hi);)
+      for (long t = lo; t < hi; t++) {
+        const long k0 = t / panels * LM_KC, m0 = t % panels * LM_MR;
+        const long kc = K - k0 < LM_KC ? K - k0 : LM_KC;
+        lm_pack_a(A, aoff[0], m0, M - m0 < LM_MR ? M - m0 : LM_MR, k0, kc,
+                  ap + k0 * packed.mp + m0 * kc);
+      }
+    packed.p = ap;
+  }
   if (ks == 1) {
     lm_for_begin(tiles);
     for (long lo, hi; lm_for_next(&lo, &hi);)
       for (long t = lo; t < hi; t++) {
         const long b = t / (tm * tn), m0 = t / tn % tm * mc, n0 = t % tn * nc;
         lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, 0, K,
-                A, aoff, B, boff, W, P, C, NULL, 0);
+                A, AP, aoff, B, boff, W, P, C, NULL, 0);
       }
+    lm_free_shared(AP);
     return;
   }
   /* chunks of K in whole LM_KC panels; partial p of batch b is an M x N matrix */
@@ -464,7 +507,7 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
         continue;
       }
       lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, k_lo, k_hi,
-              A, aoff, B, boff, W, P, C, dst, N);
+              A, AP, aoff, B, boff, W, P, C, dst, N);
     }
   lm_for_begin(nb * M);
   for (long lo, hi; lm_for_next(&lo, &hi);)
@@ -479,6 +522,7 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
     }
   lm_for_begin(1);  /* once every row is summed nobody reads the parts again */
   for (long lo, hi; lm_for_next(&lo, &hi);) free(parts);
+  lm_free_shared(AP);
 }
 
 /* ----- GEMV paths (M <= LM_GEMV_MAX_M): B is read once, at memory bandwidth --------------- */
