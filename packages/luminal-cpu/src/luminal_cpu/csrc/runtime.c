@@ -422,13 +422,6 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
   }
 }
 
-/* frees the packed A (if any) once every tile that reads it is done */
-static void lm_free_shared(const lm_apack *AP) {
-  if (!AP) return;
-  lm_for_begin(1);
-  for (long lo, hi; lm_for_next(&lo, &hi);) free((void *)AP->p);
-}
-
 /* tiles of at most LM_MC x LM_NC, evenly sized (no thin leftover tile), and at least one
  * per thread when the matrix allows it, so both cores of a small matmul get work. A product
  * with fewer tiles than LM_SPLIT_TASKS and a long K (a weight gradient: a sum over every
@@ -458,23 +451,30 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
   tn = (N + nc - 1) / nc;
   const long tiles = nb * tm * tn;
   lm_work *work = lm_thread_work();
-  lm_apack packed = {NULL, (M + LM_MR - 1) / LM_MR * LM_MR};
-  const lm_apack *AP = prepack ? &packed : NULL;
-  if (prepack) {
-    lm_for_begin(1);  /* one thread allocates, the others get the pointer */
+  const long mp = (M + LM_MR - 1) / LM_MR * LM_MR;
+  const long a_floats = prepack ? mp * K : 0, part_floats = ks > 1 ? nb * ks * M * N : 0;
+  /* the packed A and the partial sums, shared by the team: one thread allocates, the others
+   * get the pointer. No other pointer goes through the team's slot until the loop that frees
+   * this one, which begins only once every loop reading it is done: a thread that reads the
+   * slot late reads it only for loops it will find done. */
+  float *scratch = NULL;
+  if (a_floats + part_floats > 0) {
+    lm_for_begin(1);
     for (long lo, hi; lm_for_next(&lo, &hi);)
-      *lm_team_shared() = malloc(sizeof(float) * packed.mp * K + 64);
-    float *ap = (float *)*lm_team_shared();
-    const long panels = packed.mp / LM_MR;
+      *lm_team_shared() = malloc(sizeof(float) * (a_floats + part_floats));
+    scratch = (float *)*lm_team_shared();
+  }
+  const lm_apack packed = {scratch, mp}, *AP = prepack ? &packed : NULL;
+  if (prepack) {
+    const long panels = mp / LM_MR;
     lm_for_begin((K + LM_KC - 1) / LM_KC * panels);
     for (long lo, hi; lm_for_next(&lo, &hi);)
       for (long t = lo; t < hi; t++) {
         const long k0 = t / panels * LM_KC, m0 = t % panels * LM_MR;
         const long kc = K - k0 < LM_KC ? K - k0 : LM_KC;
         lm_pack_a(A, aoff[0], m0, M - m0 < LM_MR ? M - m0 : LM_MR, k0, kc,
-                  ap + k0 * packed.mp + m0 * kc);
+                  scratch + k0 * mp + m0 * kc);
       }
-    packed.p = ap;
   }
   if (ks == 1) {
     lm_for_begin(tiles);
@@ -484,45 +484,41 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
         lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, 0, K,
                 A, AP, aoff, B, boff, W, P, C, NULL, 0);
       }
-    lm_free_shared(AP);
-    return;
+  } else {
+    /* chunks of K in whole LM_KC panels; partial p of batch b is an M x N matrix */
+    const long kchunk = (K / ks + LM_KC - 1) / LM_KC * LM_KC;
+    float *parts = scratch + a_floats;
+    lm_for_begin(tiles * ks);
+    for (long lo, hi; lm_for_next(&lo, &hi);)
+      for (long t = lo; t < hi; t++) {
+        const long tile = t / ks, p = t % ks;
+        const long b = tile / (tm * tn), m0 = tile / tn % tm * mc, n0 = tile % tn * nc;
+        const long k_lo = p * kchunk, k_hi = k_lo + kchunk < K ? k_lo + kchunk : K;
+        float *dst = parts + ((b * ks + p) * M + m0) * N + n0;
+        if (k_lo >= k_hi) {  /* an empty chunk adds zeros */
+          for (long i = 0; i < (M - m0 < mc ? M - m0 : mc); i++)
+            memset(dst + i * N, 0, sizeof(float) * (N - n0 < nc ? N - n0 : nc));
+          continue;
+        }
+        lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, k_lo,
+                k_hi, A, AP, aoff, B, boff, W, P, C, dst, N);
+      }
+    lm_for_begin(nb * M);
+    for (long lo, hi; lm_for_next(&lo, &hi);)
+      for (long r = lo; r < hi; r++) {
+        const long b = r / M, m = r % M;
+        const long row = C->off[b] + m * C->rs;
+        for (long n = 0; n < N; n++) {
+          float acc = 0.0f;
+          for (long p = 0; p < ks; p++) acc += parts[((b * ks + p) * M + m) * N + n];
+          lm_put(C->p, C->dt, row + n, acc);
+        }
+      }
   }
-  /* chunks of K in whole LM_KC panels; partial p of batch b is an M x N matrix */
-  const long kchunk = (K / ks + LM_KC - 1) / LM_KC * LM_KC;
-  /* the partial sums, shared by the team: one thread allocates, the others get the pointer */
-  lm_for_begin(1);
-  for (long lo, hi; lm_for_next(&lo, &hi);)
-    *lm_team_shared() = malloc(sizeof(float) * nb * ks * M * N);
-  float *parts = (float *)*lm_team_shared();
-  lm_for_begin(tiles * ks);
-  for (long lo, hi; lm_for_next(&lo, &hi);)
-    for (long t = lo; t < hi; t++) {
-      const long tile = t / ks, p = t % ks;
-      const long b = tile / (tm * tn), m0 = tile / tn % tm * mc, n0 = tile % tn * nc;
-      const long k_lo = p * kchunk, k_hi = k_lo + kchunk < K ? k_lo + kchunk : K;
-      float *dst = parts + ((b * ks + p) * M + m0) * N + n0;
-      if (k_lo >= k_hi) {  /* an empty chunk adds zeros */
-        for (long i = 0; i < (M - m0 < mc ? M - m0 : mc); i++)
-          memset(dst + i * N, 0, sizeof(float) * (N - n0 < nc ? N - n0 : nc));
-        continue;
-      }
-      lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, k_lo, k_hi,
-              A, AP, aoff, B, boff, W, P, C, dst, N);
-    }
-  lm_for_begin(nb * M);
-  for (long lo, hi; lm_for_next(&lo, &hi);)
-    for (long r = lo; r < hi; r++) {
-      const long b = r / M, m = r % M;
-      const long row = C->off[b] + m * C->rs;
-      for (long n = 0; n < N; n++) {
-        float acc = 0.0f;
-        for (long p = 0; p < ks; p++) acc += parts[((b * ks + p) * M + m) * N + n];
-        lm_put(C->p, C->dt, row + n, acc);
-      }
-    }
-  lm_for_begin(1);  /* once every row is summed nobody reads the parts again */
-  for (long lo, hi; lm_for_next(&lo, &hi);) free(parts);
-  lm_free_shared(AP);
+  if (scratch) {
+    lm_for_begin(1);  /* once every tile and row is done nobody reads the scratch again */
+    for (long lo, hi; lm_for_next(&lo, &hi);) free(scratch);
+  }
 }
 
 /* ----- GEMV paths (M <= LM_GEMV_MAX_M): B is read once, at memory bandwidth --------------- */
