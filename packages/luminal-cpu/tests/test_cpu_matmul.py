@@ -163,3 +163,34 @@ def test_long_k_products_split_along_k_and_do_not_depend_on_threads(m, n, monkey
     threads.governor.cache_clear()
     np.testing.assert_array_equal(results[0], results[1])
     check_vs_reference(build, data, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("m, k, n, batch", [(200, 700, 600, 0), (300, 300, 520, 0),
+                                            (37, 3000, 600, 0), (256, 1152, 1024, 0),
+                                            (64, 144, 300, 3)])
+def test_left_operand_packed_once_for_every_tile(m, k, n, batch, monkeypatch):
+    """A left operand that every tile (and every batch) reads, a convolution's weights, is
+    packed once per product by the team and its tiles are taller: rows past one tile
+    (300 > 256), K past one block and split along K (3000; 1152 split in 2 as YOLOv8's
+    256-channel 3x3 convolution is, whose partial sums share the team's scratch with the
+    packed A: a race there showed on 2 threads), and a batch sharing it (a batched
+    convolution) give NumPy's float64 product, the same bits on 1 and 2 threads, run after
+    run."""
+    from luminal_cpu import threads
+
+    def build(g):
+        w = g.tensor((m, k))
+        x = g.tensor((batch, k, n) if batch else (k, n))
+        return [w, x], [w @ x]
+
+    w, x = randn(m, k), randn(*((batch, k, n) if batch else (k, n)))
+    results = []
+    for count in ("1", "2"):
+        monkeypatch.setenv("LUMINAL_CPU_THREADS", count)
+        threads.governor.cache_clear()
+        results.append(run_on(CpuBackend(), build, [[w, x]] * 6))
+    threads.governor.cache_clear()
+    want = w.astype(np.float64) @ x.astype(np.float64)
+    for (got,) in results[0] + results[1]:
+        np.testing.assert_array_equal(got, results[0][0][0])
+        np.testing.assert_allclose(got, want, atol=2e-3 * np.sqrt(k / 100), rtol=1e-4)

@@ -114,6 +114,7 @@ static inline void **lm_team_shared(void) { return &lm_me.team->shared; }
 
 #define LM_MR 8
 #define LM_MC 96
+#define LM_MC_PACKED 256  /* rows of a tile when A is packed once per product (lm_apack) */
 #define LM_NC 256
 #define LM_KC 256
 #define LM_GEMV_MAX_M 4
@@ -353,7 +354,15 @@ static void lm_pack_bq(const lm_qmat *W, long n0, long nr, long k0, long kc, flo
 
 /* packed panels and the C tile of one thread: on the heap (small thread stacks suffice),
  * allocated once per thread and kept for the life of the process */
-typedef struct { float ap[LM_MC * LM_KC], bp[LM_NC * LM_KC], ct[LM_MC * LM_NC]; } lm_work;
+typedef struct {
+  float ap[LM_MC * LM_KC], bp[LM_NC * LM_KC], ct[LM_MC_PACKED * LM_NC];
+} lm_work;
+
+/* A packed once for the whole product (every batch reads the same A: a convolution's
+ * weights), instead of once per tile: panels of LM_MR rows, k block by k block. Block k0 (a
+ * multiple of LM_KC, kc long) starts at p + k0 * mp (mp: M rounded up to LM_MR), and a tile
+ * starting at row m0 finds its panels at p + k0 * mp + m0 * kc, as lm_pack_a lays them out. */
+typedef struct { const float *p; long mp; } lm_apack;
 
 static lm_work *lm_thread_work(void) {
   static _Thread_local lm_work *work;
@@ -364,9 +373,9 @@ static lm_work *lm_thread_work(void) {
 /* the mc x nc tile at (m0, n0) of batch b, summed over k in [k_lo, k_hi), written to `dst`
  * (row stride `ldd`) when given, else stored into C */
 static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, long k_lo,
-                    long k_hi, const lm_mat *A, const long *aoff, const lm_mat *B,
-                    const long *boff, const lm_qmat *W, const lm_packer *P, const lm_out *C,
-                    float *dst, long ldd) {
+                    long k_hi, const lm_mat *A, const lm_apack *AP, const long *aoff,
+                    const lm_mat *B, const long *boff, const lm_qmat *W, const lm_packer *P,
+                    const lm_out *C, float *dst, long ldd) {
   float *restrict ap = work->ap, *restrict bp = work->bp, *ct = work->ct;
   /* whole micro-tiles of a float32 C: the last block's sums go straight into C (no copy of
    * the tile afterwards); others are summed in ct, then copied */
@@ -386,7 +395,9 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
       if (W) lm_pack_bq(W, n0 + j, nr, k0, kc, bp + j * kc);
       else lm_pack_b(B, boff[b], n0 + j, nr, k0, kc, bp + j * kc);
     }
-    for (long i = 0; i < mc; i += LM_MR)
+    const float *apb = ap;
+    if (AP) apb = AP->p + k0 * AP->mp + m0 * kc;
+    else for (long i = 0; i < mc; i += LM_MR)
       lm_pack_a(A, aoff[b], m0 + i, mc - i < LM_MR ? mc - i : LM_MR, k0, kc, ap + i * kc);
     for (long j = 0; j < nc; j += LM_NR) {
       const int narrow = nc - j <= 16;
@@ -394,8 +405,8 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
         const float *add = first ? NULL : ct + i * LM_NC + j;
         float *c = last ? out + i * ldo + j : ct + i * LM_NC + j;
         const long ldc = last ? ldo : LM_NC;
-        if (narrow) lm_ukernel16(kc, ap + i * kc, bp + j * kc, add, LM_NC, c, ldc);
-        else lm_ukernel(kc, ap + i * kc, bp + j * kc, add, LM_NC, c, ldc);
+        if (narrow) lm_ukernel16(kc, apb + i * kc, bp + j * kc, add, LM_NC, c, ldc);
+        else lm_ukernel(kc, apb + i * kc, bp + j * kc, add, LM_NC, c, ldc);
       }
     }
   }
@@ -422,7 +433,13 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
 static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, long N, long K,
                           const lm_mat *A, const lm_mat *B, const lm_qmat *W,
                           const lm_packer *P, const lm_out *C) {
-  long tm = (M + LM_MC - 1) / LM_MC, tn = (N + LM_NC - 1) / LM_NC;
+  /* A is packed once up front when every batch shares it and tiles would otherwise pack it
+   * again and again (one tile per LM_NC columns); its tiles may then be taller */
+  int shared_a = 1;
+  for (long b = 1; b < nb && shared_a; b++) shared_a = aoff[b] == aoff[0];
+  const int prepack = shared_a && nb * ((N + LM_NC - 1) / LM_NC) > 1;
+  const long mc_max = prepack ? LM_MC_PACKED : LM_MC;
+  long tm = (M + mc_max - 1) / mc_max, tn = (N + LM_NC - 1) / LM_NC;
   /* the K split is decided on the shapes alone (before tiles are added for the threads) */
   long ks = 1;
   if (!W && nb * tm * tn < LM_SPLIT_TASKS)
@@ -434,51 +451,74 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
   tn = (N + nc - 1) / nc;
   const long tiles = nb * tm * tn;
   lm_work *work = lm_thread_work();
+  const long mp = (M + LM_MR - 1) / LM_MR * LM_MR;
+  const long a_floats = prepack ? mp * K : 0, part_floats = ks > 1 ? nb * ks * M * N : 0;
+  /* the packed A and the partial sums, shared by the team: one thread allocates, the others
+   * get the pointer. No other pointer goes through the team's slot until the loop that frees
+   * this one, which begins only once every loop reading it is done: a thread that reads the
+   * slot late reads it only for loops it will find done. */
+  float *scratch = NULL;
+  if (a_floats + part_floats > 0) {
+    lm_for_begin(1);
+    for (long lo, hi; lm_for_next(&lo, &hi);)
+      *lm_team_shared() = malloc(sizeof(float) * (a_floats + part_floats));
+    scratch = (float *)*lm_team_shared();
+  }
+  const lm_apack packed = {scratch, mp}, *AP = prepack ? &packed : NULL;
+  if (prepack) {
+    const long panels = mp / LM_MR;
+    lm_for_begin((K + LM_KC - 1) / LM_KC * panels);
+    for (long lo, hi; lm_for_next(&lo, &hi);)
+      for (long t = lo; t < hi; t++) {
+        const long k0 = t / panels * LM_KC, m0 = t % panels * LM_MR;
+        const long kc = K - k0 < LM_KC ? K - k0 : LM_KC;
+        lm_pack_a(A, aoff[0], m0, M - m0 < LM_MR ? M - m0 : LM_MR, k0, kc,
+                  scratch + k0 * mp + m0 * kc);
+      }
+  }
   if (ks == 1) {
     lm_for_begin(tiles);
     for (long lo, hi; lm_for_next(&lo, &hi);)
       for (long t = lo; t < hi; t++) {
         const long b = t / (tm * tn), m0 = t / tn % tm * mc, n0 = t % tn * nc;
         lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, 0, K,
-                A, aoff, B, boff, W, P, C, NULL, 0);
+                A, AP, aoff, B, boff, W, P, C, NULL, 0);
       }
-    return;
+  } else {
+    /* chunks of K in whole LM_KC panels; partial p of batch b is an M x N matrix */
+    const long kchunk = (K / ks + LM_KC - 1) / LM_KC * LM_KC;
+    float *parts = scratch + a_floats;
+    lm_for_begin(tiles * ks);
+    for (long lo, hi; lm_for_next(&lo, &hi);)
+      for (long t = lo; t < hi; t++) {
+        const long tile = t / ks, p = t % ks;
+        const long b = tile / (tm * tn), m0 = tile / tn % tm * mc, n0 = tile % tn * nc;
+        const long k_lo = p * kchunk, k_hi = k_lo + kchunk < K ? k_lo + kchunk : K;
+        float *dst = parts + ((b * ks + p) * M + m0) * N + n0;
+        if (k_lo >= k_hi) {  /* an empty chunk adds zeros */
+          for (long i = 0; i < (M - m0 < mc ? M - m0 : mc); i++)
+            memset(dst + i * N, 0, sizeof(float) * (N - n0 < nc ? N - n0 : nc));
+          continue;
+        }
+        lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, k_lo,
+                k_hi, A, AP, aoff, B, boff, W, P, C, dst, N);
+      }
+    lm_for_begin(nb * M);
+    for (long lo, hi; lm_for_next(&lo, &hi);)
+      for (long r = lo; r < hi; r++) {
+        const long b = r / M, m = r % M;
+        const long row = C->off[b] + m * C->rs;
+        for (long n = 0; n < N; n++) {
+          float acc = 0.0f;
+          for (long p = 0; p < ks; p++) acc += parts[((b * ks + p) * M + m) * N + n];
+          lm_put(C->p, C->dt, row + n, acc);
+        }
+      }
   }
-  /* chunks of K in whole LM_KC panels; partial p of batch b is an M x N matrix */
-  const long kchunk = (K / ks + LM_KC - 1) / LM_KC * LM_KC;
-  /* the partial sums, shared by the team: one thread allocates, the others get the pointer */
-  lm_for_begin(1);
-  for (long lo, hi; lm_for_next(&lo, &hi);)
-    *lm_team_shared() = malloc(sizeof(float) * nb * ks * M * N);
-  float *parts = (float *)*lm_team_shared();
-  lm_for_begin(tiles * ks);
-  for (long lo, hi; lm_for_next(&lo, &hi);)
-    for (long t = lo; t < hi; t++) {
-      const long tile = t / ks, p = t % ks;
-      const long b = tile / (tm * tn), m0 = tile / tn % tm * mc, n0 = tile % tn * nc;
-      const long k_lo = p * kchunk, k_hi = k_lo + kchunk < K ? k_lo + kchunk : K;
-      float *dst = parts + ((b * ks + p) * M + m0) * N + n0;
-      if (k_lo >= k_hi) {  /* an empty chunk adds zeros */
-        for (long i = 0; i < (M - m0 < mc ? M - m0 : mc); i++)
-          memset(dst + i * N, 0, sizeof(float) * (N - n0 < nc ? N - n0 : nc));
-        continue;
-      }
-      lm_tile(work, b, m0, M - m0 < mc ? M - m0 : mc, n0, N - n0 < nc ? N - n0 : nc, k_lo, k_hi,
-              A, aoff, B, boff, W, P, C, dst, N);
-    }
-  lm_for_begin(nb * M);
-  for (long lo, hi; lm_for_next(&lo, &hi);)
-    for (long r = lo; r < hi; r++) {
-      const long b = r / M, m = r % M;
-      const long row = C->off[b] + m * C->rs;
-      for (long n = 0; n < N; n++) {
-        float acc = 0.0f;
-        for (long p = 0; p < ks; p++) acc += parts[((b * ks + p) * M + m) * N + n];
-        lm_put(C->p, C->dt, row + n, acc);
-      }
-    }
-  lm_for_begin(1);  /* once every row is summed nobody reads the parts again */
-  for (long lo, hi; lm_for_next(&lo, &hi);) free(parts);
+  if (scratch) {
+    lm_for_begin(1);  /* once every tile and row is done nobody reads the scratch again */
+    for (long lo, hi; lm_for_next(&lo, &hi);) free(scratch);
+  }
 }
 
 /* ----- GEMV paths (M <= LM_GEMV_MAX_M): B is read once, at memory bandwidth --------------- */
