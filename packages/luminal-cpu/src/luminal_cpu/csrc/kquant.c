@@ -1,4 +1,4 @@
-/* luminal-cpu: quantized matmuls for GGUF Q5_0 and the K-quants (Q4_K, Q5_K, Q6_K).
+/* luminal-cpu: quantized matmuls for the GGUF K-quants (Q4_K, Q5_K, Q6_K).
  *
  * lm_kq_gemm is lm_qgemm (runtime.h) for these formats; lm_qgemm hands them over. Layouts and
  * values are luminal.quant's (ggml-common.h): a block decodes to exactly the float32 values the
@@ -11,14 +11,14 @@
  * - anything else (prefill, x @ W): W is decoded once into a float32 scratch matrix shared by
  *   the team, then the float GEMM (lm_gemm) runs on it.
  *
- * Like every runtime function, these are called by all threads of the program's parallel region
- * and split work with orphaned `omp for` loops. Self-contained: nothing here depends on
- * runtime.c's internals. */
+ * Like every runtime function, these are called by all threads of the program's parallel region:
+ * the decode path shares its rows through the team's loops (lm_for_begin / lm_for_next, no
+ * barrier), the prefill path through orphaned `omp for` loops. Q5_0 lives in runtime.c with
+ * the other 32-value formats. */
 #include <stdlib.h>
 #include <string.h>
 
 #define LM_KQ_GEMV_MAX_M 4
-#define LM_KQ_MAX_BLOCK 256
 
 static inline float lm_kq_half(const unsigned char *p) {
   _Float16 h;
@@ -26,11 +26,9 @@ static inline float lm_kq_half(const unsigned char *p) {
   return (float)h;
 }
 
-static inline long lm_kq_block_elems(int q) { return q == LM_Q5_0 ? 32 : 256; }
+#define LM_KQ_BLOCK 256  /* values per K-quant block */
 
-static inline long lm_kq_block_bytes(int q) {
-  return q == LM_Q5_0 ? 22 : q == LM_Q4_K ? 144 : q == LM_Q5_K ? 176 : 210;
-}
+static inline long lm_kq_block_bytes(int q) { return q == LM_Q4_K ? 144 : q == LM_Q5_K ? 176 : 210; }
 
 /* the 6-bit scale and min of sub-block j of Q4_K/Q5_K (ggml's get_scale_min_k4) */
 static inline void lm_kq_scale_min(const unsigned char *s, int j, float *sc, float *mn) {
@@ -85,23 +83,10 @@ static inline void lm_kq_decode_q6_k(const unsigned char *restrict b, float *res
   }
 }
 
-static inline void lm_kq_decode_q5_0(const unsigned char *restrict b, float *restrict out) {
-  const float d = lm_kq_half(b);
-  unsigned int qh;
-  memcpy(&qh, b + 2, 4);
-  const unsigned char *qs = b + 6;
-  #pragma omp simd
-  for (int l = 0; l < 16; l++) {
-    out[l] = (float)((int)(qs[l] & 15) + (int)(((qh >> l) & 1) << 4) - 16) * d;
-    out[l + 16] = (float)((int)(qs[l] >> 4) + (int)(((qh >> (l + 16)) & 1) << 4) - 16) * d;
-  }
-}
-
-/* the lm_kq_block_elems(q) values of one block */
+/* the LM_KQ_BLOCK values of one block */
 static inline __attribute__((always_inline)) void lm_kq_decode(const unsigned char *restrict b,
                                                                int q, float *restrict out) {
   switch (q) {
-    case LM_Q5_0: lm_kq_decode_q5_0(b, out); break;
     case LM_Q4_K: lm_kq_decode_k(b, NULL, b + 16, out); break;
     case LM_Q5_K: lm_kq_decode_k(b, b + 16, b + 48, out); break;
     default: lm_kq_decode_q6_k(b, out); break;
@@ -124,11 +109,12 @@ static inline void lm_kq_put(void *p, int dt, long i, float v) {
 static inline __attribute__((always_inline)) void lm_kq_gemv_q(
     long nb, const long *aoff, long M, long N, long K, const lm_mat *A, const lm_qmat *W,
     const lm_out *C, int q) {
-  const long be = lm_kq_block_elems(q), bb = lm_kq_block_bytes(q), row_bytes = K / be * bb;
+  const long be = LM_KQ_BLOCK, bb = lm_kq_block_bytes(q), row_bytes = K / be * bb;
   float *x = (float *)malloc(sizeof(float) * LM_KQ_GEMV_MAX_M * K);
   long xb = -1;
-  #pragma omp for schedule(static)
-  for (long t = 0; t < nb * N; t++) {
+  lm_for_begin(nb * N);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+  for (long t = lo; t < hi; t++) {
     const long b = t / N, n = t % N;
     if (b != xb) { /* this thread's copy of batch b's rows of A, as contiguous float32 */
       for (long m = 0; m < M; m++)
@@ -138,7 +124,7 @@ static inline __attribute__((always_inline)) void lm_kq_gemv_q(
     }
     const unsigned char *row = W->w + n * row_bytes;
     float acc[LM_KQ_GEMV_MAX_M][32] __attribute__((aligned(64))) = {{0}};
-    float w[LM_KQ_MAX_BLOCK] __attribute__((aligned(64)));
+    float w[LM_KQ_BLOCK] __attribute__((aligned(64)));
     for (long k0 = 0; k0 < K; k0 += be) {
       lm_kq_decode(row + k0 / be * bb, q, w);
       for (long m = 0; m < M; m++) {
@@ -161,7 +147,6 @@ static inline __attribute__((always_inline)) void lm_kq_gemv_q(
 static void lm_kq_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
                        const lm_qmat *W, const lm_out *C) {
   switch (W->q) {
-    case LM_Q5_0: lm_kq_gemv_q(nb, aoff, M, N, K, A, W, C, LM_Q5_0); break;
     case LM_Q4_K: lm_kq_gemv_q(nb, aoff, M, N, K, A, W, C, LM_Q4_K); break;
     case LM_Q5_K: lm_kq_gemv_q(nb, aoff, M, N, K, A, W, C, LM_Q5_K); break;
     default: lm_kq_gemv_q(nb, aoff, M, N, K, A, W, C, LM_Q6_K); break;
@@ -171,7 +156,7 @@ static void lm_kq_gemv(long nb, const long *aoff, long M, long N, long K, const 
 /* W decoded into a float32 matrix the whole team shares, then the float GEMM */
 static void lm_kq_gemm_decoded(long nb, const long *aoff, long M, long N, long K,
                                const lm_mat *A, const lm_qmat *W, const lm_out *C) {
-  const long be = lm_kq_block_elems(W->q), bb = lm_kq_block_bytes(W->q);
+  const long be = LM_KQ_BLOCK, bb = lm_kq_block_bytes(W->q);
   const long row_bytes = W->cols / be * bb;
   float *dense = NULL;
   #pragma omp single copyprivate(dense)
