@@ -105,7 +105,126 @@ static inline void lm_kq_put(void *p, int dt, long i, float v) {
   else ((float *)p)[i] = v;
 }
 
-/* C[b] (M <= 4 rows) = A[b] * W^T, W[n, k] quantized along k. Inlined per format. */
+#if defined(__AVX512F__)
+/* Decode's matvec, AVX-512: as runtime.c's lm_qdot_block, a block is never written out as
+ * floats; each 32-value sub-block (16 for Q6_K's scales) is widened and converted in
+ * registers, multiplied by x, and its scale applied once to the sum: for Q4_K/Q5_K,
+ * sum_l x_l (step q_l - offset) = step * sum_l x_l q_l - offset * sum_l x_l, with the block
+ * sums of x computed once per call; Q6_K's (q - 32) is formed in integers (exact). */
+
+/* the 16 bytes at p, each widened to a 32-bit lane */
+static inline __m512i lm_kq_bytes(const unsigned char *p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* acc[m] += scale * (x[m][k .. k+16) . v) */
+static inline __attribute__((always_inline)) void lm_kq_fma16(
+    const float *const *x, long k, __m512i v, float scale, int M, __m512 *acc) {
+  const __m512 vf = _mm512_cvtepi32_ps(v), sv = _mm512_set1_ps(scale);
+  for (int m = 0; m < M; m++)
+    acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_loadu_ps(x[m] + k), vf), sv, acc[m]);
+}
+
+/* block `blk` (values k0 .. k0+256 of a row of W) times x[m], into acc[2][m] (two chains:
+ * even and odd sub-blocks) and offset[m] */
+static inline __attribute__((always_inline)) void lm_kq_dot_block(
+    const unsigned char *restrict blk, int q, long k0, const float *const *x,
+    const float *const *xsum, int M, __m512 acc[2][LM_KQ_GEMV_MAX_M], float *offset) {
+  const __m512i fifteen = _mm512_set1_epi32(15);
+  if (q == LM_Q6_K) {
+    const float d = lm_kq_half(blk + 208);
+    const signed char *scales = (const signed char *)(blk + 192);
+    const __m512i three = _mm512_set1_epi32(3), thirty_two = _mm512_set1_epi32(32);
+    for (int half = 0; half < 2; half++) {
+      const unsigned char *ql = blk + 64 * half, *qh = blk + 128 + 32 * half;
+      const __m512i h0 = lm_kq_bytes(qh), h1 = lm_kq_bytes(qh + 16);
+      for (int g = 0; g < 4; g++) {
+        const unsigned char *lo = ql + 32 * (g & 1);
+        const unsigned shift = (g >> 1) * 4, hshift = 2 * g;
+        const long k = k0 + 128 * half + 32 * g;
+        const __m512i a = _mm512_sub_epi32(_mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi32(lm_kq_bytes(lo), shift), fifteen),
+            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h0, hshift), three), 4)), thirty_two);
+        const __m512i b = _mm512_sub_epi32(_mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi32(lm_kq_bytes(lo + 16), shift), fifteen),
+            _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h1, hshift), three), 4)), thirty_two);
+        lm_kq_fma16(x, k, a, d * (float)scales[8 * half + 2 * g], M, acc[g & 1]);
+        lm_kq_fma16(x, k + 16, b, d * (float)scales[8 * half + 2 * g + 1], M, acc[g & 1]);
+      }
+    }
+    return;
+  }
+  const float d = lm_kq_half(blk), dmin = lm_kq_half(blk + 2);
+  const unsigned char *qh = blk + 16, *qs = blk + (q == LM_Q5_K ? 48 : 16);
+  __m512i h0 = _mm512_setzero_si512(), h1 = _mm512_setzero_si512();
+  if (q == LM_Q5_K) h0 = lm_kq_bytes(qh), h1 = lm_kq_bytes(qh + 16);
+  for (int j = 0; j < 8; j++) {
+    float sc, mn;
+    lm_kq_scale_min(blk + 4, j, &sc, &mn);
+    const unsigned shift = (j & 1) * 4;
+    __m512i a = _mm512_and_si512(_mm512_srli_epi32(lm_kq_bytes(qs + 32 * (j / 2)), shift), fifteen);
+    __m512i b = _mm512_and_si512(_mm512_srli_epi32(lm_kq_bytes(qs + 32 * (j / 2) + 16), shift), fifteen);
+    if (q == LM_Q5_K) { /* the fifth bit of value l is bit j of qh[l] */
+      const __m512i bit = _mm512_set1_epi32(1 << j), sixteen = _mm512_set1_epi32(16);
+      a = _mm512_mask_or_epi32(a, _mm512_test_epi32_mask(h0, bit), a, sixteen);
+      b = _mm512_mask_or_epi32(b, _mm512_test_epi32_mask(h1, bit), b, sixteen);
+    }
+    const float step = d * sc, off = dmin * mn;
+    const long k = k0 + 32 * j;
+    const __m512 af = _mm512_cvtepi32_ps(a), bf = _mm512_cvtepi32_ps(b), sv = _mm512_set1_ps(step);
+    for (int m = 0; m < M; m++) {
+      const __m512 dot = _mm512_fmadd_ps(_mm512_loadu_ps(x[m] + k + 16), bf,
+                                         _mm512_mul_ps(_mm512_loadu_ps(x[m] + k), af));
+      acc[j & 1][m] = _mm512_fmadd_ps(dot, sv, acc[j & 1][m]);
+      offset[m] = fmaf(-off, xsum[m][k / 32], offset[m]);
+    }
+  }
+}
+
+/* C[b] (MM <= 4 rows, a compile-time constant) = A[b] * W^T, W[n, k] quantized along k */
+static inline __attribute__((always_inline)) void lm_kq_gemv_qm(
+    long nb, const long *aoff, long M, long N, long K, const lm_mat *A, const lm_qmat *W,
+    const lm_out *C, int q, int MM) {
+  const long bb = lm_kq_block_bytes(q), row_bytes = K / LM_KQ_BLOCK * bb;
+  float *buf = lm_scratch(A, M, K), *sums = (float *)malloc(sizeof(float) * (M * (K / 32) + 1));
+  const float *x[LM_KQ_GEMV_MAX_M], *xsum[LM_KQ_GEMV_MAX_M];
+  for (long m = 0; m < M; m++) xsum[m] = sums + m * (K / 32);
+  long xb = -1;
+  lm_for_begin(nb * N);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+  for (long t = lo; t < hi; t++) {
+    const long b = t / N, n = t % N;
+    if (b != xb) {
+      lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
+      for (long m = 0; m < M; m++) lm_block_sums(x[m], K, sums + m * (K / 32));
+    }
+    const unsigned char *row = W->w + n * row_bytes;
+    __m512 acc[2][LM_KQ_GEMV_MAX_M];
+    float offset[LM_KQ_GEMV_MAX_M];
+    for (int m = 0; m < MM; m++)
+      acc[0][m] = acc[1][m] = _mm512_setzero_ps(), offset[m] = 0.0f;
+    for (long k0 = 0; k0 < K; k0 += LM_KQ_BLOCK)
+      lm_kq_dot_block(row + k0 / LM_KQ_BLOCK * bb, q, k0, x, xsum, MM, acc, offset);
+    for (int m = 0; m < MM; m++)
+      lm_kq_put(C->p, C->dt, C->off[b] + m * C->rs + n,
+                _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m], acc[1][m])) + offset[m]);
+  }
+  free(buf);
+  free(sums);
+}
+
+static inline __attribute__((always_inline)) void lm_kq_gemv_q(
+    long nb, const long *aoff, long M, long N, long K, const lm_mat *A, const lm_qmat *W,
+    const lm_out *C, int q) {
+  switch (M) {
+    case 1: lm_kq_gemv_qm(nb, aoff, M, N, K, A, W, C, q, 1); break;
+    case 2: lm_kq_gemv_qm(nb, aoff, M, N, K, A, W, C, q, 2); break;
+    case 3: lm_kq_gemv_qm(nb, aoff, M, N, K, A, W, C, q, 3); break;
+    default: lm_kq_gemv_qm(nb, aoff, M, N, K, A, W, C, q, 4); break;
+  }
+}
+#else
+/* portable: each block decoded into an L1 buffer, then multiplied into per-row accumulators */
 static inline __attribute__((always_inline)) void lm_kq_gemv_q(
     long nb, const long *aoff, long M, long N, long K, const lm_mat *A, const lm_qmat *W,
     const lm_out *C, int q) {
@@ -143,6 +262,7 @@ static inline __attribute__((always_inline)) void lm_kq_gemv_q(
   }
   free(x);
 }
+#endif
 
 static void lm_kq_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
                        const lm_qmat *W, const lm_out *C) {
