@@ -5,16 +5,18 @@
  * primitive decomposition computes (the same products and differences, each rounded once), so
  * only the summation order of the matmul differs.
  *
- * - few rows of A times W^T (decode): one pass over W; each block is decoded into a small
- *   buffer that stays in L1 and multiplied into per-row vector accumulators, which are summed
+ * - few rows of A times W^T (decode): one pass over W; with AVX-512 each sub-block is widened
+ *   and converted in registers and its scale applied once to its dot product, otherwise each
+ *   block is decoded into a buffer that stays in L1; per-row vector accumulators are summed
  *   horizontally once per output;
- * - anything else (prefill, x @ W): W is decoded once into a float32 scratch matrix shared by
- *   the team, then the float GEMM (lm_gemm) runs on it.
+ * - more rows times W^T (prefill): runtime.c's tiled GEMM, which decodes the blocks it needs
+ *   into its packed panels (lm_pack_bq calls lm_kq_decode_block): W is never decoded whole;
+ * - x @ W (blocks across the output columns): W is decoded once into a float32 scratch matrix
+ *   shared by the team, then the float GEMM (lm_gemm) runs on it.
  *
- * Like every runtime function, these are called by all threads of the program's parallel region:
- * the decode path shares its rows through the team's loops (lm_for_begin / lm_for_next, no
- * barrier), the prefill path through orphaned `omp for` loops. Q5_0 lives in runtime.c with
- * the other 32-value formats. */
+ * Like every runtime function, these are called by all threads of the program's parallel region
+ * and share work through the team's loops (lm_for_begin / lm_for_next, no barrier); the x @ W
+ * path uses orphaned `omp for` loops. Q5_0 lives in runtime.c with the other 32-value formats. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +30,7 @@ static inline float lm_kq_half(const unsigned char *p) {
 
 #define LM_KQ_BLOCK 256  /* values per K-quant block */
 
-static inline long lm_kq_block_bytes(int q) { return q == LM_Q4_K ? 144 : q == LM_Q5_K ? 176 : 210; }
+static long lm_kq_block_bytes(int q) { return q == LM_Q4_K ? 144 : q == LM_Q5_K ? 176 : 210; }
 
 /* the 6-bit scale and min of sub-block j of Q4_K/Q5_K (ggml's get_scale_min_k4) */
 static inline void lm_kq_scale_min(const unsigned char *s, int j, float *sc, float *mn) {
@@ -91,6 +93,11 @@ static inline __attribute__((always_inline)) void lm_kq_decode(const unsigned ch
     case LM_Q5_K: lm_kq_decode_k(b, b + 16, b + 48, out); break;
     default: lm_kq_decode_q6_k(b, out); break;
   }
+}
+
+/* lm_kq_decode for runtime.c's packing of GEMM panels (lm_pack_bq) */
+static void lm_kq_decode_block(const unsigned char *restrict b, int q, float *restrict out) {
+  lm_kq_decode(b, q, out);
 }
 
 static inline float lm_kq_get(const void *p, int dt, long i) {
@@ -298,5 +305,6 @@ static void lm_kq_gemm_decoded(long nb, const long *aoff, long M, long N, long K
 void lm_kq_gemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W,
                 lm_out C) {
   if (M <= LM_KQ_GEMV_MAX_M && W.k_contig) lm_kq_gemv(nb, aoff, M, N, K, &A, &W, &C);
+  else if (W.k_contig) lm_gemm_tiled(nb, aoff, aoff, M, N, K, &A, NULL, &W, NULL, &C);
   else lm_kq_gemm_decoded(nb, aoff, M, N, K, &A, &W, &C);
 }

@@ -359,17 +359,24 @@ static void lm_pack_b_rows(const lm_mat *B, long off, long n0, long nc, long k0,
 
 /* the same panel decoded from a quantized matrix W (rows x cols, blocks along rows) */
 /* Panels start on block boundaries: k0 and n0 are multiples of 32 (LM_KC and LM_NR are), and
- * so are K (k_contig) or N (otherwise), the lengths of quantized rows. */
+ * so are K (k_contig) or N (otherwise), the lengths of quantized rows. The K-quants (blocks of
+ * 256, decoded by kquant.c) come here only along k (k_contig): k0 is a multiple of LM_KC = 256
+ * and K of 256, so a panel holds whole blocks. */
+static void lm_kq_decode_block(const unsigned char *restrict b, int q, float *restrict out);
+static long lm_kq_block_bytes(int q);
 static void lm_pack_bq(const lm_qmat *W, long n0, long nr, long k0, long kc, float *restrict bp) {
-  const long bb = lm_block_bytes(W->q), row_bytes = W->cols / 32 * bb;
-  float blk[32] __attribute__((aligned(64)));
+  const int kq = W->q >= LM_Q4_K;
+  const long be = kq ? 256 : 32, bb = kq ? lm_kq_block_bytes(W->q) : lm_block_bytes(W->q);
+  const long row_bytes = W->cols / be * bb;
+  float blk[256] __attribute__((aligned(64)));
   if (W->k_contig) { /* B(n, k) = W[n, k]: decode along k, transpose into the panel */
     if (nr < LM_NR) memset(bp, 0, sizeof(float) * kc * LM_NR);
     for (long j = 0; j < nr; j++) {
       const unsigned char *row = W->w + (n0 + j) * row_bytes;
-      for (long k = 0; k < kc; k += 32) {
-        lm_dequant_block(row + (k0 + k) / 32 * bb, W->q, blk);
-        for (long t = 0; t < 32; t++) bp[(k + t) * LM_NR + j] = blk[t];
+      for (long k = 0; k < kc; k += be) {
+        if (kq) lm_kq_decode_block(row + (k0 + k) / be * bb, W->q, blk);
+        else lm_dequant_block(row + (k0 + k) / be * bb, W->q, blk);
+        for (long t = 0; t < be; t++) bp[(k + t) * LM_NR + j] = blk[t];
       }
     }
   } else { /* B(n, k) = W[k, n]: one decoded block is a row of the panel */
