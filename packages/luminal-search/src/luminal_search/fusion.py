@@ -49,8 +49,9 @@ def rules() -> str:
 
 
 def find_fusions(graph: Graph, regions: list[Region]) -> list[Region]:
-    """Candidate fused regions of `graph`: for each region, it with the producer regions only
-    it reads (`_closure`), when that is at least two; largest first. They
+    """Candidate fused regions of `graph`: for each region, it with the fewest of the producer
+    regions only it reads (`_closure`, nearest first) that hold the most passes to merge
+    (`_passes`), when there are such; largest first. They
     overlap (attention inside an attention block): search keeps the ones that pay, disjoint."""
     by_root = {r.root: r for r in regions}
     users = graph.consumers()
@@ -60,9 +61,25 @@ def find_fusions(graph: Graph, regions: list[Region]) -> list[Region]:
     for region in regions:
         if not region.searchable:
             continue
-        members = _closure(region, by_root, users, outputs)
+        closure = _closure(region, by_root, users, outputs)
+        interior = set(region.nodes) - set(region.inputs)
+        best, members = 0, []
+        for count, member in enumerate(closure[1:], start=2):
+            interior |= set(member.nodes) - set(member.inputs)
+            if len(interior) > MAX_NODES:
+                break
+            merged = _passes(graph, interior)
+            if merged > best:
+                best, members = merged, closure[:count]
+        if not members:
+            continue
         interior = set().union(*(set(m.nodes) - set(m.inputs) for m in members))
-        if len(members) < 2 or len(interior) > MAX_NODES:
+        for member in closure[len(members):]:  # producers read once per element come along
+            if set(users[member.root]) <= interior and not _broadcast(graph, member.root,
+                                                                       interior):
+                members.append(member)
+                interior |= set(member.nodes) - set(member.inputs)
+        if len(interior) > MAX_NODES:
             continue
         nodes = sorted(set().union(*(m.nodes for m in members)), key=order.__getitem__)
         inputs = [n for n in nodes if n not in interior]
@@ -89,6 +106,44 @@ def _closure(region: Region, by_root: dict[int, Region], users: dict[int, list[i
             interior |= set(p.nodes) - set(p.inputs)
         k += 1
     return members
+
+
+def _broadcast(graph: Graph, node: int, readers: set[int]) -> bool:
+    """Whether one of `readers` reads `node` through a broadcast (a zero stride on an axis
+    longer than one): inlined there, it would be computed again for every element of it."""
+    return any(e.src == node and any(st == 0 and not (sh.is_const and sh.value == 1)
+                                     for st, sh in zip(e.view.strides, e.view.shape))
+               for n in readers for e in graph.nodes[n].inputs)
+
+
+def _passes(graph: Graph, interior: set[int]) -> int:
+    """How many pairs of reductions inside read data both directly and through the other's
+    result over the same extent (a softmax's sum reads the scores and their max): passes the
+    rules can merge. A fused region with none only inlines producers, which the default plan
+    weighs already, so it is not worth an e-graph run."""
+    reductions = [n for n in interior
+                  if isinstance(graph.nodes[n].op, (ops.SumReduce, ops.MaxReduce))]
+
+    def extent(n: int) -> Expr:
+        node = graph.nodes[n]
+        return node.inputs[0].view.shape[node.op.axis]
+
+    def reaches(target: int, start: int, avoid: int) -> bool:
+        stack, seen = [start], {avoid}
+        while stack:
+            n = stack.pop()
+            if n == target:
+                return True
+            if n in seen or n not in interior:
+                continue
+            seen.add(n)
+            stack.extend(e.src for e in graph.nodes[n].inputs)
+        return False
+
+    return sum(first != second and extent(first) == extent(second)
+               and reaches(first, second, -1)
+               and reaches(graph.nodes[first].inputs[0].src, second, first)
+               for first in reductions for second in reductions)
 
 
 @dataclass
