@@ -362,6 +362,7 @@ static void lm_pack_b_rows(const lm_mat *B, long off, long n0, long nc, long k0,
  * so are K (k_contig) or N (otherwise), the lengths of quantized rows. The K-quants (blocks of
  * 256, decoded by kquant.c) come here only along k (k_contig): k0 is a multiple of LM_KC = 256
  * and K of 256, so a panel holds whole blocks. */
+_Static_assert(LM_KC % 256 == 0, "a K panel must hold whole K-quant blocks");
 static void lm_kq_decode_block(const unsigned char *restrict b, int q, float *restrict out);
 static long lm_kq_block_bytes(int q);
 static void lm_pack_bq(const lm_qmat *W, long n0, long nr, long k0, long kc, float *restrict bp) {
