@@ -1,6 +1,6 @@
-"""The cpu backend's matmuls on Q5_0 and K-quant weights (csrc/kquant.c) against NumPy's
-product with the `gguf` package's dequantization, on random blocks: decode (few rows, fused
-matvec), prefill (many rows) and x @ W."""
+"""The cpu backend's matmuls on Q5_0 (csrc/runtime.c) and K-quant weights (csrc/kquant.c)
+against NumPy's product with the `gguf` package's dequantization, on random blocks: decode (few
+rows, fused matvec), prefill (many rows) and x @ W."""
 
 from __future__ import annotations
 

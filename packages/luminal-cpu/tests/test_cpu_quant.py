@@ -1,4 +1,4 @@
-"""Quantized weights (GGUF Q8_0 / Q4_0 / Q4_1) stay quantized: the matmul decodes blocks in
+"""Quantized weights (GGUF Q8_0 / Q4_0 / Q4_1 / Q5_0) stay quantized: the matmul decodes blocks in
 registers, and matches NumPy's dequantize-then-matmul."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ gguf_quants = pytest.importorskip("gguf.quants")
 from gguf import GGMLQuantizationType  # noqa: E402
 
 QTYPES = {"q8_0": GGMLQuantizationType.Q8_0, "q4_0": GGMLQuantizationType.Q4_0,
-          "q4_1": GGMLQuantizationType.Q4_1}
+          "q4_1": GGMLQuantizationType.Q4_1, "q5_0": GGMLQuantizationType.Q5_0}
 rng = np.random.default_rng(2)
 
 

@@ -3,7 +3,7 @@
  * lm_gemm:  batched C[b] = A[b] (M x K) * B[b]^T (N x K) over strided float32/float16/bfloat16
  *           operands. Small M (decode) streams B once (GEMV); larger M packs panels of A and B
  *           into contiguous tiles and runs a register-blocked micro-kernel.
- * lm_qgemm: the same with B a GGUF block-quantized matrix (Q8_0, Q4_0, Q4_1) that stays
+ * lm_qgemm: the same with B a GGUF block-quantized matrix (Q8_0, Q4_0, Q4_1, Q5_0) that stays
  *           quantized in memory: blocks are decoded to float32 right before use.
  *
  * Every function is called by all threads of the program's parallel region and shares its
@@ -147,12 +147,35 @@ static inline float lm_half_at(const unsigned char *p) {
   return (float)h;
 }
 
-static inline long lm_block_bytes(int q) { return q == LM_Q8_0 ? 34 : q == LM_Q4_0 ? 18 : 20; }
+static inline long lm_block_bytes(int q) {
+  return q == LM_Q8_0 ? 34 : q == LM_Q4_0 ? 18 : q == LM_Q4_1 ? 20 : 22;
+}
+
+/* where a 4-bit format's 16 bytes of nibbles start: after d (Q4_0), d and m (Q4_1), d and the
+ * 32 fifth bits (Q5_0) */
+static inline long lm_nibbles_at(int q) { return q == LM_Q4_0 ? 2 : q == LM_Q4_1 ? 4 : 6; }
 
 /* The 32 values of one block, exactly as dequantize() defines them (q * d, or q * d + m: a
  * product then a sum, each rounded, as the float32 decomposition computes them). */
 #if defined(__AVX512F__)
 #include <immintrin.h>
+/* the unsigned quants of a 4-bit (Q4_0, Q4_1) or 5-bit (Q5_0) block as floats: values 0..15
+ * in lo, 16..31 in hi; Q5_0's fifth bits (bit i of qh for value i) are set through masks */
+static inline __attribute__((always_inline)) void lm_nibbles(const unsigned char *restrict b,
+                                                             int q, __m512 *lo, __m512 *hi) {
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + lm_nibbles_at(q))));
+  __m512i nlo = _mm512_and_si512(bytes, _mm512_set1_epi32(15)), nhi = _mm512_srli_epi32(bytes, 4);
+  if (q == LM_Q5_0) {
+    unsigned int qh;
+    memcpy(&qh, b + 2, 4);
+    const __m512i sixteen = _mm512_set1_epi32(16);
+    nlo = _mm512_mask_or_epi32(nlo, (__mmask16)qh, nlo, sixteen);
+    nhi = _mm512_mask_or_epi32(nhi, (__mmask16)(qh >> 16), nhi, sixteen);
+  }
+  *lo = _mm512_cvtepi32_ps(nlo);
+  *hi = _mm512_cvtepi32_ps(nhi);
+}
+
 static inline void lm_dequant_vec(const unsigned char *restrict b, int q, __m512 *lo, __m512 *hi) {
   const __m512 d = _mm512_set1_ps(lm_half_at(b));
   if (q == LM_Q8_0) {
@@ -161,13 +184,12 @@ static inline void lm_dequant_vec(const unsigned char *restrict b, int q, __m512
     *hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(qs + 1))), d);
     return;
   }
-  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + (q == LM_Q4_0 ? 2 : 4))));
-  __m512 nlo = _mm512_cvtepi32_ps(_mm512_and_si512(bytes, _mm512_set1_epi32(15)));
-  __m512 nhi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4));
-  if (q == LM_Q4_0) {
-    const __m512 eight = _mm512_set1_ps(8.0f);
-    *lo = _mm512_mul_ps(_mm512_sub_ps(nlo, eight), d);
-    *hi = _mm512_mul_ps(_mm512_sub_ps(nhi, eight), d);
+  __m512 nlo, nhi;
+  lm_nibbles(b, q, &nlo, &nhi);
+  if (q != LM_Q4_1) { /* (q - 8) * d, or (q - 16) * d for Q5_0 */
+    const __m512 zero = _mm512_set1_ps(q == LM_Q4_0 ? 8.0f : 16.0f);
+    *lo = _mm512_mul_ps(_mm512_sub_ps(nlo, zero), d);
+    *hi = _mm512_mul_ps(_mm512_sub_ps(nhi, zero), d);
   } else {
     const __m512 m = _mm512_set1_ps(lm_half_at(b + 2));
     *lo = _mm512_add_ps(_mm512_mul_ps(nlo, d), m);
@@ -190,6 +212,13 @@ static inline void lm_dequant_block(const unsigned char *restrict b, int q, floa
     for (int i = 0; i < 16; i++) {
       out[i] = (float)((int)(b[2 + i] & 15) - 8) * d;
       out[i + 16] = (float)((int)(b[2 + i] >> 4) - 8) * d;
+    }
+  } else if (q == LM_Q5_0) {
+    unsigned int qh;
+    memcpy(&qh, b + 2, 4);
+    for (int i = 0; i < 16; i++) {
+      out[i] = (float)((int)((b[6 + i] & 15) | ((qh >> i) & 1) << 4) - 16) * d;
+      out[i + 16] = (float)((int)((b[6 + i] >> 4) | ((qh >> (i + 16)) & 1) << 4) - 16) * d;
     }
   } else {
     const float m = lm_half_at(b + 2);
@@ -331,17 +360,25 @@ static void lm_pack_b_rows(const lm_mat *B, long off, long n0, long nc, long k0,
 
 /* the same panel decoded from a quantized matrix W (rows x cols, blocks along rows) */
 /* Panels start on block boundaries: k0 and n0 are multiples of 32 (LM_KC and LM_NR are), and
- * so are K (k_contig) or N (otherwise), the lengths of quantized rows. */
+ * so are K (k_contig) or N (otherwise), the lengths of quantized rows. The K-quants (blocks of
+ * 256, decoded by kquant.c) come here only along k (k_contig): k0 is a multiple of LM_KC = 256
+ * and K of 256, so a panel holds whole blocks. */
+_Static_assert(LM_KC % 256 == 0, "a K panel must hold whole K-quant blocks");
+static void lm_kq_decode_block(const unsigned char *restrict b, int q, float *restrict out);
+static long lm_kq_block_bytes(int q);
 static void lm_pack_bq(const lm_qmat *W, long n0, long nr, long k0, long kc, float *restrict bp) {
-  const long bb = lm_block_bytes(W->q), row_bytes = W->cols / 32 * bb;
-  float blk[32] __attribute__((aligned(64)));
+  const int kq = W->q >= LM_Q4_K;
+  const long be = kq ? 256 : 32, bb = kq ? lm_kq_block_bytes(W->q) : lm_block_bytes(W->q);
+  const long row_bytes = W->cols / be * bb;
+  float blk[256] __attribute__((aligned(64)));
   if (W->k_contig) { /* B(n, k) = W[n, k]: decode along k, transpose into the panel */
     if (nr < LM_NR) memset(bp, 0, sizeof(float) * kc * LM_NR);
     for (long j = 0; j < nr; j++) {
       const unsigned char *row = W->w + (n0 + j) * row_bytes;
-      for (long k = 0; k < kc; k += 32) {
-        lm_dequant_block(row + (k0 + k) / 32 * bb, W->q, blk);
-        for (long t = 0; t < 32; t++) bp[(k + t) * LM_NR + j] = blk[t];
+      for (long k = 0; k < kc; k += be) {
+        if (kq) lm_kq_decode_block(row + (k0 + k) / be * bb, W->q, blk);
+        else lm_dequant_block(row + (k0 + k) / be * bb, W->q, blk);
+        for (long t = 0; t < be; t++) bp[(k + t) * LM_NR + j] = blk[t];
       }
     }
   } else { /* B(n, k) = W[k, n]: one decoded block is a row of the panel */
@@ -640,13 +677,11 @@ static inline __attribute__((always_inline)) void lm_qdot_block(
     lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
     hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18))));
   } else {
-    const __m512i bytes = _mm512_cvtepu8_epi32(
-        _mm_loadu_si128((const __m128i *)(blk + (q == LM_Q4_1 ? 4 : 2))));
-    lo = _mm512_cvtepi32_ps(_mm512_and_si512(bytes, _mm512_set1_epi32(15)));
-    hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4));
+    lm_nibbles(blk, q, &lo, &hi);
   }
-  /* what the block adds besides d * sum x q: m * sum x (Q4_1), -8 d * sum x (Q4_0) */
-  const float c = q == LM_Q4_1 ? lm_half_at(blk + 2) : -8.0f * d;
+  /* what the block adds besides d * sum x q: m * sum x (Q4_1), -8 d * sum x (Q4_0),
+   * -16 d * sum x (Q5_0) */
+  const float c = q == LM_Q4_1 ? lm_half_at(blk + 2) : q == LM_Q4_0 ? -8.0f * d : -16.0f * d;
   for (int m = 0; m < M; m++) {
     const __m512 dot = _mm512_fmadd_ps(_mm512_loadu_ps(x[m] + j * 32 + 16), hi,
                                        _mm512_mul_ps(_mm512_loadu_ps(x[m] + j * 32), lo));
@@ -783,6 +818,7 @@ static inline __attribute__((always_inline)) void lm_qgemv_axpy_q(
   switch (W->q) {                                      \
     case LM_Q8_0: fn(__VA_ARGS__, LM_Q8_0); break;     \
     case LM_Q4_0: fn(__VA_ARGS__, LM_Q4_0); break;     \
+    case LM_Q5_0: fn(__VA_ARGS__, LM_Q5_0); break;     \
     default: fn(__VA_ARGS__, LM_Q4_1); break;          \
   }
 
@@ -799,7 +835,7 @@ static void lm_qgemv_axpy(long nb, const long *aoff, long M, long N, long K, con
 /* C[b] (M x N) = A[b] * B^T with B decoded from the quantized W (shared by every batch) */
 void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W,
               lm_out C) {
-  if (W.q >= LM_Q5_0) { /* Q5_0 and the K-quants: kquant.c */
+  if (W.q >= LM_Q4_K) { /* the K-quants: kquant.c */
     lm_kq_gemm(nb, aoff, M, N, K, A, W, C);
     return;
   }
