@@ -565,7 +565,9 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
         else:
             src = dst * s if mode == "nearest" else (dst + 0.5) * s
             out = out.index_select(axis, src.floor().to(int32).clamp(max=i - 1))
-    return out
+    # integer input: the blend rounded to its dtype (PyTorch blends uint8 in fixed point, with
+    # its own rounding: about 1 element in 6 differs by 1)
+    return out.round().to(x.dtype) if linear and not x.dtype.is_float else out
 
 
 def _linear_axis(x: GraphTensor, axis: int, i: int, o: int, s: float, dst: GraphTensor,
@@ -590,6 +592,8 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     """softmax(q @ k^T * scale + mask) @ v, PyTorch semantics (causal mask is top-left)."""
     if dropout_p:
         raise NotImplementedError("scaled_dot_product_attention: dropout_p must be 0")
+    if is_causal and attn_mask is not None:
+        raise OpError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
     d = q.layout.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(_static(d, "scaled_dot_product_attention",

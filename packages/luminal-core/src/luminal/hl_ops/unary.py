@@ -11,6 +11,7 @@ from .. import ops
 from ..dtypes import bool_, float32
 from ..errors import OpError
 from .binary import not_nan, where
+from .custom_vjp import with_vjp
 
 if TYPE_CHECKING:
     from ..tensor import GraphTensor
@@ -92,7 +93,10 @@ class UnaryOps:
         return self * self.sign()
 
     def sign(self) -> GraphTensor:
-        return (self > 0).to(self.dtype) - (self < 0).to(self.dtype)
+        """-1, 0 or 1 (0 for NaN, as PyTorch). Float: differentiable with gradient 0 (PyTorch's
+        `sign` output requires grad), not a constant as a comparison would make it."""
+        out = (self > 0).to(self.dtype) - (self < 0).to(self.dtype)
+        return with_vjp(out, [self], lambda g: [None]) if self.dtype.is_float else out
 
     def trunc(self) -> GraphTensor:
         """x - fmod(x, 1); +-inf stay +-inf (fmod(inf, 1) is NaN), with gradient 0
@@ -279,6 +283,12 @@ class UnaryOps:
 
     def isinf(self) -> GraphTensor:
         return self.abs() == math.inf
+
+    def isposinf(self) -> GraphTensor:
+        return self == math.inf
+
+    def isneginf(self) -> GraphTensor:
+        return self == -math.inf
 
     def isfinite(self) -> GraphTensor:
         if not self.dtype.is_float:
