@@ -25,7 +25,8 @@ def _parse(equation: str, operands) -> tuple[list[str], str]:
     # each other from the right: fresh letters name them
     counts = [x.ndim - len(t) + 3 if "..." in t else 0 for t, x in zip(terms, operands)]
     batch = "".join([c for c in string.ascii_letters if c not in eq][:max(counts)])
-    terms = [t.replace("...", batch[len(batch) - k:] if k > 0 else "") for t, k in zip(terms, counts)]
+    terms = [t.replace("...", batch[len(batch) - k:] if k > 0 else "")
+             for t, k in zip(terms, counts)]
     if not arrow:  # implicit output: the '...' dims, then letters used once, alphabetically
         letters = "".join(terms)
         rhs = batch + "".join(sorted(c for c in set(letters)
