@@ -202,3 +202,26 @@ def test_shift_by_a_tensor_and_signed_infinities(backend):
     tx, ts, tf = map(torch.tensor, (x, s, f))
     for a, w in zip(got, (tx << ts, tx >> ts, tf.isposinf(), tf.isneginf())):
         same(a, w)
+
+
+UNPOOL_CASES = [(1, (2, 3, 10), {"kernel_size": 3, "stride": 2}, None),
+                (2, (2, 3, 9, 8), {"kernel_size": 3, "stride": (3, 2), "padding": 1}, (9, 8)),
+                (2, (2, 3, 9, 8), {"kernel_size": 2}, None),
+                (3, (2, 3, 2, 9, 4), {"kernel_size": 2}, (2, 9, 4))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("nd,shape,kw,size", UNPOOL_CASES)
+def test_max_unpool_inverts_max_pool_as_torch(backend, nd, shape, kw, size):
+    """Values with inf and NaN: the index of a window holding NaN is its last NaN's."""
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[[0, 1, 2, 5, 11]] = [math.inf, -math.inf, math.nan, math.nan, math.inf]
+    pool, unpool = getattr(F, f"max_pool{nd}d"), getattr(F, f"max_unpool{nd}d")
+    got = run(backend, lambda g, t: (*pool(t, return_indices=True, **kw),
+                                     unpool(*pool(t, return_indices=True, **kw), output_size=size,
+                                            **kw)), x)
+    tpool = getattr(torch.nn.functional, f"max_pool{nd}d")
+    tunpool = getattr(torch.nn.functional, f"max_unpool{nd}d")
+    want = tpool(torch.tensor(x), return_indices=True, **kw)
+    for a, w in zip(got, (*want, tunpool(*want, output_size=size, **kw))):
+        same(a, w)
