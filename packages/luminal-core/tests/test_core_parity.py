@@ -191,6 +191,8 @@ def test_more_errors_where_torch_raises():
     q = g.tensor((1, 2, 4, 8))
     with pytest.raises(RuntimeError, match="attn_mask or is_causal"):
         F.scaled_dot_product_attention(q, q, q, attn_mask=g.tensor((4, 4)), is_causal=True)
+    with pytest.raises(TypeError, match="bitcast"):
+        q.view(lm.int32)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import ops
-from ..dtypes import bool_, int32, promote
+from ..dtypes import DType, bool_, int32, promote
 from ..errors import OpError
 from ..shape import show_shape
 from ..symbolic import Expr, ExprLike, lt, smax, smin, to_expr
@@ -174,6 +174,10 @@ class MovementOps:
         return self.reshape(other.layout.shape)
 
     def view(self, *shape) -> GraphTensor:
+        """PyTorch `view(shape)`; `view(dtype)` (a bitcast) is not supported."""
+        if len(shape) == 1 and isinstance(shape[0], DType):
+            raise TypeError(f"view({shape[0]!r}): reinterpreting the bits of a tensor as "
+                            f"another dtype (bitcast) is not supported; use .to() to convert")
         return self.reshape(*shape)
 
     def permute(self, *dims) -> GraphTensor:

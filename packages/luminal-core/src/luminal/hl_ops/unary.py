@@ -90,12 +90,12 @@ class UnaryOps:
         """|x| as x * sign(x): PyTorch's subgradient 0 at 0; NaN stays NaN (NaN * 0)."""
         if self.dtype == bool_:
             return self
-        return self * self.sign()
+        return self * _sign(self)
 
     def sign(self) -> GraphTensor:
         """-1, 0 or 1 (0 for NaN, as PyTorch). Float: differentiable with gradient 0 (PyTorch's
         `sign` output requires grad), not a constant as a comparison would make it."""
-        out = (self > 0).to(self.dtype) - (self < 0).to(self.dtype)
+        out = _sign(self)
         return with_vjp(out, [self], lambda g: [None]) if self.dtype.is_float else out
 
     def trunc(self) -> GraphTensor:
@@ -323,3 +323,8 @@ def _log1p_ratio(u: GraphTensor, y: GraphTensor, d: GraphTensor) -> GraphTensor:
     exact = d == 0
     safe_d = d + exact.to(d.dtype)  # 1 where d is 0
     return where(exact, y, u.log() * (y / safe_d))
+
+
+def _sign(x: GraphTensor) -> GraphTensor:
+    """-1, 0 or 1 from comparisons (no gradient reaches x through it)."""
+    return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
