@@ -76,13 +76,17 @@ def conv2d() -> Built:
     return g, [F.conv2d(x, w, padding=1).relu().retrieve()], nothing
 
 
-def attention(seq: int) -> Callable[[], Built]:
+def attention(seq: int, queries: int | None = None) -> Callable[[], Built]:
+    """Causal attention over `seq` keys for the last `queries` (all by default) positions."""
+    queries = queries or seq
+
     def build() -> Built:
         g = lm.Graph()
-        q, k, v = (g.tensor((1, 4, seq, 64), name=n).set(rand(1, 4, seq, 64 + j)[..., :64])
-                   for j, n in enumerate("qkv"))
-        mask = np.triu(np.full((seq, seq), -1e9, np.float32), 1)
-        m = g.tensor((seq, seq), name="mask").set(mask)
+        q, k, v = (g.tensor((1, 4, queries if n == "q" else seq, 64), name=n).set(
+            rand(1, 4, queries if n == "q" else seq, 64 + j)[..., :64])
+            for j, n in enumerate("qkv"))
+        mask = np.triu(np.full((queries, seq), -1e9, np.float32), seq - queries + 1)
+        m = g.tensor((queries, seq), name="mask").set(mask)
         scores = (q @ k.transpose(-1, -2)) * (1 / math.sqrt(64)) + m
         return g, [(scores.softmax(-1) @ v).retrieve()], nothing
     return build
@@ -164,15 +168,48 @@ def bench(name: str, build: Callable[[], Built], rounds: int) -> dict:
                                                  if kept and r.choice.kind != "default"})}
 
 
+def derived_attention(seq: int, rounds: int) -> dict:
+    """The kernel search derives for attention, forced in (whether or not search would keep
+    it), against the default plan: time and the bytes of the buffers each program writes."""
+    from luminal.codegen import Schedule, lower
+    from luminal_search import fusion
+    from luminal_search.regions import find_regions
+
+    cpu = lm.backend("cpu")
+    built = []
+    for fused in (False, True):
+        g, outs, prepare = attention(seq)()
+        lm.GenericCompiler().compile(g)
+        schedule = Schedule()
+        if fused:
+            region = fusion.find_fusions(g, find_regions(g))[0]
+            derived = fusion.derive(g, region, {})
+            params = tuple(g.resolve(region.nodes[p]) for p in derived.params)
+            schedule = Schedule(kernels={params[0]: (derived.kernel, params)})
+        written = sum(b.numel.evaluate(g.dims) * b.dtype.itemsize
+                      for b in lower(g, schedule).buffers if b.role != "input")
+        g.compile(cpu.with_schedule(schedule))
+        built.append(((g, outs, prepare), written))
+    base, fast = time_interleaved([b for b, _ in built], rounds)
+    np.testing.assert_allclose(built[1][0][1][0].numpy(), built[0][0][1][0].numpy(),
+                               rtol=2e-3, atol=2e-3)
+    return {"seq": seq, "default_ms": base * 1e3, "derived_ms": fast * 1e3,
+            "default_mb": built[0][1] / 1e6, "derived_mb": built[1][1] / 1e6}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, no sequence 2048")
     parser.add_argument("--only", nargs="*", help="graph names to run")
+    parser.add_argument("--derived", nargs="*", type=int, metavar="SEQ", default=[],
+                        help="also time search's derived attention kernel, forced in, against "
+                             "the default plan at these sequence lengths (e.g. 512 2048)")
     args = parser.parse_args()
     graphs: dict[str, Callable[[], Callable[[], Built]]] = {
         "swiglu_mlp": lambda: swiglu, "rmsnorm": lambda: rmsnorm, "softmax": lambda: softmax,
         "layernorm_gelu": lambda: layernorm_gelu, "conv2d": lambda: conv2d,
         "attention_512": lambda: attention(512), "attention_2048": lambda: attention(2048),
+        "attention_decode_2048": lambda: attention(2048, queries=1),
         "smollm2_prefill64": lambda: smollm2("prefill"),
         "smollm2_decode": lambda: smollm2("decode"),
     }
@@ -192,8 +229,17 @@ def main() -> None:
               f"{row['warm_s']:.2f} ({row['warm_search_s']:.2f}) | "
               f"{'kept' if row['kept'] else 'default'} | "
               f"{', '.join(row['choices'])} |", flush=True)
-    gm = math.exp(statistics.fmean(math.log(r["speedup"]) for r in rows))
-    print(f"geometric-mean speedup x{gm:.3f}; slowest x{min(r['speedup'] for r in rows):.3f}")
+    if rows:
+        gm = math.exp(statistics.fmean(math.log(r["speedup"]) for r in rows))
+        print(f"geometric-mean speedup x{gm:.3f}; slowest x{min(r['speedup'] for r in rows):.3f}")
+    if args.derived:
+        print("\n| attention seq | default ms | derived kernel ms | speedup | default writes MB "
+              "| derived writes MB |\n|---|---|---|---|---|---|")
+        for seq in args.derived:
+            r = derived_attention(seq, 5 if args.quick else 15)
+            print(f"| {seq} | {r['default_ms']:.2f} | {r['derived_ms']:.2f} | "
+                  f"{r['default_ms'] / r['derived_ms']:.2f} | {r['default_mb']:.2f} | "
+                  f"{r['derived_mb']:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
