@@ -155,3 +155,75 @@ def test_scatter_with_duplicate_indices_matches_torch(backend, dtype):
                 *[tx.scatter_reduce(dim, ti, ts, r, include_self=inc) for r, inc in reduces]]
         for a, b in zip(got, want):
             same(a, b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unsigned_and_bool_min_and_integer_trunc_division(backend):
+    """uint8 negation wraps (no -1 constant in uint8), bool minimum is `and`, and integer
+    division with rounding_mode='trunc' is exact (110 / 55 is 2, not 1.99 truncated)."""
+    u = np.array([0, 128, 255, 64, 32, 16], np.uint8)
+    b = np.array([True, False, False])
+    n = np.array([110, 111, -110, -111, 7, -7], np.int32)
+    d = np.array([55, -55, 55, -55, 2, 2], np.int32)
+    got = run(backend, lambda g, x, y, p, q: (x.amin(), ~x, -x, lm.minimum(y, True),
+                                              lm.minimum(y, 1.5), p.div(q, rounding_mode="trunc"),
+                                              p.div(q.float(), rounding_mode="trunc")), u, b, n, d)
+    tu, tb, tn, td = map(torch.tensor, (u, b, n, d))
+    want = (tu.amin(), ~tu, -tu, torch.minimum(tb, torch.tensor(True)),
+            torch.minimum(tb, torch.tensor(1.5)), tn.div(td, rounding_mode="trunc"),
+            tn.div(td.float(), rounding_mode="trunc"))
+    for a, w in zip(got, want):
+        same(a, w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+def test_pad_modes_with_negative_pads_read_the_uncropped_input(backend, mode):
+    x = np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)
+    pads = [(3, -3, 0, -3), (3, -5, 1, -5), (0, 0, 0, -5), (-1, 2, 2, -1), (4, 4, 0, 4)]
+    got = run(backend, lambda g, t: tuple(F.pad(t, p, mode=mode) for p in pads), x)
+    for a, p in zip(got, pads):
+        same(a, torch.nn.functional.pad(torch.tensor(x), p, mode=mode))
+
+
+def test_more_errors_where_torch_raises():
+    g = lm.Graph()
+    q = g.tensor((1, 2, 4, 8))
+    with pytest.raises(RuntimeError, match="attn_mask or is_causal"):
+        F.scaled_dot_product_attention(q, q, q, attn_mask=g.tensor((4, 4)), is_causal=True)
+    with pytest.raises(TypeError, match="bitcast"):
+        q.view(lm.int32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shift_by_a_tensor_and_signed_infinities(backend):
+    x = np.array([[-1, -3, 1, 7], [0, INT_MIN, INT_MAX, -1]], np.int32)
+    s = np.array([0, 2, 8, 31], np.int32)
+    f = np.array([-math.inf, 0.0, math.inf, math.nan], np.float32)
+    got = run(backend, lambda g, a, n, v: (a << n, a >> n, v.isposinf(), v.isneginf()), x, s, f)
+    tx, ts, tf = map(torch.tensor, (x, s, f))
+    for a, w in zip(got, (tx << ts, tx >> ts, tf.isposinf(), tf.isneginf())):
+        same(a, w)
+
+
+UNPOOL_CASES = [(1, (2, 3, 10), {"kernel_size": 3, "stride": 2}, None),
+                (2, (2, 3, 9, 8), {"kernel_size": 3, "stride": (3, 2), "padding": 1}, (9, 8)),
+                (2, (2, 3, 9, 8), {"kernel_size": 2}, None),
+                (3, (2, 3, 2, 9, 4), {"kernel_size": 2}, (2, 9, 4))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("nd,shape,kw,size", UNPOOL_CASES)
+def test_max_unpool_inverts_max_pool_as_torch(backend, nd, shape, kw, size):
+    """Values with inf and NaN: the index of a window holding NaN is its last NaN's."""
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    x.reshape(-1)[[0, 1, 2, 5, 11]] = [math.inf, -math.inf, math.nan, math.nan, math.inf]
+    pool, unpool = getattr(F, f"max_pool{nd}d"), getattr(F, f"max_unpool{nd}d")
+    got = run(backend, lambda g, t: (*pool(t, return_indices=True, **kw),
+                                     unpool(*pool(t, return_indices=True, **kw), output_size=size,
+                                            **kw)), x)
+    tpool = getattr(torch.nn.functional, f"max_pool{nd}d")
+    tunpool = getattr(torch.nn.functional, f"max_unpool{nd}d")
+    want = tpool(torch.tensor(x), return_indices=True, **kw)
+    for a, w in zip(got, (*want, tunpool(*want, output_size=size, **kw))):
+        same(a, w)

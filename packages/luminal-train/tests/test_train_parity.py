@@ -225,3 +225,34 @@ def test_scatter_gradients_with_duplicates_match_torch(backend):
               grad=(0, 1), tfn=lambda a, s, i, m, dim=dim: a.scatter(dim, i.long(), s) * m)
         check(backend, lambda a, s, i, dim=dim: a.scatter_reduce(dim, i, s, "amax"), x, src, idx,
               grad=(0, 1), tfn=lambda a, s, i, dim=dim: a.scatter_reduce(dim, i.long(), s, "amax"))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sign_and_copysign_gradients_match_torch(backend):
+    """sign is differentiable with gradient 0 (not a constant loss); copysign's gradient is 0
+    at a zero magnitude (+0 and -0), as PyTorch's."""
+    v = np.array([-1.0, -0.0, 0.0, 1.0, 2.5, math.nan], np.float32)
+    check(backend, lambda x: x.sign(), v)
+    a, b = np.meshgrid(v[:5], v, indexing="ij")
+    check(backend, lambda x, y: x.copysign(y), a.ravel().copy(), b.ravel().copy(), grad=[0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("p", [0, -1, 3, -math.inf])
+def test_normalize_with_any_p_matches_torch(backend, p):
+    x = np.random.default_rng(0).standard_normal((4, 5)).astype(np.float32)
+    if p >= 0:  # (a zero under a negative p: NaN gradient, see docs/pytorch-parity.md)
+        x[0, :2] = 0.0
+    check(backend, lambda t: F.normalize(t, p=p, dim=1), x,
+          tfn=lambda t: TF.normalize(t, p=p, dim=1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("eq,shapes", [("...id,...jd->...ij", [(3, 4, 5), (3, 2, 5)]),
+                                       ("...id,...jd", [(3, 4, 5), (1, 2, 5)]),
+                                       ("i...j,ji...->...", [(2, 3, 4, 5), (5, 2, 4)]),
+                                       ("...ii->...i", [(3, 4, 4)]), ("ii->", [(4, 4)])])
+def test_einsum_with_ellipsis_matches_torch(backend, eq, shapes):
+    rng = np.random.default_rng(1)
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    check(backend, lambda *t: lm.einsum(eq, *t), *arrays, tfn=lambda *t: torch.einsum(eq, *t))

@@ -436,10 +436,12 @@ def _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, spatial, nam
     flat_pos = iota(x.graph, IOTA_INDEX, (math.prod(sizes),), int32).reshape(sizes)
     pos = geo.windows(flat_pos.reshape((1, 1, *sizes)), geo.pads, -1)
     first = math.prod(sizes) + 1
+    pos = pos.expand(win.layout.shape)
     at_max = win == out.reshape((*out.layout.shape, *(1,) * spatial)).expand(win.layout.shape)
-    picked = where(at_max & (pos.expand(win.layout.shape) >= 0), pos.expand(win.layout.shape),
-                   first)
-    idx = picked.amin(axes)
+    idx = where(at_max & (pos >= 0), pos, first).amin(axes)
+    # a window holding NaN: PyTorch's scan takes every NaN in turn, so the last one is picked
+    last_nan = where(win.isnan(), pos, -1).amax(axes)
+    idx = where(last_nan >= 0, last_nan, idx)
     if unbatched:
         out, idx = out.squeeze(0), idx.squeeze(0)
     return out, idx
@@ -461,6 +463,34 @@ def max_pool3d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=Fal
                return_indices=False):
     return _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, 3, "max_pool3d",
                      return_indices)
+
+
+def _max_unpool(x, indices, kernel_size, stride, padding, output_size, spatial, name):
+    """Zeros with each value of `x` written at its flat index (over the spatial dims of the
+    output), the inverse of max_pool with return_indices, as PyTorch."""
+    kernel = _tuple(kernel_size, spatial, "kernel_size")
+    stride = _tuple(kernel if stride is None else stride, spatial, "stride")
+    padding = _tuple(padding, spatial, "padding")
+    if output_size is None:
+        ins = [_static(d, name, "the input's spatial size") for d in x.layout.shape[-spatial:]]
+        output_size = [(i - 1) * s - 2 * p + k for i, s, p, k in zip(ins, stride, padding, kernel)]
+    outs = list(output_size)[-spatial:]  # (a leading batch and channel size are ignored)
+    lead = list(x.layout.shape[:-spatial])
+    flat = x.graph.zeros((*lead, math.prod(outs)), x.dtype)
+    out = flat.scatter(-1, indices.reshape(*lead, -1), x.reshape(*lead, -1))
+    return out.reshape(*lead, *outs)
+
+
+def max_unpool1d(x, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool(x, indices, kernel_size, stride, padding, output_size, 1, "max_unpool1d")
+
+
+def max_unpool2d(x, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool(x, indices, kernel_size, stride, padding, output_size, 2, "max_unpool2d")
+
+
+def max_unpool3d(x, indices, kernel_size, stride=None, padding=0, output_size=None):
+    return _max_unpool(x, indices, kernel_size, stride, padding, output_size, 3, "max_unpool3d")
 
 
 def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
@@ -565,7 +595,9 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
         else:
             src = dst * s if mode == "nearest" else (dst + 0.5) * s
             out = out.index_select(axis, src.floor().to(int32).clamp(max=i - 1))
-    return out
+    # integer input: the blend rounded to its dtype (PyTorch blends uint8 in fixed point, with
+    # its own rounding: about 1 element in 6 differs by 1)
+    return out.round().to(x.dtype) if linear and not x.dtype.is_float else out
 
 
 def _linear_axis(x: GraphTensor, axis: int, i: int, o: int, s: float, dst: GraphTensor,
@@ -590,6 +622,8 @@ def scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p: float = 0.0
     """softmax(q @ k^T * scale + mask) @ v, PyTorch semantics (causal mask is top-left)."""
     if dropout_p:
         raise NotImplementedError("scaled_dot_product_attention: dropout_p must be 0")
+    if is_causal and attn_mask is not None:
+        raise OpError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
     d = q.layout.shape[-1]
     if scale is None:
         scale = 1.0 / math.sqrt(_static(d, "scaled_dot_product_attention",

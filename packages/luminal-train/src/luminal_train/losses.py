@@ -10,7 +10,7 @@ import weakref
 from dataclasses import dataclass
 
 import numpy as np
-from luminal import Graph, GraphTensor, int32, ops, where
+from luminal import Graph, GraphTensor, OpError, int32, ops, where
 from luminal.symbolic import Expr
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -159,7 +159,7 @@ def cross_entropy(
 
 def _cross_entropy_probs(input, logp, target, weight, reduction, label_smoothing):
     if tuple(target.layout.shape) != tuple(logp.layout.shape):
-        raise ValueError(
+        raise OpError(
             f"cross_entropy: probability targets {target.shape} must have the shape of the "
             f"input {input.shape}")
     if label_smoothing:

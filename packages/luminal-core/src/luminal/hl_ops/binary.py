@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import ops
-from ..dtypes import bool_, float32, int32, promote
+from ..dtypes import bool_, float32, int32, promote, uint8
 from ..errors import OpError
 from ..symbolic import Expr
 from .base import TensorBase
@@ -105,7 +105,9 @@ def minimum(a: Operand, b: Operand) -> GraphTensor:
         a = lift(b, a)
     if not isinstance(b, TensorBase):
         b = lift(a, b)
-    if not promote(a.dtype, b.dtype).is_float:  # ~ maps INT_MIN to INT_MAX: no overflow
+    common = promote(a.dtype, b.dtype)
+    a, b = a.to(common), b.to(common)
+    if not common.is_float:  # ~ maps INT_MIN to INT_MAX (and False to True): no overflow
         return ~maximum(~a, ~b)
     return -maximum(-a, -b)
 
@@ -179,7 +181,7 @@ class BinaryOps:
     def neg(self) -> GraphTensor:
         if self.dtype == bool_:
             raise TypeError("negation of a bool tensor: use logical_not()")
-        return self * -1
+        return self * (255 if self.dtype == uint8 else -1)  # uint8 wraps: 255 is -1 mod 256
 
     def __lt__(self, other: Operand) -> GraphTensor:
         return binary("lt", ops.LessThan(), self, other)
@@ -232,8 +234,13 @@ class BinaryOps:
         if rounding_mode == "floor":
             return self // other
         if rounding_mode == "trunc":
-            q = self / other
-            return q.trunc() if self.dtype.is_float else q.trunc().to(self.dtype)
+            other = lift(self, other)
+            r = self.fmod(other)
+            # a - fmod(a, b) is a multiple of b: rounding undoes the float error of the division
+            q = ((self - r) / other).round()
+            # r is NaN where a is inf or b is 0: a / b is inf or NaN there
+            q = where(r == r, q, (self / other).trunc())
+            return q.to(promote(self.dtype, other.dtype))
         raise OpError(f"div: unknown rounding_mode {rounding_mode!r}")
 
     # bool logic: Add on bools is "or", Mul is "and", x < True is "not"; integers bit by bit
@@ -257,7 +264,8 @@ class BinaryOps:
             return self.logical_not()
         if self.dtype.is_float:
             raise TypeError(f"~ (bitwise_not) is not defined for {self.dtype.name} tensors")
-        return -1 - self  # two's complement: ~x == -x - 1, exact for every int32
+        info = np.iinfo(self.dtype.numpy)  # ~x == max + min - x: -1 - x signed, 255 - x uint8
+        return int(info.max) + int(info.min) - self
 
     def bitwise_not(self) -> GraphTensor:
         return ~self
@@ -271,14 +279,23 @@ class BinaryOps:
     def bitwise_xor(self, other):
         return self ^ other
 
-    def __lshift__(self, shift: int) -> GraphTensor:
-        """x << n: x * 2**n, wrapping like int32 (PyTorch's `bitwise_left_shift`)."""
+    def __lshift__(self, shift: int | GraphTensor) -> GraphTensor:
+        """x << n: x * 2**n, wrapping like int32 (PyTorch's `bitwise_left_shift`); n is an
+        int or an integer tensor of amounts in [0, 32)."""
         _check_shift(self, shift)
+        if _is_tensor(shift):
+            return self * lift(self, 2) ** shift  # integer pow wraps as the shift does
         return self * (1 << shift) if shift < 31 else self * int(np.int32(-(2**31)))
 
-    def __rshift__(self, shift: int) -> GraphTensor:
-        """x >> n: arithmetic (sign-extending) shift, from the bits of x."""
+    def __rshift__(self, shift: int | GraphTensor) -> GraphTensor:
+        """x >> n: arithmetic (sign-extending) shift, from the bits of x; n is an int or an
+        integer tensor of amounts in [0, 32)."""
         _check_shift(self, shift)
+        if _is_tensor(shift):  # one fixed shift per bit of the amounts
+            out = self
+            for j in range(5):
+                out = where(shift.fmod(2 << j) >= (1 << j), out >> (1 << j), out)
+            return out
         bits = _bits(self)
         out = lift(self, 0)
         for k in range(shift, 31):
@@ -332,7 +349,7 @@ class BinaryOps:
     def copysign(self, other: Operand) -> GraphTensor:
         """|self| with the sign bit of `other` (-0.0 counts as negative: 1 / -0.0 < 0)."""
         x = self.to(_float_of(self))
-        mag = where(x < 0, -x, x) + 0.0  # + 0.0 turns -0.0 into 0.0
+        mag = x.abs() + 0.0  # + 0.0 turns -0.0 into 0.0; abs'(0) = 0 as PyTorch's copysign'(0)
         sign_of = lift(self, other).to(x.dtype)
         negative = (sign_of < 0) | ((sign_of == 0) & (sign_of.reciprocal() < 0))
         return where(negative, -mag, mag)
@@ -414,10 +431,12 @@ def _pow_exponent_grad(g: GraphTensor, x: GraphTensor, y: GraphTensor,
 def _check_shift(x: GraphTensor, shift) -> None:
     if x.dtype.is_float or x.dtype == bool_:
         raise TypeError(f"shift of a {x.dtype.name} tensor: shifts are defined for integers")
+    if _is_tensor(shift) and not (shift.dtype.is_float or shift.dtype == bool_):
+        return
     if not isinstance(shift, int) or not 0 <= shift < 32:
         raise TypeError(
-            f"shift by {shift!r}: only a Python int in [0, 32) is supported (a tensor of shift "
-            f"amounts is not)")
+            f"shift by {shift!r}: the amount must be a Python int in [0, 32) or an integer "
+            f"tensor")
 
 
 def _bits(x: GraphTensor) -> list[GraphTensor]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import string
 from typing import TYPE_CHECKING
 
 from ..errors import OpError
@@ -11,21 +12,27 @@ if TYPE_CHECKING:
     from ..tensor import GraphTensor
 
 
-def _parse(equation: str, n: int) -> tuple[list[str], str]:
+def _parse(equation: str, operands) -> tuple[list[str], str]:
     eq = equation.replace(" ", "")
     lhs, arrow, rhs = eq.partition("->")
     terms = lhs.split(",")
-    if len(terms) != n:
-        raise OpError(f"einsum: {equation!r} names {len(terms)} operands, got {n}")
+    if len(terms) != len(operands):
+        raise OpError(f"einsum: {equation!r} names {len(terms)} operands, got {len(operands)}")
     for t in [*terms, rhs]:
-        if "." in t:
-            raise NotImplementedError("einsum: ellipsis ('...') is not supported")
-        if not all(c.isalpha() for c in t):
-            raise OpError(f"einsum: {equation!r}: subscripts must be letters")
-    if not arrow:  # implicit output: letters used once, in alphabetical order
+        if not all(c.isalpha() for c in t.replace("...", "", 1)):
+            raise OpError(f"einsum: {equation!r}: subscripts must be letters and one '...'")
+    # '...' stands for the leading dims an operand has beyond its letters, broadcast against
+    # each other from the right: fresh letters name them
+    counts = [x.ndim - len(t) + 3 if "..." in t else 0 for t, x in zip(terms, operands)]
+    batch = "".join([c for c in string.ascii_letters if c not in eq][:max(counts)])
+    terms = [t.replace("...", batch[len(batch) - k:] if k > 0 else "")
+             for t, k in zip(terms, counts)]
+    if not arrow:  # implicit output: the '...' dims, then letters used once, alphabetically
         letters = "".join(terms)
-        rhs = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
-    if len(set(rhs)) != len(rhs) or any(c not in lhs for c in rhs):
+        rhs = batch + "".join(sorted(c for c in set(letters)
+                                     if letters.count(c) == 1 and c not in batch))
+    rhs = rhs.replace("...", batch)
+    if len(set(rhs)) != len(rhs) or any(c not in "".join(terms) for c in rhs):
         raise OpError(f"einsum: {equation!r}: bad output subscripts {rhs!r}")
     return terms, rhs
 
@@ -41,11 +48,11 @@ def _diagonal_letters(t: GraphTensor, term: str) -> tuple[GraphTensor, str]:
 
 
 def einsum(equation: str, *operands: GraphTensor) -> GraphTensor:
-    """PyTorch `torch.einsum` (no ellipsis): each operand's axes are aligned on the union of
+    """PyTorch `torch.einsum`: each operand's axes are aligned on the union of
     letters, multiplied with broadcasting, and the letters missing from the output summed."""
     if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
         operands = tuple(operands[0])
-    terms, out = _parse(equation, len(operands))
+    terms, out = _parse(equation, operands)
     letters = list(out) + sorted({c for t in terms for c in t} - set(out))
     sizes: dict[str, object] = {}
     total = None

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .. import ops
-from ..dtypes import bool_, int32, promote
+from ..dtypes import DType, bool_, int32, promote
 from ..errors import OpError
 from ..shape import show_shape
 from ..symbolic import Expr, ExprLike, lt, smax, smin, to_expr
@@ -174,6 +174,10 @@ class MovementOps:
         return self.reshape(other.layout.shape)
 
     def view(self, *shape) -> GraphTensor:
+        """PyTorch `view(shape)`; `view(dtype)` (a bitcast) is not supported."""
+        if len(shape) == 1 and isinstance(shape[0], DType):
+            raise TypeError(f"view({shape[0]!r}): reinterpreting the bits of a tensor as "
+                            f"another dtype (bitcast) is not supported; use .to() to convert")
         return self.reshape(*shape)
 
     def permute(self, *dims) -> GraphTensor:
@@ -609,8 +613,11 @@ def _pad_from_edges(x: GraphTensor, pad: Sequence[int], mode: str) -> GraphTenso
     if mode not in ("reflect", "replicate", "circular"):
         raise NotImplementedError(
             f"pad: mode {mode!r} is not supported (constant, reflect, replicate, circular)")
+    # negative pads crop: first for circular, last for reflect and replicate (whose positive
+    # pads read the uncropped input), as in PyTorch
     crop = [min(p, 0) for p in pad]
-    out = x.pad(crop) if any(crop) else x  # negative pads crop first, as in PyTorch
+    crop_first = mode == "circular" and any(crop)
+    out = x.pad(crop) if crop_first else x
     for k in range(len(pad) // 2):
         axis = x.ndim - 1 - k
         left, right = max(pad[2 * k], 0), max(pad[2 * k + 1], 0)
@@ -637,7 +644,7 @@ def _pad_from_edges(x: GraphTensor, pad: Sequence[int], mode: str) -> GraphTenso
         else:
             parts = [out._slice_axis(axis, n - left, n), out, out._slice_axis(axis, 0, right)]
         out = cat([p for p in parts if p.layout.shape[axis] != 0], axis)
-    return out
+    return out.pad(crop) if any(crop) and not crop_first else out
 
 
 def check_ids(index: GraphTensor, n: Expr) -> None:

@@ -220,8 +220,10 @@ class ReductionOps:
             return (x * x).sum(dim, keepdim).sqrt()
         if p == 1:
             return x.abs().sum(dim, keepdim)
+        if p == 0:  # the count of nonzero elements, as PyTorch
+            return (x != 0).to(x.dtype).sum(dim, keepdim)
         if math.isinf(p):
-            return x.abs().amax(dim, keepdim)
+            return x.abs().amax(dim, keepdim) if p > 0 else x.abs().amin(dim, keepdim)
         return x.abs().pow(p).sum(dim, keepdim).pow(1.0 / p)
 
 

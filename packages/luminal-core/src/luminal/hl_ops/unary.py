@@ -11,6 +11,7 @@ from .. import ops
 from ..dtypes import bool_, float32
 from ..errors import OpError
 from .binary import not_nan, where
+from .custom_vjp import with_vjp
 
 if TYPE_CHECKING:
     from ..tensor import GraphTensor
@@ -89,10 +90,13 @@ class UnaryOps:
         """|x| as x * sign(x): PyTorch's subgradient 0 at 0; NaN stays NaN (NaN * 0)."""
         if self.dtype == bool_:
             return self
-        return self * self.sign()
+        return self * _sign(self)
 
     def sign(self) -> GraphTensor:
-        return (self > 0).to(self.dtype) - (self < 0).to(self.dtype)
+        """-1, 0 or 1 (0 for NaN, as PyTorch). Float: differentiable with gradient 0 (PyTorch's
+        `sign` output requires grad), not a constant as a comparison would make it."""
+        out = _sign(self)
+        return with_vjp(out, [self], lambda g: [None]) if self.dtype.is_float else out
 
     def trunc(self) -> GraphTensor:
         """x - fmod(x, 1); +-inf stay +-inf (fmod(inf, 1) is NaN), with gradient 0
@@ -280,6 +284,12 @@ class UnaryOps:
     def isinf(self) -> GraphTensor:
         return self.abs() == math.inf
 
+    def isposinf(self) -> GraphTensor:
+        return self == math.inf
+
+    def isneginf(self) -> GraphTensor:
+        return self == -math.inf
+
     def isfinite(self) -> GraphTensor:
         if not self.dtype.is_float:
             return self.to(bool_) | True
@@ -313,3 +323,8 @@ def _log1p_ratio(u: GraphTensor, y: GraphTensor, d: GraphTensor) -> GraphTensor:
     exact = d == 0
     safe_d = d + exact.to(d.dtype)  # 1 where d is 0
     return where(exact, y, u.log() * (y / safe_d))
+
+
+def _sign(x: GraphTensor) -> GraphTensor:
+    """-1, 0 or 1 from comparisons (no gradient reaches x through it)."""
+    return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)

@@ -21,7 +21,7 @@ FUNCTIONS = (
     "scaled_dot_product_attention",
     # PyTorch parity (docs/pytorch-parity.md)
     "einsum", "conv3d", "conv_transpose1d", "conv_transpose2d", "avg_pool3d", "selu", "celu",
-    "hardtanh", "logsigmoid", "softsign", "binary_cross_entropy",
+    "hardtanh", "logsigmoid", "softsign", "binary_cross_entropy", "max_unpool2d",
 )
 CREATION = ("arange", "ones", "zeros", "full")
 

@@ -112,6 +112,11 @@ def choices(*values: float) -> Gen:
     return gen
 
 
+def bytes_(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """uint8 values over the whole range (wrapping negation, ~, min)."""
+    return rng.integers(0, 256, shape).astype(np.uint8)
+
+
 def int_edges(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """int32 values including INT_MIN, INT_MAX, 0 and -1 (overflow-prone spots)."""
     edges = np.array([-(2**31), 2**31 - 1, 0, -1, 1, -7, 12345, -98765], np.int32)
@@ -696,6 +701,23 @@ PARITY = [
            (4, 6), gen=specials),
     parity("diagonal_einsum_trace", lambda F, x: (x.diagonal(1), x.diagonal(-1, 0, 1),
                                                   F.einsum("ii", x[:, :4])), (4, 5)),
+    # (values that stay in int32 after the shift: torch computes the case in int64)
+    parity("shift_by_tensor", lambda F, a, n: (a << n, a >> n), (4, 6), (4, 6),
+           gen=(ints(-1000, 1000), ints(0, 20))),
+    parity("int_trunc_div_uint8", lambda F, a, b, u: (
+        a.div(b, rounding_mode="trunc"), a.div(b.float(), rounding_mode="trunc"), u.amin(1), ~u,
+        -u, F.minimum(a > 0, b > 0)), (4, 6), (4, 6), (4, 6),
+        gen=(ints(-200, 200), ints(-60, 60, nonzero=True), bytes_)),
+    parity("max_pool_unpool_non_finite", lambda F, x: (
+        *F.max_pool2d(x, 2, return_indices=True),
+        F.max_unpool2d(*F.max_pool2d(x, 2, return_indices=True), 2)), (1, 2, 4, 6),
+        gen=specials),
+    parity("sign_copysign_norm", lambda F, x, y: (x.sign(), x.copysign(y), x.isposinf(),
+                                                  x.norm(0, 1), x.norm(-math.inf, 1)), (4, 6),
+           (4, 6), gen=(specials, choices(-1.0, -0.0, 0.0, 2.0, math.inf, math.nan))),
+    parity("einsum_ellipsis", lambda F, a, b: (F.einsum("...id,...jd->...ij", a, b),
+                                               F.einsum("...ii->...", a[..., :3, :3])),
+           (2, 3, 4), (2, 5, 4)),
 ]
 
 CASES: tuple[Case, ...] = tuple(ELEMENTWISE + REDUCTIONS + MOVEMENT + LINALG + NN + PARITY)
