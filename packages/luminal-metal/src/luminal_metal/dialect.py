@@ -28,6 +28,8 @@ from luminal.codegen import (
     Scope,
     dim_names,
     kernel_dims,
+    render_kernel,
+    row_softmax,
     unravel_declarations,
 )
 from luminal.codegen.ir import Reduce, domain_size, top_reductions
@@ -188,10 +190,17 @@ class RenderedKernel:
 
 def render_metal_kernel(kernel: Kernel, name: str, threadgroup: bool | None = None
                         ) -> RenderedKernel:
-    """`kernel` as MSL in thread or threadgroup mode (default: `wants_threadgroup`)."""
+    """`kernel` as MSL in thread or threadgroup mode (default: `wants_threadgroup`). A kernel
+    whose `SoftmaxSum` core renders row-wise (attention: one query-key dot product per key for
+    the whole row of value columns) runs one thread per row instead, whatever the mode."""
+    dims = kernel_dims(kernel)
+    if row_softmax(kernel) is not None:
+        rows = Expr.const(1)
+        for extent in kernel.domain[:-1]:
+            rows = rows * extent
+        return RenderedKernel(name, render_kernel(kernel, name, METAL), dims, rows, False)
     if threadgroup is None:
         threadgroup = wants_threadgroup(kernel)
-    dims = kernel_dims(kernel)
     names = dim_names(dims)
     writer = _GroupWriter(names) if threadgroup else BodyWriter(METAL, names)
     value = writer.emit(kernel.out.value)
