@@ -71,11 +71,13 @@ def attention_graph(queries: int, keys: int, heads: int, kv_heads: int, head_dim
     return g, out, want
 
 
-ATTENTION = {"prefill": (24, 24, 2, 2), "gqa": (12, 12, 4, 2), "decode-gqa": (1, 80, 6, 2)}
+ATTENTION = {"prefill": (24, 24, 2, 2), "gqa": (12, 12, 4, 2), "decode-gqa": (1, 160, 6, 2)}
 
 
 @pytest.mark.parametrize("shape", list(ATTENTION))
 def test_derived_attention_runs_on_the_metal_kernels(backend, shape):
+    """In "metal" rendering prefill runs one thread per row of queries, decode (one query,
+    160 keys) one threadgroup per output splitting the keys (`_GroupWriter.softmax_sum`)."""
     queries, keys, heads, kv_heads = ATTENTION[shape]
     g, out, want = attention_graph(queries, keys, heads, kv_heads)
     lm.GenericCompiler().compile(g)
@@ -107,8 +109,9 @@ def special_rows(n: int) -> np.ndarray:
     return rows
 
 
-@pytest.mark.parametrize("width", [6, 300], ids=["row-wise", "per-point"])
-def test_softmax_sum_keeps_the_decompositions_nan_and_inf(backend, width):
+def check_softmax_sum(backend: lm.Backend, width: int) -> None:
+    """The derived kernel of a softmax-weighted sum of `width` columns over special rows gives
+    the reference backend's numbers, NaN pattern included."""
     rows = special_rows(40)
     values = np.random.default_rng(1).standard_normal((40, width)).astype(np.float32)
     values[9, 1], values[10, 2] = np.inf, np.nan  # inf weighted by 0 in rows 3, 4: NaN
@@ -125,6 +128,17 @@ def test_softmax_sum_keeps_the_decompositions_nan_and_inf(backend, width):
     got, expected = out.numpy(), want.numpy()
     np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
     np.testing.assert_allclose(got, expected, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("width", [6, 300], ids=["row-wise", "per-point"])
+def test_softmax_sum_keeps_the_decompositions_nan_and_inf(backend, width):
+    check_softmax_sum(backend, width)
+
+
+def test_softmax_sum_split_over_a_threadgroup_keeps_nan_and_inf(msl):
+    """Every `SoftmaxSum` in its threadgroup form (64-thread groups: two simdgroups), so the
+    rows' -inf, NaN and dominant logits land in different threads' shares."""
+    check_softmax_sum(msl.CpuMetalBackend("cooperative"), 6)
 
 
 def test_derived_kernels_compile_as_msl(msl):
@@ -146,6 +160,8 @@ def test_derived_kernels_compile_as_msl(msl):
     assert not rendered.threadgroup
     assert rendered.points.evaluate({}) == math.prod(e.value for e in prefill.domain[:-1])
     assert "precise::exp2" in rendered.source
+    decode = render_metal_kernel(kernels[2], "k2")  # 1 query, 160 keys: split over a group
+    assert decode.threadgroup and "lm_tg_max" in decode.source
 
 
 def test_search_checks_and_times_the_derived_kernel_on_the_metal_kernels(msl, monkeypatch,
@@ -156,13 +172,11 @@ def test_search_checks_and_times_the_derived_kernel_on_the_metal_kernels(msl, mo
     inputs and is timed against the default plan; the searched graph matches PyTorch."""
     monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
     g, out, want = attention_graph(1, 128, 4, 2)
-    searched = search.Search(CpuMetalBackend("metal"), progress=False)
+    searched = search.Search(CpuMetalBackend("thread"), progress=False)
     g.compile((lm.GenericCompiler(), searched))
     g.execute()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
-    fused = [r for r in searched.report.regions if r.label.startswith("fusion of")]
-    assert fused, "no fused region was searched"
-    (region,) = fused
-    assert not region.rejected
+    region = searched.report.regions[0]
+    assert region.label.startswith("fusion of") and not region.rejected
     timed = [label for label, _ in region.timings]
     assert len(timed) == 2 and timed[1].startswith("one kernel from the e-graph")

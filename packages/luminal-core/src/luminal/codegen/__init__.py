@@ -31,6 +31,7 @@ from .plan import MemoryPlan, plan_memory
 from .render import (
     BodyWriter,
     Dialect,
+    OnlineSoftmax,
     Scope,
     dim_names,
     helper_functions,
@@ -50,6 +51,7 @@ __all__ = [
     "MatOperand",
     "Matmul",
     "MemoryPlan",
+    "OnlineSoftmax",
     "Param",
     "Program",
     "QuantOperand",

@@ -684,5 +684,5 @@ def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["BodyWriter", "Dialect", "Scope", "dim_names", "helper_functions", "render_kernel",
-           "row_softmax"]
+__all__ = ["BodyWriter", "Dialect", "OnlineSoftmax", "Scope", "dim_names", "helper_functions",
+           "render_kernel", "row_softmax"]
