@@ -164,15 +164,21 @@ def test_derived_kernels_compile_as_msl(msl):
     assert decode.threadgroup and "lm_tg_max" in decode.source
 
 
-def test_search_checks_and_times_the_derived_kernel_on_the_metal_kernels(msl, monkeypatch,
-                                                                         tmp_path):
-    """`Search` over the Metal kernels (here run on the CPU, so which plan wins says nothing
-    about a GPU): decode attention's fused region gets the derived kernel as a candidate, which
-    compiles through the backend's schedule, agrees with the reference on random and NaN/inf
-    inputs and is timed against the default plan; the searched graph matches PyTorch."""
+@pytest.mark.parametrize("where", ["cpu", pytest.param("device", marks=pytest.mark.metal)])
+def test_search_checks_and_times_the_derived_kernel_on_the_metal_kernels(
+        where, request, monkeypatch, tmp_path):
+    """`Search` over the Metal kernels (on Linux run on the CPU, so which plan wins there says
+    nothing about a GPU): decode attention's fused region gets the derived kernel as a
+    candidate, which compiles through the backend's schedule, agrees with the reference on
+    random and NaN/inf inputs and is timed against the default plan; the searched graph
+    matches PyTorch."""
     monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
     g, out, want = attention_graph(1, 128, 4, 2)
-    searched = search.Search(CpuMetalBackend("thread"), progress=False)
+    if where == "device":
+        backend = MetalBackend()
+    else:
+        backend = request.getfixturevalue("msl").CpuMetalBackend("thread")
+    searched = search.Search(backend, progress=False)
     g.compile((lm.GenericCompiler(), searched))
     g.execute()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
