@@ -235,9 +235,11 @@ class CpuMetalBackend(Backend):
     - "cooperative": as "metal", with every reduction and matmul in its cooperative form
       whatever its size (the kit's shapes are mostly below the backend's thresholds).
 
-    `kernels` collects every IR kernel it compiled graphs into."""
+    `kernels` collects every IR kernel it compiled graphs into. It lowers with its schedule
+    (`with_schedule`) as `MetalBackend` does, so a searched plan runs on it too."""
 
     name = "metal-on-cpu"
+    schedulable = True
     dtypes = ("float32", "float16", "bfloat16", "int32", "bool", "uint8")
 
     def __init__(self, mode: str = "thread", library: KernelLibrary | None = None):
@@ -253,7 +255,7 @@ class CpuMetalBackend(Backend):
         return BackendStatus(True, device="CPU, through clang++ and shim/metal_stdlib")
 
     def compile(self, graph) -> None:
-        program = lower(graph, quant_kernels=QUANT_KERNELS)
+        program = lower(graph, self.schedule, QUANT_KERNELS)
         self.kernels += program.kernels
         graph.set_runtime(_CpuRuntime(graph, program, self.library, self.mode))
 

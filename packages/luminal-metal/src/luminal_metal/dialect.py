@@ -25,12 +25,15 @@ from luminal.codegen import (
     BodyWriter,
     GpuDialect,
     Kernel,
+    OnlineSoftmax,
     Scope,
     dim_names,
     kernel_dims,
+    render_kernel,
+    row_softmax,
     unravel_declarations,
 )
-from luminal.codegen.ir import Reduce, domain_size, top_reductions
+from luminal.codegen.ir import Reduce, SoftmaxSum, Value, children, domain_size, top_reductions
 from luminal.symbolic import Expr
 
 THREADS = 256  # threads per threadgroup (a pipeline with a lower limit gets its limit)
@@ -134,6 +137,39 @@ class _GroupWriter(BodyWriter):
             return rounded
         return acc
 
+    def softmax_sum(self, s: SoftmaxSum, scope: Scope) -> str:
+        """An online softmax split over the threadgroup (decode attention: one query, many
+        keys): each thread folds a strided share of the steps into its own running max, sum
+        and accumulator, then the group takes the largest max and adds up every thread's sum
+        and accumulator rescaled to it. A thread that saw only -inf logits has weight 0 (its
+        accumulator is NaN where the decomposition's `0 * inf` is)."""
+        if scope.depth != 0:
+            return super().softmax_sum(s, scope)
+        online = OnlineSoftmax(METAL, self.fresh())
+        inner = Scope(1)
+        self.scope_of[s.var.name] = inner
+        logit, body = self.emit(s.logit), self.emit(s.body)
+        var, size = self.names.get(s.var.name, s.var.name), self.expr(s.size)
+        m, rescale = online.m, f"{online.name}_g"
+        scope.lines.extend(online.declare())
+        scope.lines.append(f"for (long {var} = lm_lid; {var} < {size}; {var} += lm_tgsize) {{")
+        scope.lines.extend("  " + line for line in [*inner.lines, *online.step(logit),
+                                                    online.accumulate(online.acc, body)])
+        scope.lines.append("}")
+        group_max = self._combine("lm_tg_max", "float", m)
+        scope.lines += [
+            f"float {online.name}_gm = {group_max};",
+            f"float {rescale} = {m} == -INFINITY ? 0.0f : "
+            f"{METAL.unary('exp2', f'{m} - {online.name}_gm')};",
+            f"{online.l} = {self._combine('lm_tg_sum', 'float', f'{online.l} * {rescale}')};",
+            f"{online.acc} = {self._combine('lm_tg_sum', 'float', f'{online.acc} * {rescale}')};",
+            f"{online.nan} = {self._combine('lm_tg_or', 'int', online.nan)};",
+            f"{m} = {online.name}_gm;",
+        ]
+        result = self.fresh()
+        scope.lines.append(f"float {result} = {METAL.round(s.dtype, online.result(online.acc))};")
+        return result
+
     def _combine(self, reducer: str, ctype: str, value: str) -> str:
         scratch = _SCRATCH[ctype]
         self.scratch.add(ctype)
@@ -163,9 +199,25 @@ class _GroupWriter(BodyWriter):
         )
 
 
+def _top_softmax_sums(v: Value) -> list[SoftmaxSum]:
+    """The `SoftmaxSum`s of a tree outside every reduction (and every other `SoftmaxSum`)."""
+    out, stack, seen = [], [v], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or isinstance(x, Reduce):
+            continue
+        seen.add(id(x))
+        if isinstance(x, SoftmaxSum):
+            out.append(x)
+        else:
+            stack.extend(children(x))
+    return out
+
+
 def wants_threadgroup(kernel: Kernel) -> bool:
-    """Threadgroup mode pays when a top-level reduction is long and the domain is small."""
-    tops = top_reductions(kernel.out.value)
+    """Threadgroup mode pays when a top-level reduction (or online softmax) is long and the
+    domain is small."""
+    tops = [*top_reductions(kernel.out.value), *_top_softmax_sums(kernel.out.value)]
     if not tops:
         return False
     long_reduce = any(not r.size.is_const or r.size.value >= THREADGROUP_MIN_REDUCE
@@ -188,10 +240,17 @@ class RenderedKernel:
 
 def render_metal_kernel(kernel: Kernel, name: str, threadgroup: bool | None = None
                         ) -> RenderedKernel:
-    """`kernel` as MSL in thread or threadgroup mode (default: `wants_threadgroup`)."""
+    """`kernel` as MSL in thread or threadgroup mode (default: `wants_threadgroup`). In thread
+    mode a kernel whose `SoftmaxSum` core renders row-wise (attention: one query-key dot product
+    per key shared by the whole row of value columns) runs one thread per row."""
     if threadgroup is None:
         threadgroup = wants_threadgroup(kernel)
     dims = kernel_dims(kernel)
+    if not threadgroup and row_softmax(kernel) is not None:
+        rows = Expr.const(1)
+        for extent in kernel.domain[:-1]:
+            rows = rows * extent
+        return RenderedKernel(name, render_kernel(kernel, name, METAL), dims, rows, False)
     names = dim_names(dims)
     writer = _GroupWriter(names) if threadgroup else BodyWriter(METAL, names)
     value = writer.emit(kernel.out.value)

@@ -28,7 +28,16 @@ from .ir import (
 )
 from .lower import lower
 from .plan import MemoryPlan, plan_memory
-from .render import BodyWriter, Dialect, Scope, dim_names, helper_functions, render_kernel
+from .render import (
+    BodyWriter,
+    Dialect,
+    OnlineSoftmax,
+    Scope,
+    dim_names,
+    helper_functions,
+    render_kernel,
+    row_softmax,
+)
 from .schedule import Schedule
 
 __all__ = [
@@ -42,6 +51,7 @@ __all__ = [
     "MatOperand",
     "Matmul",
     "MemoryPlan",
+    "OnlineSoftmax",
     "Param",
     "Program",
     "QuantOperand",
@@ -54,6 +64,7 @@ __all__ = [
     "lower",
     "plan_memory",
     "render_kernel",
+    "row_softmax",
     "top_reductions",
     "unravel_declarations",
 ]

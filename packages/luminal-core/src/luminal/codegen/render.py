@@ -576,7 +576,7 @@ ROW_LIMIT = 256
 ROW_VAR = "_rrow"  # "_r" prefix: a loop variable bound inside the body, like a reduction's
 
 
-def _row_softmax(kernel: Kernel) -> SoftmaxSum | None:
+def row_softmax(kernel: Kernel) -> SoftmaxSum | None:
     """The `SoftmaxSum` of a kernel that can run row-wise: the one in the tree, outside every
     reduction, its logit not reading the last domain axis (short and static), so that the
     logit is computed once per step for a whole row of outputs (attention's dot product
@@ -666,7 +666,7 @@ def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
         (dialect.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)
     ]
     lines = [dialect.signature(name, params, [names[d] for d in dims]) + " {"]
-    if _row_softmax(kernel) is not None:
+    if row_softmax(kernel) is not None:
         code = _render_row(kernel, dialect, names, extents, loop_names)
         return "\n".join([*lines, *("  " + x for x in code), "}"]) + "\n"
     top = top_reductions(kernel.out.value)
@@ -684,4 +684,5 @@ def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["BodyWriter", "Dialect", "Scope", "dim_names", "helper_functions", "render_kernel"]
+__all__ = ["BodyWriter", "Dialect", "OnlineSoftmax", "Scope", "dim_names", "helper_functions",
+           "render_kernel", "row_softmax"]
