@@ -104,16 +104,13 @@ def _serve_runs(run_once: Callable[[], tuple[float, float]], notes: Callable[[],
 
 def bench_luminal(model_path: Path, backend_name: str) -> None:
     import luminal as lm
-    from luminal_models.causal_lm import load_causal_lm
+    from luminal_models.causal_lm import open_causal_lm
     from luminal_models.generate import Generator
-    from luminal_models.gguf_file import GGUFFile
-    from luminal_models.tokenizer import Tokenizer
 
     start = time.perf_counter()
     backend = _backend(lm, backend_name)
-    with GGUFFile(model_path) as gguf:
-        tokenizer = Tokenizer.from_gguf(gguf)
-        model = load_causal_lm(gguf, quantized=backend.name != "reference", progress=False)
+    model, tokenizer = open_causal_lm(model_path, quantized=backend.name != "reference",
+                                      progress=False)
     generator = Generator(model, tokenizer, backend)
     setup_s = time.perf_counter() - start
     ids = _prompt_ids(tokenizer)

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 
 from .symbolic import (
     Expr,
@@ -50,12 +49,16 @@ def row_major_strides(shape: Shape) -> Shape:
     return tuple(reversed(strides))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class View:
     shape: Shape
     strides: Shape
     offset: Expr
     mask: tuple[tuple[Expr, Expr], ...] | None = None  # per-axis valid [lo, hi), None = all
+    # computed on first use; slots rather than an instance dict: a compiled model keeps tens
+    # of thousands of views, and a dict each cost about 8 MB for SmolLM2
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
+    _contiguous: bool | None = field(default=None, init=False, repr=False, compare=False)
 
     @staticmethod
     def contiguous(shape: Sequence[ExprLike]) -> View:
@@ -64,7 +67,7 @@ class View:
 
     def __hash__(self) -> int:
         # computed once: views are dict keys in every pass (CSE, lowering, digests)
-        h = self.__dict__.get("_hash")
+        h = self._hash
         if h is None:
             h = hash((self.shape, self.strides, self.offset, self.mask))
             object.__setattr__(self, "_hash", h)
@@ -88,9 +91,15 @@ class View:
     def numel(self) -> Expr:
         return prod(self.shape)
 
-    @cached_property  # asked on every read of a result: symbolic strides are slow to build
+    @property
     def is_contiguous(self) -> bool:
         """Reads a row-major buffer front to back: no copy is needed to materialise it."""
+        # cached: asked on every read of a result, and symbolic strides are slow to build
+        if self._contiguous is None:
+            object.__setattr__(self, "_contiguous", self._compute_contiguous())
+        return self._contiguous
+
+    def _compute_contiguous(self) -> bool:
         return (
             self.mask is None
             and self.offset == 0

@@ -108,9 +108,8 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
     that many MPI ranks (the compiler "tensor-parallel" of luminal-dist, found by name)."""
     import luminal as lm
 
-    from .causal_lm import load_causal_lm
+    from .causal_lm import open_causal_lm
     from .generate import Generator
-    from .gguf_file import GGUFFile
     from .hub import resolve_model
     from .llama import Llama
     from .tokenizer import Tokenizer
@@ -136,11 +135,7 @@ def load_generator(model: str, backend_name: str | None = None, ctx: int | None 
         # every step, so it gets float32 weights decoded once at load
         # (tensor-parallel shards are sliced from float weights too)
         quantized = backend.name != "reference" and tensor_parallel == 1
-        # parsed once for the tokenizer and the weights; closing it frees the parsed
-        # metadata (the weights keep the file's memory map alive)
-        with GGUFFile(path) as gguf:
-            tokenizer = Tokenizer.from_gguf(gguf)
-            llama = load_causal_lm(gguf, quantized=quantized, progress=progress)
+        llama, tokenizer = open_causal_lm(path, quantized=quantized, progress=progress)
     if tensor_parallel > 1:
         compiler.shard(llama)
     return Generator(llama, tokenizer, compiler, max_context=ctx, progress=progress), path

@@ -37,7 +37,7 @@ from typing import Any
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, processors
 from tokenizers import Tokenizer as HFTokenizer
 
-from .chat_template import GEMMA3_CHAT_TEMPLATE, MAX_TEMPLATE_BYTES, render_chat_template
+from .chat_formats import GEMMA3_CHAT_TEMPLATE
 from .config_schema import (
     REQUIRED,
     get_bool,
@@ -128,6 +128,8 @@ def _pre_tokenizer(pre: str) -> pre_tokenizers.PreTokenizer:
 
 
 def _read_template(path: Path) -> str:
+    from .chat_template import MAX_TEMPLATE_BYTES  # Jinja only where templates are used
+
     data = read_capped(path, MAX_TEMPLATE_BYTES, TokenizerError)
     try:
         return data.decode("utf-8")
@@ -494,6 +496,8 @@ class Tokenizer:
         """
         if self.chat_template is None:
             raise TokenizerError(f"{self.name}: the model has no tokenizer.chat_template")
+        from .chat_template import render_chat_template  # Jinja: only once a chat is rendered
+
         special = {
             f"{key}_token": self._tokens[token_id]
             for key, token_id in (
