@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 
-@dataclass
+@dataclass(slots=True)  # slots: a compiled model keeps tens of thousands of edges and nodes
 class Edge:
     """An input of a node: the producer's id and the view through which it is read."""
 
@@ -55,7 +55,7 @@ class Write:
     offset: Expr
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     id: int
     op: ops.Op
@@ -525,7 +525,8 @@ class Graph:
             return self.data[nid]
         if self.runtime is None or not self._executed:
             raise RuntimeError("the graph has not been executed yet: call g.execute() first")
-        if nid not in self.outputs():
+        # (not `outputs()`: a decode step fetches its logits every run, and that builds a set)
+        if not (nid in self.retrieved or nid in self.kept or nid in self.assignments.values()):
             raise ValueError(
                 "this tensor was not retrieved: call .retrieve() on it before compile()"
             )

@@ -15,6 +15,7 @@ module binds pointers and lays out the arena.
 from __future__ import annotations
 
 import ctypes
+import mmap
 import operator
 import sys
 import time
@@ -36,6 +37,12 @@ _ALIGN = 64
 
 def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
+
+
+def _fresh_pages(nbytes: int) -> np.ndarray:
+    """`nbytes` of zeroed memory in a mapping of its own: unmapped, so given back to the
+    system, as soon as the array is dropped (a `malloc`ed block may stay in the heap)."""
+    return np.frombuffer(mmap.mmap(-1, nbytes), np.uint8)
 
 
 class _Recycler:
@@ -97,8 +104,11 @@ class CpuRuntime(Runtime):
         direct = {k for k, *_ in self._direct}
         self._kept = [k for k, b in enumerate(bufs)
                       if b.role == "output" and b.node not in fresh and k not in direct]
-        self._numel: tuple[int, ...] = (0,) * len(bufs)
-        self._evaluate_numel = evaluator(b.numel for b in bufs)
+        # the buffers whose element counts a run needs (arrays of their own, written values
+        # read back): evaluated whenever the dims change, so not the arena's hundreds
+        self._sized = sorted({*self._kept, *self._fresh, *direct})
+        self._numel: dict[int, int] = {}
+        self._evaluate_numel = evaluator(bufs[k].numel for k in self._sized)
         self._dims_key: tuple[int, ...] | None = None
         self._from_input = {src for src in graph.assignments.values()
                             if isinstance(graph.nodes[src].op, ops.Input)}
@@ -106,6 +116,7 @@ class CpuRuntime(Runtime):
         self._assigned: dict[int, tuple[np.ndarray, int]] = {}
         self._addresses: dict[int, int] = {}  # this run's fresh outputs' addresses
         self._arena = np.empty(0, np.uint8)
+        self._layout_dims: dict[str, int] = {}  # the dims the arena was last laid out for
         self._room = [-1] * sum(map(len, plan.slots))  # bytes each arena member may take now
         self._kept_arrays: dict[int, np.ndarray] = {}
         self._recyclers = {k: _Recycler(bufs[k].dtype.numpy) for k in self._fresh}
@@ -138,10 +149,12 @@ class CpuRuntime(Runtime):
     def _lay_out_arena(self, dims: dict[str, int]) -> None:
         """Give every arena slot room for these dims and a quarter more: a decode step's
         temporaries grow by a row per step, and are only laid out anew (pointers rebound,
-        the arena perhaps reallocated) when one no longer fits."""
+        the arena perhaps reallocated) when one no longer fits, or when a dim fell below
+        half its value at the last layout (see `_arena_shrinks`)."""
         offsets, total = self.plan.layout(dims, _Recycler.HEADROOM)
-        if total + _ALIGN > self._arena.size:
-            self._arena = np.empty(total + _ALIGN, np.uint8)
+        self._layout_dims = dict(dims)
+        if not total + _ALIGN <= self._arena.size <= 2 * (total + _ALIGN):
+            self._arena = _fresh_pages(total + _ALIGN)
         base = -_address(self._arena) % _ALIGN + _address(self._arena)
         for slot, members in enumerate(self.plan.slots):
             for b in members:
@@ -149,6 +162,13 @@ class CpuRuntime(Runtime):
         # each member's room (its slot's), in the order of MemoryPlan.member_bytes
         self._room = [end - start for (start, end), members in zip(
             pairwise([*offsets, total]), self.plan.slots) for _ in members]
+
+    def _arena_shrinks(self, dims: dict[str, int]) -> bool:
+        """Whether a dim fell below half its value at the last layout: the first decode step
+        after a prefill, whose temporaries (megabytes for a 128-token prompt) the decode
+        steps no longer need. Laying out again then gives the arena back, so it does not add
+        to the peak memory while the KV cache grows."""
+        return any(2 * dims.get(d, 0) < v for d, v in self._layout_dims.items())
 
     def _bind_dims(self, dims: dict[str, int]) -> None:
         key = tuple(dims[d] for d in self.program.dims)
@@ -158,8 +178,9 @@ class CpuRuntime(Runtime):
         for k, v in enumerate(key):
             self._dim_args[k] = v
         bufs = self.program.buffers
-        self._numel = self._evaluate_numel(dims)
-        if not all(map(operator.le, self.plan.member_bytes(dims), self._room)):
+        self._numel = dict(zip(self._sized, self._evaluate_numel(dims)))
+        if self._arena_shrinks(dims) or not all(
+                map(operator.le, self.plan.member_bytes(dims), self._room)):
             self._lay_out_arena(dims)
         for k in self._kept:
             spec = bufs[k]
