@@ -136,3 +136,28 @@ def test_written_rows_land_in_the_input_array():
             np.testing.assert_allclose(rows.numpy(), step * 3 + 1, rtol=1e-6)
             np.testing.assert_allclose(cache.numpy(), want, rtol=1e-6)
             assert g.data[cache.id] is array
+
+
+def test_arena_is_given_back_when_the_dims_fall():
+    # a prefill's temporaries (n = 2048 rows of 256 floats between two matmuls) are not kept
+    # resident through the decode steps (n = 1) that follow, and come back when needed
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((64, 256)).astype(np.float32)
+    w2 = rng.standard_normal((256, 8)).astype(np.float32)
+
+    def build(g):
+        x = g.tensor(("n", 64))
+        return x, ((x @ g.tensor((64, 256)).set(w1)).relu() @ g.tensor((256, 8)).set(w2)).retrieve()
+
+    g, (x, out) = compiled(build)
+    sizes = []
+    for n in (2048, 1, 2, 2048):
+        data = rng.standard_normal((n, 64)).astype(np.float32)
+        x.set(data)
+        g.execute()
+        np.testing.assert_allclose(out.numpy(), np.maximum(data @ w1, 0) @ w2, rtol=1e-4,
+                                   atol=1e-3)
+        sizes.append(g.runtime._arena.size)
+    assert sizes[0] >= 2048 * 256 * 4
+    assert sizes[1] < sizes[0] // 100 and sizes[2] < sizes[0] // 100
+    assert sizes[3] >= 2048 * 256 * 4

@@ -301,3 +301,19 @@ def test_unsupported_tokenizers_fail_clearly(smollm2_gguf: GGUFFile) -> None:
     with pytest.raises(TokenizerError, match=r"bos_token_id must be an integer in \[0, 49151\], "
                        r"got 99999 \(int\)"):
         Tokenizer({**meta, "tokenizer.ggml.bos_token_id": 99999})
+
+
+def test_vocabulary_is_kept_as_the_file_spells_it(smollm2_gguf: GGUFFile,
+                                                  smollm2_tokenizer: Tokenizer) -> None:
+    # the tokenizer keeps the vocabulary packed (not the metadata's list of str): every id
+    # still reads back exactly, and token_bytes agrees with the decoder for each piece
+    tokens = smollm2_gguf.metadata["tokenizer.ggml.tokens"]
+    assert smollm2_tokenizer.vocab_size == len(tokens)
+    assert [smollm2_tokenizer.id_to_token(i) for i in range(len(tokens))] == tokens
+    assert smollm2_tokenizer.id_to_token(-1) == tokens[-1]
+    with pytest.raises(IndexError):
+        smollm2_tokenizer.id_to_token(len(tokens))
+    pieces = smollm2_tokenizer.token_bytes
+    assert len(pieces) == len(tokens)
+    for i in (0, 1, 200, 1000, 20000, len(tokens) - 1):
+        assert pieces[i].decode("utf-8", "replace") == smollm2_tokenizer.decode([i])
