@@ -171,7 +171,7 @@ def bench(name: str, build: Callable[[], Built], rounds: int) -> dict:
 def derived_attention(seq: int, rounds: int) -> dict:
     """The kernel search derives for attention, forced in (whether or not search would keep
     it), against the default plan: time and the bytes of the buffers each program writes."""
-    from luminal.codegen import Schedule, lower
+    from luminal_codegen import Schedule, lower
     from luminal_search import fusion
     from luminal_search.regions import find_regions
 

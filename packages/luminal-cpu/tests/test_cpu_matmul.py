@@ -8,8 +8,8 @@ import luminal.functional as F
 import numpy as np
 import pytest
 from cpu_helpers import check_vs_reference, run_on
-from luminal.codegen import Kernel, Matmul, lower
-from luminal.codegen.ir import Bind, walk
+from luminal_codegen import Kernel, Matmul, lower
+from luminal_codegen.ir import Bind, walk
 from luminal_cpu import CpuBackend
 
 rng = np.random.default_rng(1)

@@ -10,8 +10,8 @@ import luminal as lm
 import luminal.functional as F
 import numpy as np
 import pytest
-from luminal.codegen.ir import Kernel, Matmul, MatOperand
 from luminal.dtypes import bfloat16, float16, float32
+from luminal_codegen.ir import Kernel, Matmul, MatOperand
 from luminal_cuda.attention import Attention, Dot
 from luminal_cuda.dialect import wants_block_mode
 from luminal_cuda.half import HalfPrecision
@@ -194,7 +194,7 @@ def test_cuda_attention_needs_softmax_over_keys():
 
 
 def _walk(v):
-    from luminal.codegen.ir import walk
+    from luminal_codegen.ir import walk
 
     return walk(v)
 

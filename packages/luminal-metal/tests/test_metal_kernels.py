@@ -15,9 +15,9 @@ import luminal as lm
 import numpy as np
 import pytest
 from luminal import quant
-from luminal.codegen import Matmul, QuantOperand, lower
 from luminal.device_array import DeviceArray
 from luminal.testing import run_case
+from luminal_codegen import Matmul, QuantOperand, lower
 from luminal_metal import MetalBackend
 from luminal_metal.matmul import QUANT_KERNELS
 from luminal_metal_tests_msl_cpu import CpuMetalBackend

@@ -12,8 +12,8 @@ from pathlib import Path
 import luminal as lm
 import numpy as np
 import pytest
-from luminal.codegen import Schedule, lower
-from luminal.codegen.ir import SoftmaxSum, walk
+from luminal_codegen import Schedule, lower
+from luminal_codegen.ir import SoftmaxSum, walk
 from luminal_search import Search, fusion, kterms, plan
 from luminal_search.candidates import Candidate, RegionResult, WholeGraph
 from luminal_search.regions import find_regions

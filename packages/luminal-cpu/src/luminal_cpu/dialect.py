@@ -7,8 +7,8 @@ innermost (so the compiler vectorises it); each reduction is a loop inside its p
 
 from __future__ import annotations
 
-from luminal.codegen import Dialect, unravel_declarations
 from luminal.dtypes import DType
+from luminal_codegen import Dialect, unravel_declarations
 
 
 def _shared_loop(n: str, body: list[str], simd: bool = False,

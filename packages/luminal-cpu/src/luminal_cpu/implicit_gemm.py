@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from luminal.codegen import (
+from luminal.symbolic import Expr, prod
+from luminal_codegen import (
     BodyWriter,
     Call,
     Kernel,
@@ -31,9 +32,8 @@ from luminal.codegen import (
     kernel_dims,
     unravel_declarations,
 )
-from luminal.codegen.indexing import flat_index
-from luminal.codegen.ir import Binary, Const, Load, Value, Where
-from luminal.symbolic import Expr, prod
+from luminal_codegen.indexing import flat_index
+from luminal_codegen.ir import Binary, Const, Load, Value, Where
 
 from .dialect import C, odometer
 

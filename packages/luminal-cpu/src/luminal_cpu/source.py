@@ -6,7 +6,7 @@
 `threads.py`), whose threads enter one team (csrc/runtime.h) and call every kernel in program
 order; kernels split their work with the team's loops, each of which returns once all its
 chunks are done, which orders the kernels without barriers.
-Generic kernels are rendered by the backend-neutral renderer (`luminal.codegen`, C dialect);
+Generic kernels are rendered by the backend-neutral renderer (`luminal_codegen`, C dialect);
 matmuls become calls into the hand-written runtime (`csrc/runtime.c`, API `csrc/runtime.h`),
 which is built once into a library of its own, so a graph's build compiles only its kernels.
 """
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-from luminal.codegen import (
+from luminal.symbolic import Expr
+from luminal_codegen import (
     Kernel,
     Matmul,
     Program,
@@ -24,7 +25,6 @@ from luminal.codegen import (
     kernel_dims,
     render_kernel,
 )
-from luminal.symbolic import Expr
 
 from . import implicit_gemm
 from .dialect import C

@@ -26,12 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from luminal import ops
-from luminal.codegen import patterns
-from luminal.codegen.indexing import flat_index
-from luminal.codegen.ir import Kernel, Load, MatOperand, Value, batch_var
 from luminal.dtypes import DType
 from luminal.graph import Edge, Graph, Node
 from luminal.symbolic import INF, Expr
+from luminal_codegen import patterns
+from luminal_codegen.indexing import flat_index
+from luminal_codegen.ir import Kernel, Load, MatOperand, Value, batch_var
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256  # per-thread accumulators and the shared query row are sized by it

@@ -11,8 +11,8 @@ from .device import import_cupy, open_device, probe
 from .half import HalfPrecision
 
 if TYPE_CHECKING:
-    from luminal.codegen.ir import Program
     from luminal.graph import Graph
+    from luminal_codegen.ir import Program
 
     from .codegen import Module
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luminal.codegen import BodyWriter, Dialect, GpuDialect, Scope, dim_names, unravel_declarations
-from luminal.codegen.ir import Kernel, Reduce, domain_size, kernel_dims, top_reductions
 from luminal.dtypes import DType
 from luminal.symbolic import Expr
+from luminal_codegen import BodyWriter, Dialect, GpuDialect, Scope, dim_names, unravel_declarations
+from luminal_codegen.ir import Kernel, Reduce, domain_size, kernel_dims, top_reductions
 
 from .prelude import CUDA_PRELUDE
 

@@ -8,11 +8,11 @@ kernel. Nothing inside an attention is ever built, so no (queries x keys) buffer
 
 from __future__ import annotations
 
-from luminal.codegen.indexing import flat_index
-from luminal.codegen.ir import KernelLike, Load, MatOperand, Param, Program, Store, loop_var
-from luminal.codegen.lower import Lowering, ValueBuilder
 from luminal.graph import Graph, Node
 from luminal.symbolic import Expr
+from luminal_codegen.indexing import flat_index
+from luminal_codegen.ir import KernelLike, Load, MatOperand, Param, Program, Store, loop_var
+from luminal_codegen.lower import Lowering, ValueBuilder
 
 from .attention import Attention, AttentionMatch, Dot, match_attention, rewrite_loads, score_axes
 from .quant import QUANT_KERNELS
@@ -95,5 +95,5 @@ class CudaLowering(Lowering):
 
 
 def lower(graph: Graph, fuse_attention: bool = True) -> Program:
-    """`luminal.codegen.lower` with the CUDA backend's fused attention."""
+    """`luminal_codegen.lower` with the CUDA backend's fused attention."""
     return CudaLowering(graph, fuse_attention).program()

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luminal.codegen import (
+from luminal.symbolic import Expr
+from luminal_codegen import (
     BodyWriter,
     GpuDialect,
     Kernel,
@@ -33,8 +34,7 @@ from luminal.codegen import (
     row_softmax,
     unravel_declarations,
 )
-from luminal.codegen.ir import Reduce, SoftmaxSum, Value, children, domain_size, top_reductions
-from luminal.symbolic import Expr
+from luminal_codegen.ir import Reduce, SoftmaxSum, Value, children, domain_size, top_reductions
 
 THREADS = 256  # threads per threadgroup (a pipeline with a lower limit gets its limit)
 # A top-level reduction at least this long (or of unknown length) renders in threadgroup mode...

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luminal.codegen import Matmul, QuantOperand, dim_names, kernel_dims
-from luminal.codegen.ir import MatOperand
 from luminal.symbolic import Expr, lt
+from luminal_codegen import Matmul, QuantOperand, dim_names, kernel_dims
+from luminal_codegen.ir import MatOperand
 
 from .dialect import GROUP_ARGS, METAL, THREAD_ARGS
 

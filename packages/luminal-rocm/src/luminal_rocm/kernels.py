@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from luminal.codegen import Kernel, Matmul, Program, dim_names, kernel_dims, render_kernel
 from luminal.symbolic import Expr, lt
+from luminal_codegen import Kernel, Matmul, Program, dim_names, kernel_dims, render_kernel
 
 from . import matmul_cpu, matmul_gpu
 from .dialect import DeviceDialect

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luminal.codegen import Matmul, QuantOperand, kernel_dims
-from luminal.codegen.ir import MatOperand
-from luminal.codegen.render import Dialect
 from luminal.symbolic import Expr
+from luminal_codegen import Matmul, QuantOperand, kernel_dims
+from luminal_codegen.ir import MatOperand
+from luminal_codegen.render import Dialect
 
 GEMV_MAX_ROWS = 4  # a GEMV re-reads B once per row of A: worth it only for a few rows
 # the `luminal.quant` formats QUANT_PRELUDE decodes (the others run core's decomposition)

@@ -15,8 +15,8 @@ These kernels are valid OpenCL on any device; the tests run them on PoCL too.
 
 from __future__ import annotations
 
-from luminal.codegen import QuantOperand, kernel_dims
 from luminal.quant import BLOCK_BYTES
+from luminal_codegen import QuantOperand, kernel_dims
 
 from .launch import LaunchSpec, ceil_to
 from .matmul import MatmulCtx, b_row_fast, batch_size, function, unit

@@ -7,7 +7,7 @@ candidate against the reference backend on random inputs (and its NaN/inf behavi
 the default plan's), times the survivors on the device and keeps the fastest; the default plan
 is always timed, so a region never gets slower than its default in the region-alone timing. The
 chosen plan is cached on disk; the backend then compiles the rewritten graph with the chosen
-`luminal.codegen.Schedule`.
+`luminal_codegen.Schedule`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 from luminal import plugins
 from luminal.backend import Backend
-from luminal.codegen import Schedule
 from luminal.graph import Graph
 from luminal.passes import DeadCodeElimination
 from luminal.reference import ReferenceBackend
+from luminal_codegen import Schedule
 
 from . import cache, fusion, measure, plan, terms
 from .candidates import DEFAULT, Candidate, RegionResult, WholeGraph
@@ -88,7 +88,7 @@ class Search:
         self.backend = backend if backend is not None else plugins.backend()
         if not self.backend.schedulable:
             raise TypeError(f"backend {self.backend.name!r} cannot be searched: it does not "
-                            f"lower through luminal.codegen.lower (Backend.schedulable)")
+                            f"lower through luminal_codegen.lower (Backend.schedulable)")
         self.top, self.limits, self.seed = top, limits or Limits(), seed
         self.rulesets = rulesets
         self.progress, self.use_cache = progress, use_cache

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..shape import Shape, View, row_major_strides
-from ..symbolic import Expr, add, mul
+from luminal.shape import Shape, View, row_major_strides
+from luminal.symbolic import Expr, add, mul
 
 
 def flat_index(shape: Shape, axes: Sequence[Expr]) -> Expr:

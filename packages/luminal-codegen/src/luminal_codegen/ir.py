@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 
-from .. import ops
-from ..dtypes import DType
-from ..symbolic import INF, Expr, logical_and
+from luminal import ops
+from luminal.dtypes import DType
+from luminal.symbolic import INF, Expr, logical_and
 
 UNARY_OPS = tuple(op.code for op in ops.MATH)
 BINARY_OPS = tuple(op.code for op in ops.BINARY)

@@ -19,8 +19,9 @@ import copy
 import math
 from dataclasses import dataclass, field
 
-from ..dtypes import DType, float32
-from ..symbolic import Expr
+from luminal.dtypes import DType, float32
+from luminal.symbolic import Expr
+
 from .ir import (
     Binary,
     Bind,
