@@ -23,7 +23,7 @@ from collections.abc import Callable
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 from luminal_search import Search
 

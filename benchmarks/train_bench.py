@@ -22,7 +22,7 @@ import statistics
 import time
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import luminal_train as lt
 import numpy as np
 

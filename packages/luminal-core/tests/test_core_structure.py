@@ -184,6 +184,15 @@ def test_backend_before_a_compiler_that_changes_the_graph_is_refused():
     np.testing.assert_array_equal(y.numpy(), [2.0, 4.0])
 
 
+def test_functional_says_where_it_moved():
+    with pytest.raises(AttributeError, match=r"luminal_nn\.functional.*pip install luminal-nn"):
+        lm.functional  # noqa: B018
+    with pytest.raises(ImportError, match=r"luminal_nn\.functional.*pip install luminal-nn"):
+        import luminal.functional  # noqa: F401
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        lm.nonsense  # noqa: B018
+
+
 def test_ir_graph_without_runtime_says_to_compile():
     from luminal.ir import Graph as IRGraph
 

@@ -4,7 +4,7 @@ the GEMM packs its panels, never stored) and the paths it leaves alone (batches,
 from __future__ import annotations
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
 import torch

@@ -4,7 +4,7 @@ graph computes, and are used where they should be."""
 from __future__ import annotations
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
 from cpu_helpers import check_vs_reference, run_on

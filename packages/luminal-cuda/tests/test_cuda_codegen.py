@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
 from luminal.dtypes import dtype_of, float16, float32, uint8
