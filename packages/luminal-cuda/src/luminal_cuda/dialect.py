@@ -25,7 +25,14 @@ from dataclasses import dataclass
 
 from luminal.dtypes import DType
 from luminal.symbolic import Expr
-from luminal_codegen import BodyWriter, Dialect, GpuDialect, dim_names, unravel_declarations
+from luminal_codegen import (
+    BodyWriter,
+    Dialect,
+    GpuDialect,
+    buffer_params,
+    dim_names,
+    unravel_declarations,
+)
 from luminal_codegen.cooperative import CooperativeWriter
 from luminal_codegen.ir import Kernel, domain_size, kernel_dims, top_reductions
 
@@ -172,13 +179,10 @@ def render_cuda_kernel(kernel: Kernel, name: str, slots: dict[str, int],
     dims = kernel_dims(kernel)
     names = dim_names(dims)
     writer = (_BlockWriter if block_mode else BodyWriter)(CUDA, names)
-    value = writer.emit(kernel.out.value)
-    out_dt = kernel.params[kernel.out.buf].dtype
-    store = CUDA.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index),
-                                 value)
+    store = writer.emit_store(kernel)
     extents = [writer.expr(e) for e in kernel.domain]
     loop_names = [v.name for v in kernel.loop_vars]
-    params = [(CUDA.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
+    params = buffer_params(kernel, CUDA)
     body = dim_loads(dims, slots)
     if block_mode:
         total = " * ".join(f"({e})" for e in extents) or "1"

@@ -28,6 +28,7 @@ from luminal_codegen import (
     Kernel,
     OnlineSoftmax,
     Scope,
+    buffer_params,
     dim_names,
     kernel_dims,
     render_kernel,
@@ -218,15 +219,10 @@ def render_metal_kernel(kernel: Kernel, name: str, threadgroup: bool | None = No
         return RenderedKernel(name, render_kernel(kernel, name, METAL), dims, rows, False)
     names = dim_names(dims)
     writer = _GroupWriter(names) if threadgroup else BodyWriter(METAL, names)
-    value = writer.emit(kernel.out.value)
-    out_dt = kernel.params[kernel.out.buf].dtype
-    store = METAL.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index),
-                                  value)
+    store = writer.emit_store(kernel)
     extents = [writer.expr(e) for e in kernel.domain]
     loop_names = [v.name for v in kernel.loop_vars]
-    params = [(METAL.storage_type(p.dtype), f"p{k}", p.output)
-              for k, p in enumerate(kernel.params)]
-    signature = METAL.signature(name, params, [names[d] for d in dims],
+    signature = METAL.signature(name, buffer_params(kernel, METAL), [names[d] for d in dims],
                                 GROUP_ARGS if threadgroup else THREAD_ARGS)
     if threadgroup:
         total = " * ".join(f"({e})" for e in extents) or "1"
