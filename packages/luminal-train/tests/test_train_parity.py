@@ -269,7 +269,7 @@ def test_softmax_gradients_use_torchs_formula(backend, name):
     x[1, 2] = x[3, [0, 4]] = x[4, :] = -math.inf
     w = rng.standard_normal((5, 7)).astype(np.float32)
     for dim in (1, 0, -1):
-        check(backend, lambda a, b: getattr(a, name)(dim) * b, x, w, grad=[0], atol=3e-7)
+        check(backend, lambda a, b, d=dim: getattr(a, name)(d) * b, x, w, grad=[0], atol=3e-7)
     wide = rng.uniform(-2, 2, (45, 65)).astype(np.float32)
     check(backend, lambda a: getattr(a, name)(1), wide, atol=1e-7 if name == "softmax" else 1e-6,
           rtol=1e-5)
