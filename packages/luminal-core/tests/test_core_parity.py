@@ -273,3 +273,18 @@ def test_integer_linear_modes_raise_as_torch_does():
                                             scale_factor=2, mode=mode)
     with pytest.raises(lm.OpError, match="sizes must be > 0"):
         F.interpolate(g.tensor((1, 1, 4, 4), dtype="uint8"), size=(0, 3), mode="bilinear")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reductions_over_a_zero_size_axis(backend):
+    """Code generators index no element of an empty tensor (they built `i % 0`)."""
+    x = np.ones((3, 0, 4), np.float32)
+    v = np.ones((0,), np.float32)
+    m = np.ones((0, 8), np.float32)
+    got = run(backend, lambda g, a, b, c: (a.sum(1), a.bool().any(1), a.bool().all(1),
+                                           a.std(1), a.var(1), a.mean(1), b @ c, b @ b), x, v, m)
+    ta, tb, tc = torch.tensor(x), torch.tensor(v), torch.tensor(m)
+    want = (ta.sum(1), ta.bool().any(1), ta.bool().all(1), ta.std(1), ta.var(1), ta.mean(1),
+            tb @ tc, tb @ tb)
+    for a, b in zip(got, want):
+        same(a, b)
