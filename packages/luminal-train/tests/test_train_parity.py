@@ -273,3 +273,13 @@ def test_softmax_gradients_use_torchs_formula(backend, name):
     wide = rng.uniform(-2, 2, (45, 65)).astype(np.float32)
     check(backend, lambda a: getattr(a, name)(1), wide, atol=1e-7 if name == "softmax" else 1e-6,
           rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pow_exponent_gradient_with_a_broadcast_base(backend):
+    """The kernel of this gradient made GCC 12's SLP vectorizer crash (an internal compiler
+    error); the cpu backend compiles such a kernel again without that pass."""
+    rng = np.random.default_rng(0)
+    base = rng.uniform(-2, 2, (4, 1)).astype(np.float32)
+    exponent = rng.uniform(-2, 2, (4, 5)).astype(np.float32)
+    check(backend, lambda a, b: a ** b, base, exponent, grad=[1])
