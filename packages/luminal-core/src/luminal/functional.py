@@ -548,7 +548,9 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
     blend the two nearest source elements, picked exactly with `index_select`).
 
     In nearest mode a symbolic spatial dim works with a whole-number `scale_factor` (each
-    element repeated); other cases need a static input size there.
+    element repeated); other cases need a static input size there. uint8 input in bilinear
+    mode follows PyTorch's fixed-point arithmetic bit for bit; the other linear modes on
+    integer input raise NotImplementedError, as in PyTorch.
     """
     spatial = x.ndim - 2
     if spatial < 1:
