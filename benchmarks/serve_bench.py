@@ -14,12 +14,12 @@ client threads send `--requests` chat completions in all with the `openai` clien
 prompts to both servers, greedy (temperature 0, repeat_penalty 1: llama.cpp's server
 defaults to 1.1), `--max-tokens` each. The round's wall time gives requests/s and generated
 tokens/s (`usage.completion_tokens`); each request's own wall time gives the latency.
-Reported: medians over rounds (latency: over all requests), generated tokens per request
-(the two may stop at different places), and luminal / llama.cpp, under a line naming the CPU
-and the range of the 1-minute load average during the run (each round's is printed as it
-ends: figures taken on a busy machine say little). Both servers run one request at a time
-(llama.cpp's server holds a lock around its model), so more clients show queueing and HTTP
-overhead, not batching.
+Reported: medians over rounds (latency: median and maximum over all requests), tokens per
+request (the two may stop at different places), and luminal / llama.cpp, under a line naming
+the CPU and the range of the 1-minute load average during the run (each round's is printed
+as it ends: figures taken on a busy machine say little). Both servers run one request at a
+time (llama.cpp's server holds a lock around its model), so more clients show queueing and
+HTTP overhead, not batching.
 
 llama.cpp needs `bash scripts/setup-bench.sh` (builds llama-cpp-python[server] from source).
 """
@@ -165,14 +165,19 @@ def main() -> None:
     finally:
         for proc, _ in servers.values():
             proc.terminate()
-            proc.wait(timeout=30)
+        for proc, _ in servers.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # still finishing a request: not worth waiting
+                proc.kill()
     print(f"{cpu_model()}, {os.cpu_count()} CPUs, {args.threads} threads per server; load "
           f"average {min(loads):.1f}-{max(loads):.1f} during the run; {args.rounds} round(s) "
           f"of {args.requests} requests, max_tokens {args.max_tokens}; medians; {busy_starts} of "
           f"{len(names) * len(args.clients) * args.rounds} timed rounds started on a busy "
           f"machine (other processes over 0.2 CPU after {args.max_wait:.0f} s)\n")
     ratio = "luminal / llama.cpp tokens/s" if len(servers) > 1 else ""
-    print(f"| clients | server | requests/s | tokens/s | latency (s) | tokens/request | {ratio} |")
+    print(f"| clients | server | requests/s | tokens/s | latency median / max (s) | "
+          f"tokens/request | {ratio} |")
     print("|---|---|---|---|---|---|---|")
     for clients in args.clients:
         rates = {}
@@ -180,10 +185,11 @@ def main() -> None:
             runs = results[(name, clients)]
             rps = statistics.median(args.requests / run.wall_s for run in runs)
             tps = statistics.median(sum(run.tokens) / run.wall_s for run in runs)
-            latency = statistics.median(s for run in runs for s in run.latencies)
+            latencies = [s for run in runs for s in run.latencies]
             per_request = statistics.mean(t for run in runs for t in run.tokens)
             rates[name] = tps
-            print(f"| {clients} | {name} | {rps:.2f} | {tps:.1f} | {latency:.2f} | "
+            print(f"| {clients} | {name} | {rps:.2f} | {tps:.1f} | "
+                  f"{statistics.median(latencies):.2f} / {max(latencies):.2f} | "
                   f"{per_request:.1f} | |")
         if len(rates) > 1:
             print(f"| {clients} | ratio | | | | | {rates['luminal'] / rates['llama.cpp']:.2f} |")
