@@ -1,0 +1,96 @@
+/* Micro-kernels of tiled attention (flash.py renders the kernels that call them): a tile is
+ * LM_FQ queries against LM_FK keys. The scores of LM_FR queries are one register-blocked
+ * product (as lm_ukernel in runtime.c: a broadcast of the left operand times a row of the right
+ * one, accumulators in registers), and so is their weighted sum of values. Included only in
+ * programs holding such a kernel; explicit fmaf, since programs are built with
+ * -ffp-contract=off. */
+#include <string.h>
+#define LM_FQ 32  /* queries of a tile */
+#define LM_FK 32  /* keys of a tile (the width of a score row) */
+#define LM_FR 8   /* queries of one micro-kernel call */
+#define LM_FV 32  /* value columns of one micro-kernel pass (the rows are padded to it) */
+
+/* exp2f(x) for the weights of the online softmax. The vector exp2f of glibc's libmvec hands
+ * every lane below -126 (a subnormal or zero result: a masked logit's -1e9, or -inf) to the
+ * scalar exp2f, about 50 times slower; here such an x is clamped at -150 (whose result rounds
+ * to 0, as every smaller x's) and computed as exp2f(x + 24) * 2^-24, so the call never leaves
+ * the vector path. Zero exactly where exp2f is (subnormal results may differ in their last
+ * bit), NaN and +inf unchanged. Arithmetic rather than branches, so that the compiler keeps one
+ * call on the clamped argument. */
+static inline float lm_fa_exp2(float x) {
+  float t = x > -150.0f ? x : -150.0f;
+  t = x != x ? x : t;
+  const float low = (float)(t < -126.0f);
+  return exp2f(t + 24.0f * low) * (1.0f - low * (1.0f - 0x1p-24f));
+}
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* s[i][j] = sum_c q[c][i] * kt[c][j] for i < LM_FR, j < LM_FK: q is c-major in panels of
+ * LM_FR queries, kt c-major (keys side by side), s row-major with rows of LM_FK */
+static inline void lm_fa_scores(long kc, const float *restrict q, const float *restrict kt,
+                                float *restrict s) {
+  __m512 acc[LM_FR][2];
+  for (int i = 0; i < LM_FR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (long c = 0; c < kc; c++) {
+    const __m512 k0 = _mm512_load_ps(kt + c * LM_FK), k1 = _mm512_load_ps(kt + c * LM_FK + 16);
+    for (int i = 0; i < LM_FR; i++) {
+      const __m512 qi = _mm512_set1_ps(q[c * LM_FR + i]);
+      acc[i][0] = _mm512_fmadd_ps(qi, k0, acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(qi, k1, acc[i][1]);
+    }
+  }
+  for (int i = 0; i < LM_FR; i++) {
+    _mm512_store_ps(s + i * LM_FK, acc[i][0]);
+    _mm512_store_ps(s + i * LM_FK + 16, acc[i][1]);
+  }
+}
+
+/* acc[i][:] = acc[i][:] * scale[i] + sum_j w[i][j] * v[j][:] for i < LM_FR, j < LM_FK, over
+ * rows of `dp` columns (a multiple of LM_FV): w row-major with rows of LM_FK, v and acc
+ * row-major with rows of dp. Every weight is applied, zeros included (0 * inf is NaN). */
+static inline void lm_fa_values(long dp, const float *restrict w, const float *restrict v,
+                                const float *restrict scale, float *restrict acc) {
+  for (long d = 0; d < dp; d += LM_FV) {
+    __m512 r[LM_FR][2];
+    for (int i = 0; i < LM_FR; i++) {
+      const __m512 c = _mm512_set1_ps(scale[i]);
+      r[i][0] = _mm512_mul_ps(_mm512_load_ps(acc + i * dp + d), c);
+      r[i][1] = _mm512_mul_ps(_mm512_load_ps(acc + i * dp + d + 16), c);
+    }
+    for (long j = 0; j < LM_FK; j++) {
+      const __m512 v0 = _mm512_load_ps(v + j * dp + d), v1 = _mm512_load_ps(v + j * dp + d + 16);
+      for (int i = 0; i < LM_FR; i++) {
+        const __m512 wi = _mm512_set1_ps(w[i * LM_FK + j]);
+        r[i][0] = _mm512_fmadd_ps(wi, v0, r[i][0]);
+        r[i][1] = _mm512_fmadd_ps(wi, v1, r[i][1]);
+      }
+    }
+    for (int i = 0; i < LM_FR; i++) {
+      _mm512_store_ps(acc + i * dp + d, r[i][0]);
+      _mm512_store_ps(acc + i * dp + d + 16, r[i][1]);
+    }
+  }
+}
+#else
+static inline void lm_fa_scores(long kc, const float *restrict q, const float *restrict kt,
+                                float *restrict s) {
+  float acc[LM_FR][LM_FK] = {{0}};
+  for (long c = 0; c < kc; c++)
+    for (int i = 0; i < LM_FR; i++)
+      for (int j = 0; j < LM_FK; j++) acc[i][j] = fmaf(q[c * LM_FR + i], kt[c * LM_FK + j], acc[i][j]);
+  for (int i = 0; i < LM_FR; i++)
+    for (int j = 0; j < LM_FK; j++) s[i * LM_FK + j] = acc[i][j];
+}
+
+static inline void lm_fa_values(long dp, const float *restrict w, const float *restrict v,
+                                const float *restrict scale, float *restrict acc) {
+  for (int i = 0; i < LM_FR; i++)
+    for (long d = 0; d < dp; d++) {
+      float r = acc[i * dp + d] * scale[i];
+      for (long j = 0; j < LM_FK; j++) r = fmaf(w[i * LM_FK + j], v[j * dp + d], r);
+      acc[i * dp + d] = r;
+    }
+}
+#endif

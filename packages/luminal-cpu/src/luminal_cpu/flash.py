@@ -1,0 +1,257 @@
+"""Tiled attention: a `SoftmaxSum` kernel shaped like prefill attention, rendered as
+flash-attention tiles instead of one query-key step at a time.
+
+The kernel IR's `SoftmaxSum` (luminal-search derives it from attention's primitives) computes,
+per output, `sum_key softmax_key(logit) * body`. When its logit is an elementwise function of
+one dot product `sum_c a * b` (a reading the query, not the key; b the key, not the query) and
+its body (the values) does not read the query, the kernel is rendered here, per tile of
+`LM_FQ` queries of one outer point (a batch and head), walking the keys `LM_FK` at a time:
+
+1. the queries' factors `a` packed once per tile, the keys' factors `b` and the values
+   packed per block of keys (any views, validity and dtype conversions of the IR apply);
+2. the block's scores by a register-blocked micro-kernel (`csrc/flash.h`);
+3. the rest of the logit (scale, mask: whatever the IR computes from the dot product, the
+   query and the key) elementwise over the block;
+4. the online-softmax step of each query row (core's `OnlineSoftmax`, so NaN and infinities
+   behave as in the primitive decomposition);
+5. the weighted values added by a second micro-kernel, the rows rescaled in the same pass;
+   a block whose weights are all zero (a causal mask's upper triangle) is skipped when its
+   values are finite, since adding zeros then changes nothing.
+
+Tiles are shared among the threads like the GEMM's; memory is the output and a few KB of
+tiles per thread, linear in the sequence. Everything else keeps the generic renderer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from luminal.codegen import (
+    BodyWriter,
+    Kernel,
+    OnlineSoftmax,
+    dim_names,
+    kernel_dims,
+    row_softmax,
+    unravel_declarations,
+)
+from luminal.codegen.ir import Binary, Reduce, SoftmaxSum, Value, exprs_of, walk
+
+from .dialect import C, CDialect
+
+# a tile's sizes (csrc/flash.h): queries, keys, queries per micro-kernel, value columns per pass
+TILE_QUERIES, TILE_KEYS, PANEL, VALUE_STEP = 32, 32, 8, 32
+HEAD_LIMIT = 256  # longest dot product (and row of values) a tile holds
+MIN_QUERIES = 8  # fewer queries (decode) keep the row-wise form: a tile would be mostly padding
+
+
+class _WeightsDialect(CDialect):
+    """C whose exp2 of the softmax weights stays on the vector path (`lm_fa_exp2`)."""
+
+    def unary(self, op: str, x: str) -> str:
+        return f"lm_fa_exp2({x})" if op == "exp2" else super().unary(op, x)
+
+
+@dataclass(frozen=True)
+class Attention:
+    """How a kernel matches: its `SoftmaxSum`, the dot product in the logit and its factors,
+    and the domain axis of the queries."""
+
+    softmax: SoftmaxSum
+    dot: Reduce
+    query_factor: Value
+    key_factor: Value
+    query_axis: int
+
+
+def _reads(v: Value) -> set[str]:
+    names: set[str] = set()
+    for e in exprs_of(v):
+        names |= e.free_vars
+    return names
+
+
+def match(kernel: Kernel) -> Attention | None:
+    """The attention shape of `kernel`, or None when it is anything else."""
+    s = row_softmax(kernel)
+    if s is None:
+        return None
+    dots = [v for v in walk(s.logit) if isinstance(v, Reduce)]
+    if (len(dots) != 1 or dots[0].op != "sum" or not isinstance(dots[0].body, Binary)
+            or dots[0].body.op != "mul" or not dots[0].size.is_const
+            or dots[0].size.value > HEAD_LIMIT):
+        return None
+    if any(isinstance(v, (Reduce, SoftmaxSum)) for v in walk(s.body)):
+        return None
+    dot, key = dots[0], s.var.name
+    factors = (dot.body.a, dot.body.b)
+    if any(isinstance(v, (Reduce, SoftmaxSum)) for f in factors for v in walk(f)):
+        return None
+    body_reads = _reads(s.body)
+    axes = [k for k, (v, e) in enumerate(zip(kernel.loop_vars[:-1], kernel.domain[:-1]))
+            if v.name not in body_reads and (not e.is_const or e.value >= MIN_QUERIES)]
+    for q, k in (factors, factors[::-1]):
+        q_reads, k_reads = _reads(q), _reads(k)
+        if key in q_reads:
+            continue
+        candidates = [a for a in axes if kernel.loop_vars[a].name in q_reads
+                      and kernel.loop_vars[a].name not in k_reads]
+        if candidates:
+            # the longest such axis (a symbolic one counts as long)
+            axis = max(candidates, key=lambda a: (not kernel.domain[a].is_const,
+                                                   kernel.domain[a].value
+                                                   if kernel.domain[a].is_const else 0))
+            return Attention(s, dot, q, k, axis)
+    return None
+
+
+def _writer(names: dict[str, str], bound: tuple[str, ...], first: int) -> BodyWriter:
+    """A body writer emitting everything at its root (the caller's loop), where the loop
+    variables `bound` are declared."""
+    w = BodyWriter(C, names, reduce_pragmas=False, first=first)
+    for v in bound:
+        w.scope_of[v] = w.root
+    return w
+
+
+def render(kernel: Kernel, att: Attention, name: str) -> str:
+    """The C function computing `kernel` tile by tile (see the module docstring)."""
+    names = dim_names(kernel_dims(kernel))
+    s, dot = att.softmax, att.dot
+    ex = lambda e: e.render_c(names)  # noqa: E731
+    loop = [v.name for v in kernel.loop_vars]
+    extents = [ex(e) for e in kernel.domain]
+    query, lane = loop[att.query_axis], loop[-1]
+    outer = [k for k in range(len(loop) - 1) if k != att.query_axis]
+    width = kernel.domain[-1].value
+    padded = -(-width // VALUE_STEP) * VALUE_STEP
+    head = dot.size.value
+    key_var, c_var = s.var.name, dot.var.name
+    bound = (key_var, c_var)
+
+    def emit(v: Value, first: int, extra: dict | None = None) -> tuple[list[str], str, int]:
+        w = _writer(names, bound, first)
+        w.root.names.update(extra or {})
+        got = w.emit(v)
+        return w.root.lines, got, w.count
+
+    count = 0
+    q_lines, q_val, count = emit(att.query_factor, count)
+    k_lines, k_val, count = emit(att.key_factor, count)
+    v_lines, v_val, count = emit(s.body, count)
+    x_lines, x_val, count = emit(s.logit, count, {dot: "lm_dot"})
+    o = OnlineSoftmax(_WeightsDialect(), "lm_r")
+    result = C.round(s.dtype, o.result("lm_acc[lm_i * LM_DP + lm_d]"))
+    out_lines, out_val, count = emit(kernel.out.value, count, {s: "lm_o"})
+    out_dt = kernel.params[kernel.out.buf].dtype
+    store = C.store_statement(out_dt, f"p{kernel.out.buf}", ex(kernel.out.index), out_val)
+    size = ex(s.size)
+    nq = extents[att.query_axis]
+    tiles = " * ".join([*(f"({extents[k]})" for k in outer), "lm_qblocks"])
+
+    def indent(lines: list[str], depth: int) -> list[str]:
+        return ["  " * depth + x for x in lines]
+
+    body = [
+        *unravel_declarations("(lm_t / lm_qblocks)", [extents[k] for k in outer],
+                              [loop[k] for k in outer]),
+        "const long lm_q0 = lm_t % lm_qblocks * LM_FQ;",
+        f"const long lm_nq = ({nq}) - lm_q0 < LM_FQ ? ({nq}) - lm_q0 : LM_FQ;",
+        "const long lm_panels = (lm_nq + LM_FR - 1) / LM_FR;",
+        "float lm_m[LM_FQ], lm_l[LM_FQ], lm_c[LM_FQ]; int lm_nan[LM_FQ];",
+        "for (long lm_i = 0; lm_i < LM_FQ; lm_i++) {",
+        "  lm_m[lm_i] = -INFINITY; lm_l[lm_i] = 0.0f; lm_nan[lm_i] = 0;",
+        "}",
+        "memset(lm_acc, 0, sizeof(float) * LM_FQ * LM_DP);",
+        # the queries' factors, c-major in panels of LM_FR queries, zero past the last query
+        "for (long lm_i = 0; lm_i < lm_panels * LM_FR; lm_i++) {",
+        f"  const long {query} = lm_q0 + lm_i;",
+        "  float *lm_qi = lm_qp + lm_i / LM_FR * LM_HEAD * LM_FR + lm_i % LM_FR;",
+        "  if (lm_i >= lm_nq) {",
+        "    for (long lm_c2 = 0; lm_c2 < LM_HEAD; lm_c2++) lm_qi[lm_c2 * LM_FR] = 0.0f;",
+        "    continue;",
+        "  }",
+        f"  for (long {c_var} = 0; {c_var} < LM_HEAD; {c_var}++) {{",
+        *indent([*q_lines, f"lm_qi[{c_var} * LM_FR] = {q_val};"], 2),
+        "  }",
+        "}",
+        f"for (long lm_k0 = 0; lm_k0 < {size}; lm_k0 += LM_FK) {{",
+        f"  const long lm_nk = {size} - lm_k0 < LM_FK ? {size} - lm_k0 : LM_FK;",
+        # the keys' factors c-major (keys side by side) and the values row by row, zero past
+        # the last key and the last column; `lm_bad`: a value that is not finite
+        "  int lm_bad = 0;",
+        "  for (long lm_j = 0; lm_j < LM_FK; lm_j++) {",
+        f"    const long {key_var} = lm_k0 + lm_j;",
+        "    if (lm_j >= lm_nk) {",
+        "      for (long lm_c2 = 0; lm_c2 < LM_HEAD; lm_c2++) lm_kt[lm_c2 * LM_FK + lm_j] = 0.0f;",
+        "      memset(lm_v + lm_j * LM_DP, 0, sizeof(float) * LM_DP);",
+        "      continue;",
+        "    }",
+        f"    for (long {c_var} = 0; {c_var} < LM_HEAD; {c_var}++) {{",
+        *indent([*k_lines, f"lm_kt[{c_var} * LM_FK + lm_j] = {k_val};"], 3),
+        "    }",
+        "    #pragma omp simd reduction(|:lm_bad)",
+        f"    for (long {lane} = 0; {lane} < LM_DP; {lane}++) {{",
+        f"      if ({lane} >= {width}) {{ lm_v[lm_j * LM_DP + {lane}] = 0.0f; continue; }}",
+        *indent([*v_lines, f"lm_v[lm_j * LM_DP + {lane}] = {v_val};",
+                 f"lm_bad |= ({v_val} - {v_val}) != 0.0f;"], 3),
+        "    }",
+        "  }",
+        "  for (long lm_p = 0; lm_p < lm_panels; lm_p++)",
+        "    lm_fa_scores(LM_HEAD, lm_qp + lm_p * LM_HEAD * LM_FR, lm_kt, "
+        "lm_s + lm_p * LM_FR * LM_FK);",
+        # the logits and each row's online-softmax step; past the last key the weight is 0
+        "  int lm_any = 0;",
+        "  for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
+        f"    const long {query} = lm_q0 + lm_i;",
+        "    float *lm_x = lm_s + lm_i * LM_FK, *lm_w = lm_ws + lm_i * LM_FK;",
+        "    #pragma omp simd",
+        "    for (long lm_j = 0; lm_j < lm_nk; lm_j++) {",
+        f"      const long {key_var} = lm_k0 + lm_j;",
+        "      const float lm_dot = lm_x[lm_j];",
+        *indent([*x_lines, f"lm_x[lm_j] = {x_val};"], 3),
+        "    }",
+        f"    float {o.m} = lm_m[lm_i], {o.l} = lm_l[lm_i]; int {o.nan} = lm_nan[lm_i];",
+        *indent(o.block_step("lm_x", "lm_w", "lm_nk"), 2),
+        "    for (long lm_j = lm_nk; lm_j < LM_FK; lm_j++) lm_w[lm_j] = 0.0f;",
+        "    for (long lm_j = 0; lm_j < lm_nk; lm_j++) lm_any |= lm_w[lm_j] != 0.0f;",
+        f"    lm_m[lm_i] = {o.m}; lm_l[lm_i] = {o.l}; lm_nan[lm_i] = {o.nan}; "
+        f"lm_c[lm_i] = {o.c};",
+        "  }",
+        # all weights zero: every row's max is unchanged (scale 1), so a finite block adds
+        # nothing; values that are not finite must still make 0 * inf = NaN
+        "  if (!lm_any && !lm_bad) continue;",
+        "  for (long lm_i = lm_nq; lm_i < lm_panels * LM_FR; lm_i++) {",
+        "    lm_c[lm_i] = 1.0f;",
+        "    for (long lm_j = 0; lm_j < LM_FK; lm_j++) lm_ws[lm_i * LM_FK + lm_j] = 0.0f;",
+        "  }",
+        "  for (long lm_p = 0; lm_p < lm_panels; lm_p++)",
+        "    lm_fa_values(LM_DP, lm_ws + lm_p * LM_FR * LM_FK, lm_v, lm_c + lm_p * LM_FR, "
+        "lm_acc + lm_p * LM_FR * LM_DP);",
+        "}",
+        "for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
+        f"  const long {query} = lm_q0 + lm_i;",
+        f"  float {o.m} = lm_m[lm_i], {o.l} = lm_l[lm_i]; int {o.nan} = lm_nan[lm_i];",
+        f"  for (long lm_d = 0; lm_d < {width}; lm_d++) {{",
+        f"    const long {lane} = lm_d;",
+        f"    const float lm_o = {result};",
+        *indent([*out_lines, store], 2),
+        "  }",
+        "}",
+    ]
+    params = [(C.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
+    lines = [
+        C.signature(name, params, [names[d] for d in kernel_dims(kernel)]) + " {",
+        f"  enum {{ LM_HEAD = {head}, LM_DP = {padded} }};",
+        f"  const long lm_qblocks = (({nq}) + LM_FQ - 1) / LM_FQ;",
+        "  _Alignas(64) float lm_qp[LM_FQ * LM_HEAD], lm_kt[LM_HEAD * LM_FK];",
+        "  _Alignas(64) float lm_v[LM_FK * LM_DP], lm_acc[LM_FQ * LM_DP];",
+        "  _Alignas(64) float lm_s[LM_FQ * LM_FK], lm_ws[LM_FQ * LM_FK];",
+        f"  lm_for_begin({tiles});",
+        "  for (long lm_lo, lm_hi; lm_for_next(&lm_lo, &lm_hi);)",
+        "    for (long lm_t = lm_lo; lm_t < lm_hi; lm_t++) {",
+        *indent(body, 3),
+        "    }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
