@@ -4,11 +4,25 @@
  * one, accumulators in registers), and so is their weighted sum of values. Included only in
  * programs holding such a kernel; explicit fmaf, since programs are built with
  * -ffp-contract=off. */
+#include <stdlib.h>
 #include <string.h>
 #define LM_FQ 32  /* queries of a tile */
 #define LM_FK 32  /* keys of a tile (the width of a score row) */
 #define LM_FR 8   /* queries of one micro-kernel call */
 #define LM_FV 32  /* value columns of one micro-kernel pass (the rows are padded to it) */
+
+/* a buffer of at least `floats` floats (64-byte aligned) for the calling thread, kept between
+ * calls: grown when a longer sequence needs it, never shrunk */
+static float *lm_fa_scratch(long floats) {
+  static _Thread_local float *buf;
+  static _Thread_local long cap;
+  if (floats > cap) {
+    free(buf);
+    buf = (float *)aligned_alloc(64, (size_t)(floats + 15) / 16 * 64);
+    cap = floats;
+  }
+  return buf;
+}
 
 /* exp2f(x) for the weights of the online softmax. The vector exp2f of glibc's libmvec hands
  * every lane below -126 (a subnormal or zero result: a masked logit's -1e9, or -inf) to the
