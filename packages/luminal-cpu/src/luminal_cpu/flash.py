@@ -7,8 +7,9 @@ one dot product `sum_c a * b` (a reading the query, not the key; b the key, not 
 its body (the values) does not read the query, the kernel is rendered here, per tile of
 `LM_FQ` queries of one outer point (a batch and head), walking the keys `LM_FK` at a time:
 
-1. the queries' factors `a` packed once per tile, the keys' factors `b` and the values
-   packed per block of keys (any views, validity and dtype conversions of the IR apply);
+1. the queries' factors `a` packed once per tile; the keys' factors `b` (transposed) and the
+   values packed once per outer point by each thread that works on it, block by block, into
+   a per-thread buffer (any views, validity and dtype conversions of the IR apply);
 2. the block's scores by a register-blocked micro-kernel (`csrc/flash.h`);
 3. the rest of the logit (scale, mask: whatever the IR computes from the dot product, the
    query and the key) elementwise over the block;
@@ -18,8 +19,9 @@ its body (the values) does not read the query, the kernel is rendered here, per 
    a block whose weights are all zero (a causal mask's upper triangle) is skipped when its
    values are finite, since adding zeros then changes nothing.
 
-Tiles are shared among the threads like the GEMM's; memory is the output and a few KB of
-tiles per thread, linear in the sequence. Everything else keeps the generic renderer.
+Tiles are shared among the threads like the GEMM's. Memory is linear in the sequence: the
+output, a few KB of tiles per thread, and per thread one head's packed keys and values (kept
+between calls, grown for longer sequences). Everything else keeps the generic renderer.
 """
 
 from __future__ import annotations
@@ -37,19 +39,10 @@ from luminal.codegen import (
 )
 from luminal.codegen.ir import Binary, Reduce, SoftmaxSum, Value, exprs_of, walk
 
-from .dialect import C, CDialect
+from .dialect import C
 
-# a tile's sizes (csrc/flash.h): queries, keys, queries per micro-kernel, value columns per pass
-TILE_QUERIES, TILE_KEYS, PANEL, VALUE_STEP = 32, 32, 8, 32
 HEAD_LIMIT = 256  # longest dot product (and row of values) a tile holds
 MIN_QUERIES = 8  # fewer queries (decode) keep the row-wise form: a tile would be mostly padding
-
-
-class _WeightsDialect(CDialect):
-    """C whose exp2 of the softmax weights stays on the vector path (`lm_fa_exp2`)."""
-
-    def unary(self, op: str, x: str) -> str:
-        return f"lm_fa_exp2({x})" if op == "exp2" else super().unary(op, x)
 
 
 @dataclass(frozen=True)
@@ -124,7 +117,6 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
     query, lane = loop[att.query_axis], loop[-1]
     outer = [k for k in range(len(loop) - 1) if k != att.query_axis]
     width = kernel.domain[-1].value
-    padded = -(-width // VALUE_STEP) * VALUE_STEP
     head = dot.size.value
     key_var, c_var = s.var.name, dot.var.name
     bound = (key_var, c_var)
@@ -140,7 +132,7 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
     k_lines, k_val, count = emit(att.key_factor, count)
     v_lines, v_val, count = emit(s.body, count)
     x_lines, x_val, count = emit(s.logit, count, {dot: "lm_dot"})
-    o = OnlineSoftmax(_WeightsDialect(), "lm_r")
+    o = OnlineSoftmax(C, "lm_r")
     result = C.round(s.dtype, o.result("lm_acc[lm_i * LM_DP + lm_d]"))
     out_lines, out_val, count = emit(kernel.out.value, count, {s: "lm_o"})
     out_dt = kernel.params[kernel.out.buf].dtype
@@ -159,7 +151,8 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "const long lm_q0 = lm_t % lm_qblocks * LM_FQ;",
         f"const long lm_nq = ({nq}) - lm_q0 < LM_FQ ? ({nq}) - lm_q0 : LM_FQ;",
         "const long lm_panels = (lm_nq + LM_FR - 1) / LM_FR;",
-        "float lm_m[LM_FQ], lm_l[LM_FQ], lm_c[LM_FQ]; int lm_nan[LM_FQ];",
+        "float lm_m[LM_FQ], lm_l[LM_FQ], lm_c[LM_FQ], lm_mn[LM_FQ], lm_sums[LM_FQ];",
+        "int lm_nan[LM_FQ];",
         "for (long lm_i = 0; lm_i < LM_FQ; lm_i++) {",
         "  lm_m[lm_i] = -INFINITY; lm_l[lm_i] = 0.0f; lm_nan[lm_i] = 0;",
         "}",
@@ -217,22 +210,43 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "    lm_fa_scores(LM_HEAD, lm_qp + lm_p * LM_HEAD * LM_FR, lm_kt, "
         "lm_s + lm_p * LM_FR * LM_FK);",
         # the logits and each row's online-softmax step; past the last key the weight is 0
-        "  int lm_any = 0;",
+        # the online-softmax step of every row, in phases vectorised across keys or rows:
+        # the same arithmetic as `OnlineSoftmax.block_step` (a max of -inf weights nothing
+        # and rescales by 1), its per-row scalars computed 16 rows at a time
         "  for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
         f"    const long {query} = lm_q0 + lm_i;",
-        "    float *lm_x = lm_s + lm_i * LM_FK, *lm_w = lm_ws + lm_i * LM_FK;",
-        "    #pragma omp simd",
+        "    float *lm_x = lm_s + lm_i * LM_FK;",
+        "    float lm_mx = lm_m[lm_i]; int lm_xnan = 0;",
+        "    #pragma omp simd reduction(max:lm_mx) reduction(|:lm_xnan)",
         "    for (long lm_j = 0; lm_j < lm_nk; lm_j++) {",
         f"      const long {key_var} = lm_k0 + lm_j;",
         "      const float lm_dot = lm_x[lm_j];",
-        *indent([*x_lines, f"lm_x[lm_j] = {x_val};"], 3),
+        *indent([*x_lines, f"lm_x[lm_j] = {x_val};",
+                 f"lm_mx = {x_val} > lm_mx ? {x_val} : lm_mx;",
+                 f"lm_xnan |= {x_val} != {x_val};"], 3),
         "    }",
-        f"    float {o.m} = lm_m[lm_i], {o.l} = lm_l[lm_i]; int {o.nan} = lm_nan[lm_i];",
-        *indent(o.block_step("lm_x", "lm_w", "lm_nk"), 2),
+        "    lm_mn[lm_i] = lm_mx; lm_nan[lm_i] |= lm_xnan;",
+        "  }",
+        "  for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
+        "    const float *lm_x = lm_s + lm_i * LM_FK, lm_mx = lm_mn[lm_i];",
+        "    float *lm_w = lm_ws + lm_i * LM_FK, lm_sum = 0.0f;",
+        "    #pragma omp simd reduction(+:lm_sum)",
+        "    for (long lm_j = 0; lm_j < lm_nk; lm_j++) {",
+        f"      lm_w[lm_j] = lm_mx == -INFINITY ? 0.0f : {C.unary('exp2', 'lm_x[lm_j] - lm_mx')};",
+        "      lm_sum += lm_w[lm_j];",
+        "    }",
         "    for (long lm_j = lm_nk; lm_j < LM_FK; lm_j++) lm_w[lm_j] = 0.0f;",
-        "    for (long lm_j = 0; lm_j < lm_nk; lm_j++) lm_any |= lm_w[lm_j] != 0.0f;",
-        f"    lm_m[lm_i] = {o.m}; lm_l[lm_i] = {o.l}; lm_nan[lm_i] = {o.nan}; "
-        f"lm_c[lm_i] = {o.c};",
+        "    lm_sums[lm_i] = lm_sum;",
+        "  }",
+        # weights are 0, positive or NaN: a row's sum is 0 only when all of them are
+        "  int lm_any = 0;",
+        "  #pragma omp simd reduction(|:lm_any)",
+        "  for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
+        "    const float lm_mx = lm_mn[lm_i];",
+        f"    lm_c[lm_i] = lm_mx == -INFINITY ? 1.0f : {C.unary('exp2', 'lm_m[lm_i] - lm_mx')};",
+        "    lm_l[lm_i] = lm_l[lm_i] * lm_c[lm_i] + lm_sums[lm_i];",
+        "    lm_m[lm_i] = lm_mx;",
+        "    lm_any |= lm_sums[lm_i] != 0.0f;",
         "  }",
         # all weights zero: every row's max is unchanged (scale 1), so a finite block adds
         # nothing; values that are not finite must still make 0 * inf = NaN
@@ -258,7 +272,8 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
     params = [(C.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
     lines = [
         C.signature(name, params, [names[d] for d in kernel_dims(kernel)]) + " {",
-        f"  enum {{ LM_HEAD = {head}, LM_DP = {padded} }};",
+        # the dot product's length; a row of values padded to whole micro-kernel passes
+        f"  enum {{ LM_HEAD = {head}, LM_DP = ({width} + LM_FV - 1) / LM_FV * LM_FV }};",
         f"  const long lm_qblocks = (({nq}) + LM_FQ - 1) / LM_FQ;",
         f"  const long lm_kblocks = (({size}) + LM_FK - 1) / LM_FK;",
         "  _Alignas(64) float lm_qp[LM_FQ * LM_HEAD], lm_acc[LM_FQ * LM_DP];",

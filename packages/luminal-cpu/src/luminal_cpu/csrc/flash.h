@@ -24,20 +24,6 @@ static float *lm_fa_scratch(long floats) {
   return buf;
 }
 
-/* exp2f(x) for the weights of the online softmax. The vector exp2f of glibc's libmvec hands
- * every lane below -126 (a subnormal or zero result: a masked logit's -1e9, or -inf) to the
- * scalar exp2f, about 50 times slower; here such an x is clamped at -150 (whose result rounds
- * to 0, as every smaller x's) and computed as exp2f(x + 24) * 2^-24, so the call never leaves
- * the vector path. Zero exactly where exp2f is (subnormal results may differ in their last
- * bit), NaN and +inf unchanged. Arithmetic rather than branches, so that the compiler keeps one
- * call on the clamped argument. */
-static inline float lm_fa_exp2(float x) {
-  float t = x > -150.0f ? x : -150.0f;
-  t = x != x ? x : t;
-  const float low = (float)(t < -126.0f);
-  return exp2f(t + 24.0f * low) * (1.0f - low * (1.0f - 0x1p-24f));
-}
-
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
