@@ -98,6 +98,42 @@ def match(kernel: Kernel) -> Attention | None:
     return None
 
 
+def _upper_bound(logit: Value, dot: Reduce, writer: BodyWriter) -> str | None:
+    """C for an upper bound of `logit` over every dot product in [lm_dlo, lm_dhi] (statements
+    appended to `writer`'s root, the bound's name returned), or None when the logit is not
+    built from the dot product by float32 adds and multiplications with one side free of it.
+    The bound evaluates the logit's own float operations at an end of the interval: rounding
+    to nearest is monotone, so it bounds the computed logit, not only the exact one; a NaN
+    anywhere makes it NaN."""
+    on_path = {id(v) for v in walk(logit) if dot in set(walk(v))}
+    lines = writer.root.lines
+
+    def go(v: Value) -> tuple[str, str] | None:
+        if v == dot:
+            return "lm_dlo", "lm_dhi"
+        if id(v) not in on_path:
+            x = writer.emit(v)
+            return x, x
+        if not (isinstance(v, Binary) and v.op in ("add", "mul") and v.dtype.name == "float32"):
+            return None
+        if v.op == "mul" and id(v.a) in on_path and id(v.b) in on_path:
+            return None
+        a, b = go(v.a), go(v.b)
+        if a is None or b is None:
+            return None
+        lo, hi = writer.fresh(), writer.fresh()
+        if v.op == "add":
+            lines.append(f"const float {lo} = {a[0]} + {b[0]}, {hi} = {a[1]} + {b[1]};")
+        else:
+            (p, _), (ilo, ihi) = (a, b) if id(v.b) in on_path else (b, a)
+            lines.append(f"const float {lo} = {p} >= 0.0f ? {p} * {ilo} : {p} * {ihi};")
+            lines.append(f"const float {hi} = {p} >= 0.0f ? {p} * {ihi} : {p} * {ilo};")
+        return lo, hi
+
+    got = go(logit)
+    return None if got is None else got[1]
+
+
 def _writer(names: dict[str, str], bound: tuple[str, ...], first: int) -> BodyWriter:
     """A body writer emitting everything at its root (the caller's loop), where the loop
     variables `bound` are declared."""
@@ -132,6 +168,9 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
     k_lines, k_val, count = emit(att.key_factor, count)
     v_lines, v_val, count = emit(s.body, count)
     x_lines, x_val, count = emit(s.logit, count, {dot: "lm_dot"})
+    bounder = _writer(names, bound, count)
+    upper = _upper_bound(s.logit, dot, bounder)
+    count = bounder.count
     o = OnlineSoftmax(C, "lm_r")
     result = C.round(s.dtype, o.result("lm_acc[lm_i * LM_DP + lm_d]"))
     out_lines, out_val, count = emit(kernel.out.value, count, {s: "lm_o"})
@@ -144,6 +183,27 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
     def indent(lines: list[str], depth: int) -> list[str]:
         return ["  " * depth + x for x in lines]
 
+    # A block of finite values whose every logit is provably at least 150 below its row's
+    # running max (a causal mask's upper triangle) has only zero weights and leaves the max
+    # unchanged: skipped whole, scores included. |dot| <= sum |q| * max |k| bounds the dot
+    # products (both rounded up by LM_FA_SLACK, more than the dot product's rounding).
+    skip_lines = [
+        "  int lm_skip = !lm_kbad[lm_b];",
+        "  for (long lm_i = 0; lm_i < lm_nq && lm_skip; lm_i++) {",
+        f"    const long {query} = lm_q0 + lm_i;",
+        "    const float lm_dhi = lm_qn[lm_i] * lm_knorm[lm_b], lm_dlo = -lm_dhi;",
+        "    const float lm_mi = lm_m[lm_i];",
+        "    int lm_far = 1;",
+        "    #pragma omp simd reduction(&:lm_far)",
+        "    for (long lm_j = 0; lm_j < lm_nk; lm_j++) {",
+        f"      const long {key_var} = lm_k0 + lm_j;",
+        *indent([*bounder.root.lines, f"lm_far &= {upper} - lm_mi < -150.0f;"], 3),
+        "    }",
+        "    lm_skip = lm_far;",
+        "  }",
+        "  if (lm_skip) continue;",
+    ] if upper is not None else []
+
     body = [
         "const long lm_outer = lm_t / lm_qblocks;",
         *unravel_declarations("lm_outer", [extents[k] for k in outer],
@@ -153,6 +213,7 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "const long lm_panels = (lm_nq + LM_FR - 1) / LM_FR;",
         "float lm_m[LM_FQ], lm_l[LM_FQ], lm_c[LM_FQ], lm_mn[LM_FQ], lm_sums[LM_FQ];",
         "int lm_nan[LM_FQ];",
+        "float lm_qn[LM_FQ];  /* the queries' sums of magnitudes, rounded up */",
         "for (long lm_i = 0; lm_i < LM_FQ; lm_i++) {",
         "  lm_m[lm_i] = -INFINITY; lm_l[lm_i] = 0.0f; lm_nan[lm_i] = 0;",
         "}",
@@ -165,9 +226,12 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "    for (long lm_c2 = 0; lm_c2 < LM_HEAD; lm_c2++) lm_qi[lm_c2 * LM_FR] = 0.0f;",
         "    continue;",
         "  }",
+        "  float lm_sq = 0.0f;",
         f"  for (long {c_var} = 0; {c_var} < LM_HEAD; {c_var}++) {{",
-        *indent([*q_lines, f"lm_qi[{c_var} * LM_FR] = {q_val};"], 2),
+        *indent([*q_lines, f"lm_qi[{c_var} * LM_FR] = {q_val};",
+                 f"lm_sq += fabsf({q_val});"], 2),
         "  }",
+        "  lm_qn[lm_i] = lm_sq * LM_FA_SLACK;",
         "}",
         # the keys' factors c-major (keys side by side) and the values row by row, block by
         # block, zero past the last key and the last column, once per outer point (a thread
@@ -180,6 +244,7 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         f"    const long lm_nk = {size} - lm_k0 < LM_FK ? {size} - lm_k0 : LM_FK;",
         "    float *lm_kt = lm_kp + lm_b * LM_HEAD * LM_FK, *lm_v = lm_vp + lm_b * LM_FK * LM_DP;",
         "    int lm_bad = 0;",
+        "    float lm_kmax = 0.0f;",
         "    for (long lm_j = 0; lm_j < LM_FK; lm_j++) {",
         f"      const long {key_var} = lm_k0 + lm_j;",
         "      if (lm_j >= lm_nk) {",
@@ -189,7 +254,9 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "        continue;",
         "      }",
         f"      for (long {c_var} = 0; {c_var} < LM_HEAD; {c_var}++) {{",
-        *indent([*k_lines, f"lm_kt[{c_var} * LM_FK + lm_j] = {k_val};"], 4),
+        *indent([*k_lines, f"lm_kt[{c_var} * LM_FK + lm_j] = {k_val};",
+                 f"lm_kmax = fabsf({k_val}) > lm_kmax || {k_val} != {k_val} ? "
+                 f"fabsf({k_val}) : lm_kmax;"], 4),
         "      }",
         "      #pragma omp simd reduction(|:lm_bad)",
         f"      for (long {lane} = 0; {lane} < LM_DP; {lane}++) {{",
@@ -199,6 +266,7 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "      }",
         "    }",
         "    lm_kbad[lm_b] = lm_bad;",
+        "    lm_knorm[lm_b] = lm_kmax * LM_FA_SLACK;",
         "  }",
         "}",
         "for (long lm_b = 0; lm_b < lm_kblocks; lm_b++) {",
@@ -206,6 +274,7 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         f"  const long lm_nk = {size} - lm_k0 < LM_FK ? {size} - lm_k0 : LM_FK;",
         "  const float *lm_kt = lm_kp + lm_b * LM_HEAD * LM_FK;",
         "  const float *lm_v = lm_vp + lm_b * LM_FK * LM_DP;",
+        *(skip_lines if upper is not None else []),
         "  for (long lm_p = 0; lm_p < lm_panels; lm_p++)",
         "    lm_fa_scores(LM_HEAD, lm_qp + lm_p * LM_HEAD * LM_FR, lm_kt, "
         "lm_s + lm_p * LM_FR * LM_FK);",
@@ -278,9 +347,11 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         f"  const long lm_kblocks = (({size}) + LM_FK - 1) / LM_FK;",
         "  _Alignas(64) float lm_qp[LM_FQ * LM_HEAD], lm_acc[LM_FQ * LM_DP];",
         # one head's packed keys and values, and a flag per block of them (per thread)
-        "  float *lm_kp = lm_fa_scratch(lm_kblocks * (LM_HEAD * LM_FK + LM_FK * LM_DP + 1));",
+        "  float *lm_kp = lm_fa_scratch(lm_kblocks * (LM_HEAD * LM_FK + LM_FK * LM_DP + 2));",
         "  float *lm_vp = lm_kp + lm_kblocks * LM_HEAD * LM_FK;",
-        "  int *lm_kbad = (int *)(lm_vp + lm_kblocks * LM_FK * LM_DP);",
+        # per block: the largest magnitude of its keys' factors (NaN if one is NaN)
+        "  float *lm_knorm = lm_vp + lm_kblocks * LM_FK * LM_DP;",
+        "  int *lm_kbad = (int *)(lm_knorm + lm_kblocks);",
         "  long lm_packed = -1;",
         "  _Alignas(64) float lm_s[LM_FQ * LM_FK], lm_ws[LM_FQ * LM_FK];",
         f"  lm_for_begin({tiles});",

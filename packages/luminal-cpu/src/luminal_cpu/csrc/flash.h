@@ -10,6 +10,10 @@
 #define LM_FK 32  /* keys of a tile (the width of a score row) */
 #define LM_FR 8   /* queries of one micro-kernel call */
 #define LM_FV 32  /* value columns of one micro-kernel pass (the rows are padded to it) */
+/* a float sum of up to 256 magnitudes of a query, and the largest magnitude of a block's
+ * keys, each times this, bound the magnitude of every float dot product of them (rounding
+ * included) */
+#define LM_FA_SLACK (1.0f + 0x1p-10f)
 
 /* a buffer of at least `floats` floats (64-byte aligned) for the calling thread, kept between
  * calls: grown when a longer sequence needs it, never shrunk */
