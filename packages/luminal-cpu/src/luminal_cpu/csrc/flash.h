@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #define LM_FQ 32  /* queries of a tile */
-#define LM_FK 32  /* keys of a tile (the width of a score row) */
+#define LM_FK 64  /* keys of a tile (the width of a score row; a multiple of 32) */
 #define LM_FR 8   /* queries of one micro-kernel call */
 #define LM_FV 32  /* value columns of one micro-kernel pass (the rows are padded to it) */
 /* a float sum of up to 256 magnitudes of a query, and the largest magnitude of a block's
@@ -35,19 +35,22 @@ static float *lm_fa_scratch(long floats) {
  * LM_FR queries, kt c-major (keys side by side), s row-major with rows of LM_FK */
 static inline void lm_fa_scores(long kc, const float *restrict q, const float *restrict kt,
                                 float *restrict s) {
-  __m512 acc[LM_FR][2];
-  for (int i = 0; i < LM_FR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  for (long c = 0; c < kc; c++) {
-    const __m512 k0 = _mm512_load_ps(kt + c * LM_FK), k1 = _mm512_load_ps(kt + c * LM_FK + 16);
-    for (int i = 0; i < LM_FR; i++) {
-      const __m512 qi = _mm512_set1_ps(q[c * LM_FR + i]);
-      acc[i][0] = _mm512_fmadd_ps(qi, k0, acc[i][0]);
-      acc[i][1] = _mm512_fmadd_ps(qi, k1, acc[i][1]);
+  for (long h = 0; h < LM_FK; h += 32) {  /* 32 keys at a time: 16 accumulators */
+    __m512 acc[LM_FR][2];
+    for (int i = 0; i < LM_FR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (long c = 0; c < kc; c++) {
+      const __m512 k0 = _mm512_load_ps(kt + c * LM_FK + h);
+      const __m512 k1 = _mm512_load_ps(kt + c * LM_FK + h + 16);
+      for (int i = 0; i < LM_FR; i++) {
+        const __m512 qi = _mm512_set1_ps(q[c * LM_FR + i]);
+        acc[i][0] = _mm512_fmadd_ps(qi, k0, acc[i][0]);
+        acc[i][1] = _mm512_fmadd_ps(qi, k1, acc[i][1]);
+      }
     }
-  }
-  for (int i = 0; i < LM_FR; i++) {
-    _mm512_store_ps(s + i * LM_FK, acc[i][0]);
-    _mm512_store_ps(s + i * LM_FK + 16, acc[i][1]);
+    for (int i = 0; i < LM_FR; i++) {
+      _mm512_store_ps(s + i * LM_FK + h, acc[i][0]);
+      _mm512_store_ps(s + i * LM_FK + h + 16, acc[i][1]);
+    }
   }
 }
 
