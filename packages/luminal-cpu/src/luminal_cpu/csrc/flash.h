@@ -31,25 +31,32 @@ static float *lm_fa_scratch(long floats) {
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
+/* r[i][0..32) += sum_k a[k * as + i * ai] * b[k * bs + 0..32) for i < LM_FR, k < n: the loop
+ * of both micro-kernels, a broadcast of the left operand times a row of the right one */
+static inline __attribute__((always_inline)) void lm_fa_fma(
+    long n, const float *restrict a, long as, long ai, const float *restrict b, long bs,
+    __m512 r[LM_FR][2]) {
+  for (long k = 0; k < n; k++) {
+    const __m512 b0 = _mm512_load_ps(b + k * bs), b1 = _mm512_load_ps(b + k * bs + 16);
+    for (int i = 0; i < LM_FR; i++) {
+      const __m512 ak = _mm512_set1_ps(a[k * as + i * ai]);
+      r[i][0] = _mm512_fmadd_ps(ak, b0, r[i][0]);
+      r[i][1] = _mm512_fmadd_ps(ak, b1, r[i][1]);
+    }
+  }
+}
+
 /* s[i][j] = sum_c q[c][i] * kt[c][j] for i < LM_FR, j < LM_FK: q is c-major in panels of
  * LM_FR queries, kt c-major (keys side by side), s row-major with rows of LM_FK */
 static inline void lm_fa_scores(long kc, const float *restrict q, const float *restrict kt,
                                 float *restrict s) {
   for (long h = 0; h < LM_FK; h += 32) {  /* 32 keys at a time: 16 accumulators */
-    __m512 acc[LM_FR][2];
-    for (int i = 0; i < LM_FR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    for (long c = 0; c < kc; c++) {
-      const __m512 k0 = _mm512_load_ps(kt + c * LM_FK + h);
-      const __m512 k1 = _mm512_load_ps(kt + c * LM_FK + h + 16);
-      for (int i = 0; i < LM_FR; i++) {
-        const __m512 qi = _mm512_set1_ps(q[c * LM_FR + i]);
-        acc[i][0] = _mm512_fmadd_ps(qi, k0, acc[i][0]);
-        acc[i][1] = _mm512_fmadd_ps(qi, k1, acc[i][1]);
-      }
-    }
+    __m512 r[LM_FR][2];
+    for (int i = 0; i < LM_FR; i++) r[i][0] = r[i][1] = _mm512_setzero_ps();
+    lm_fa_fma(kc, q, LM_FR, 1, kt + h, LM_FK, r);
     for (int i = 0; i < LM_FR; i++) {
-      _mm512_store_ps(s + i * LM_FK + h, acc[i][0]);
-      _mm512_store_ps(s + i * LM_FK + h + 16, acc[i][1]);
+      _mm512_store_ps(s + i * LM_FK + h, r[i][0]);
+      _mm512_store_ps(s + i * LM_FK + h + 16, r[i][1]);
     }
   }
 }
@@ -66,14 +73,7 @@ static inline void lm_fa_values(long dp, const float *restrict w, const float *r
       r[i][0] = _mm512_mul_ps(_mm512_load_ps(acc + i * dp + d), c);
       r[i][1] = _mm512_mul_ps(_mm512_load_ps(acc + i * dp + d + 16), c);
     }
-    for (long j = 0; j < LM_FK; j++) {
-      const __m512 v0 = _mm512_load_ps(v + j * dp + d), v1 = _mm512_load_ps(v + j * dp + d + 16);
-      for (int i = 0; i < LM_FR; i++) {
-        const __m512 wi = _mm512_set1_ps(w[i * LM_FK + j]);
-        r[i][0] = _mm512_fmadd_ps(wi, v0, r[i][0]);
-        r[i][1] = _mm512_fmadd_ps(wi, v1, r[i][1]);
-      }
-    }
+    lm_fa_fma(LM_FK, w, 1, LM_FK, v + d, dp, r);
     for (int i = 0; i < LM_FR; i++) {
       _mm512_store_ps(acc + i * dp + d, r[i][0]);
       _mm512_store_ps(acc + i * dp + d + 16, r[i][1]);
