@@ -10,14 +10,17 @@ its body (the values) does not read the query, the kernel is rendered here, per 
 1. the queries' factors `a` packed once per tile; the keys' factors `b` (transposed) and the
    values packed once per outer point by each thread that works on it, block by block, into
    a per-thread buffer (any views, validity and dtype conversions of the IR apply);
-2. the block's scores by a register-blocked micro-kernel (`csrc/flash.h`);
-3. the rest of the logit (scale, mask: whatever the IR computes from the dot product, the
-   query and the key) elementwise over the block;
-4. the online-softmax step of each query row (core's `OnlineSoftmax`, so NaN and infinities
-   behave as in the primitive decomposition);
-5. the weighted values added by a second micro-kernel, the rows rescaled in the same pass;
-   a block whose weights are all zero (a causal mask's upper triangle) is skipped when its
-   values are finite, since adding zeros then changes nothing.
+2. a block that provably has only zero weights is skipped whole: the logit's own float
+   operations evaluated at the ends of |dot| <= sum|a| * max|b| bound every logit of the block
+   (`_upper_bound`), and a bound 150 below every row's running max, with finite values, means
+   zero weights and an unchanged max (a causal mask's upper triangle);
+3. the block's scores by a register-blocked micro-kernel (`csrc/flash.h`);
+4. the rest of the logit (scale, mask: whatever the IR computes from the dot product, the
+   query and the key) elementwise over the block, with each row's max;
+5. the rows' online-softmax step (the arithmetic of core's `OnlineSoftmax`, so NaN and
+   infinities behave as in the primitive decomposition), vectorised across keys and rows;
+6. the weighted values added by a second micro-kernel, the rows rescaled in the same pass
+   (skipped too when every weight is zero and the values are finite).
 
 Tiles are shared among the threads like the GEMM's. Memory is linear in the sequence: the
 output, a few KB of tiles per thread, and per thread one head's packed keys and values (kept
