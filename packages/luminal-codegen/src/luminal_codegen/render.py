@@ -496,11 +496,13 @@ class OnlineSoftmax:
         `c` of what was accumulated, and the weights into array `weights`."""
         exp2, mn = self.d.unary, f"{self.name}_mn"
         return [
-            f"float {mn} = {self.m};",
+            f"float {mn} = {self.m}; int {mn}_nan = 0;",
+            *filter(None, [self.d.reduce_pragma("max", float32, mn)]),
             f"for (long lm_jj = 0; lm_jj < {count}; lm_jj++) {{",
             f"  {mn} = {logits}[lm_jj] > {mn} ? {logits}[lm_jj] : {mn};",
-            f"  {self.nan} |= {logits}[lm_jj] != {logits}[lm_jj];",
+            f"  {mn}_nan |= {logits}[lm_jj] != {logits}[lm_jj];",
             "}",
+            f"{self.nan} |= {mn}_nan;",
             f"float {self.c} = {mn} == -INFINITY ? 1.0f : {exp2('exp2', f'{self.m} - {mn}')};",
             f"float {self.name}_s = 0.0f;",
             *filter(None, [self.d.reduce_pragma("sum", float32, f"{self.name}_s")]),

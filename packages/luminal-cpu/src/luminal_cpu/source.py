@@ -26,7 +26,7 @@ from luminal_codegen import (
     render_kernel,
 )
 
-from . import implicit_gemm
+from . import flash, implicit_gemm
 from .dialect import C
 
 ENTRY_POINT = "lm_run"
@@ -103,6 +103,9 @@ def kernel_source(kernel: Kernel | Matmul | implicit_gemm.GatherMatmul, name: st
         return implicit_gemm.render(kernel, name, _DTYPE_CODE)
     if isinstance(kernel, Matmul):
         return _render_matmul(kernel, name)
+    attention = flash.match(kernel)
+    if attention is not None:
+        return flash.render(kernel, attention, name)
     return render_kernel(kernel, name, C)
 
 
@@ -110,6 +113,8 @@ def program_source(program: Program, vector_math: str = "") -> str:
     """The complete C translation unit of `program`; `vector_math` declares the vectorisable
     math functions the toolchain found (`toolchain.VECTOR_MATH`), if any."""
     parts = [C.prelude(), vector_math, _csrc("runtime.h")]
+    if any(isinstance(k, Kernel) and flash.match(k) for k in program.kernels):
+        parts.append(_csrc("flash.h"))
     parts += [kernel_source(k, f"lm_k{i}") for i, k in enumerate(program.kernels)]
     dim_index = {d: i for i, d in enumerate(program.dims)}
     body = []

@@ -269,7 +269,7 @@ class Search:
         if not survivors or survivors[0][0].kind != "default":
             return result  # the default plan itself failed: nothing to compare against
         result.timed = len(survivors)
-        self._time(graph, survivors, data, rng, result)
+        self._time(graph, survivors, _with_weights(graph, region, data), rng, result)
         return result
 
     @staticmethod
@@ -381,3 +381,18 @@ def _checkable(graph: Graph, region: Region) -> bool:
     """Random inputs exercise the region: every input is a float, int32 or bool tensor."""
     dtypes = [graph.nodes[n].dtype for n in region.inputs]
     return region.searchable and all(d.is_float or d.name in ("int32", "bool") for d in dtypes)
+
+
+def _with_weights(graph: Graph, region: Region, data: dict) -> dict:
+    """`data` (random inputs of the region alone) with the region's inputs that the graph
+    holds as weights (bound, not assigned per run) at their values, as the whole-graph check
+    runs them: speed may depend on data (a causal mask's far-below-max logits let a tiled
+    attention kernel skip blocks), so candidates are timed on what the model will run on."""
+    _, ids = subgraph(graph, region)
+    weights = graph.data.keys() - graph.assignments.keys()
+    out = dict(data)
+    for n in region.inputs:
+        x = graph.data.get(n) if n in weights else None
+        if x is not None and ids[n] in out and np.shape(x) == np.shape(out[ids[n]]):
+            out[ids[n]] = np.asarray(x)
+    return out
