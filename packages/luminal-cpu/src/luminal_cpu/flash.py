@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luminal.codegen import (
+from luminal_codegen import (
     BodyWriter,
     Kernel,
     OnlineSoftmax,
@@ -40,7 +40,7 @@ from luminal.codegen import (
     row_softmax,
     unravel_declarations,
 )
-from luminal.codegen.ir import Binary, Reduce, SoftmaxSum, Value, exprs_of, walk
+from luminal_codegen.ir import Binary, Reduce, SoftmaxSum, Value, exprs_of, walk
 
 from .dialect import C
 
