@@ -53,6 +53,10 @@ CASES = [
     ((1, 8, 10, 10), (12, 2, 3, 3), 1, 1, 1, 4, False),  # groups
     ((1, 8, 14, 14), (8, 1, 3, 3), 2, 1, 1, 8, False),   # depthwise
     ((1, 3, 7, 7), (5, 3, 7, 7), 1, 3, 1, 1, True),      # kernel as large as the input
+    # rows wider than a panel (32): runs inside the image skip the masks, edges keep them
+    ((1, 3, 6, 75), (8, 3, 3, 3), 1, 1, 1, 1, True),
+    ((1, 4, 9, 140), (8, 4, 3, 3), 2, 1, 1, 1, True),    # strided: unmasked strided loads
+    ((1, 2, 5, 40), (3, 2, 1, 1), 1, 3, 1, 1, True),     # whole runs in the padding
 ]
 
 

@@ -32,8 +32,8 @@ from luminal.codegen import (
     unravel_declarations,
 )
 from luminal.codegen.indexing import flat_index
-from luminal.codegen.ir import Binary, Const, Load, Value, Where
-from luminal.symbolic import Expr, prod
+from luminal.codegen.ir import Binary, Const, Load, Value, Where, affine, map_exprs, walk
+from luminal.symbolic import Expr, logical_and, prod
 
 from .dialect import C, odometer
 
@@ -137,14 +137,47 @@ def fuse(program: Program) -> Program:
                    calls=[Call(renumber[call.kernel], call.args) for call in calls])
 
 
+def _atoms(cond: Expr) -> tuple[Expr, ...]:
+    return cond.args if cond.op == "and" else (cond,)
+
+
+def _edge_atoms(value: Value, var: Expr) -> tuple[Expr, ...] | None:
+    """The comparisons in `value`'s masks that depend on `var` (a run's axis: the padding
+    edges), or None when one is not affine in it. Each affine comparison holds on one interval
+    of `var`, so all of them hold on one interval too: the run's interior."""
+    found: set[Expr] = set()
+    for x in walk(value):
+        cond = x.valid if isinstance(x, Load) else x.cond if isinstance(x, Where) else None
+        for atom in _atoms(cond) if cond is not None else ():
+            if var.name not in atom.free_vars:
+                continue
+            if atom.op != "lt" or affine(atom.args[0] - atom.args[1], (var,)) is None:
+                return None
+            found.add(atom)
+    return tuple(sorted(found, key=str))
+
+
+def _without(value: Value, atoms: tuple[Expr, ...]) -> Value:
+    """`value` with `atoms` taken as true in every mask."""
+    drop = set(atoms)
+
+    def cond(e: Expr) -> Expr:
+        if e.op not in ("and", "lt"):
+            return e
+        return logical_and(*(a for a in _atoms(e) if a not in drop))
+
+    return map_exprs(value, cond)
+
+
 def _render_pack(g: GatherMatmul, name: str) -> list[str]:
     """The packing function of `g` (csrc/runtime.h, `lm_pack_fn`): each row of the block is
-    gathered in runs along the gather's innermost axis, cut where a panel ends, vectorised."""
+    gathered in runs along the gather's innermost axis, cut where a panel ends, vectorised.
+    Where the input is padded, a run's interior (where every mask along the run holds) is
+    gathered without masks, which keeps strided windows vectorised (masked strided loads are
+    scalar or lane-indexed gathers); only the padded edges evaluate the masks."""
     k = g.gather
     dims = kernel_dims(k)
     names = dim_names(dims)
-    writer = BodyWriter(C, names)
-    value = writer.emit(k.out.value)
     extents = [e.render_c(names) for e in k.domain]
     axes = [v.name for v in k.loop_vars]
     k_ext, n_ext = extents[: g.split], extents[g.split:]
@@ -155,12 +188,40 @@ def _render_pack(g: GatherMatmul, name: str) -> list[str]:
     start, _ = odometer(n_ext, [*axes[g.split:-1], "lm_s"], "lm_n0")
     next_row = odometer(n_ext[:-1], axes[g.split:-1])[1] if len(n_ext) > 1 else ""
 
-    def run(length: str) -> list[str]:
+    def loop(value: Value, lo: str, hi: str) -> list[str]:
+        writer = BodyWriter(C, names)
+        out = writer.emit(value)
         return ["#pragma omp simd",
-                f"for (long lm_t = 0; lm_t < {length}; lm_t++) {{",
+                f"for (long lm_t = {lo}; lm_t < {hi}; lm_t++) {{",
                 f"  const long {last} = lm_s + lm_t;",
                 *("  " + x for x in writer.root.lines),
-                f"  lm_dst[lm_t] = {value};",
+                f"  lm_dst[lm_t] = {out};",
+                "}"]
+
+    edges = _edge_atoms(k.out.value, k.loop_vars[-1])
+    if edges:
+        inside = " && ".join(f"({a.render_c(names)})" for a in edges)
+        interior = _without(k.out.value, edges)
+        # [lm_a, lm_b): where every edge mask holds (one interval, found from both ends)
+        body = ["long lm_a = 0, lm_b = lm_run;",
+                f"for (; lm_a < lm_b; lm_a++) {{ const long {last} = lm_s + lm_a; "
+                f"if ({inside}) break; }}",
+                f"for (; lm_b > lm_a; lm_b--) {{ const long {last} = lm_s + lm_b - 1; "
+                f"if ({inside}) break; }}",
+                "if (lm_a == 0 && lm_b == LM_NR) {",
+                *("  " + x for x in loop(interior, "0", "LM_NR")),
+                "} else {",
+                *("  " + x for x in loop(k.out.value, "0", "lm_a")),
+                *("  " + x for x in loop(interior, "lm_a", "lm_b")),
+                *("  " + x for x in loop(k.out.value, "lm_b", "lm_run")),
+                "}"]
+    else:
+        # a whole panel row (the common case) is a loop of constant length, which the
+        # compiler turns into a few straight vector operations
+        body = ["if (lm_run == LM_NR) {",
+                *("  " + x for x in loop(k.out.value, "0", "LM_NR")),
+                "} else {",
+                *("  " + x for x in loop(k.out.value, "0", "lm_run")),
                 "}"]
 
     return [
@@ -183,13 +244,7 @@ def _render_pack(g: GatherMatmul, name: str) -> list[str]:
         "      if (lm_run > lm_nc - lm_j) lm_run = lm_nc - lm_j;",
         f"      if (lm_run > ({n_ext[-1]}) - lm_s) lm_run = ({n_ext[-1]}) - lm_s;",
         "      float *restrict lm_dst = lm_row + lm_j / LM_NR * lm_panel + lm_j % LM_NR;",
-        # a whole panel row (the common case) is a loop of constant length, which the
-        # compiler turns into a few straight vector operations
-        "      if (lm_run == LM_NR) {",
-        *("        " + x for x in run("LM_NR")),
-        "      } else {",
-        *("        " + x for x in run("lm_run")),
-        "      }",
+        *("      " + x for x in body),
         "      lm_j += lm_run;",
         f"      lm_s += lm_run; if (lm_s == ({n_ext[-1]})) {{ lm_s = 0; {next_row} }}",
         "    }",
