@@ -32,10 +32,11 @@ from luminal.codegen import (
     unravel_declarations,
 )
 from luminal.codegen.indexing import flat_index
-from luminal.codegen.ir import Binary, Const, Load, Value, Where, affine, map_exprs, walk
-from luminal.symbolic import Expr, logical_and, prod
+from luminal.codegen.ir import Binary, Const, Load, Value, Where
+from luminal.symbolic import Expr, prod
 
 from .dialect import C, odometer
+from .masks import edge_atoms, without_atoms
 
 
 @dataclass(frozen=True)
@@ -137,38 +138,6 @@ def fuse(program: Program) -> Program:
                    calls=[Call(renumber[call.kernel], call.args) for call in calls])
 
 
-def _atoms(cond: Expr) -> tuple[Expr, ...]:
-    return cond.args if cond.op == "and" else (cond,)
-
-
-def _edge_atoms(value: Value, var: Expr) -> tuple[Expr, ...] | None:
-    """The comparisons in `value`'s masks that depend on `var` (a run's axis: the padding
-    edges), or None when one is not affine in it. Each affine comparison holds on one interval
-    of `var`, so all of them hold on one interval too: the run's interior."""
-    found: set[Expr] = set()
-    for x in walk(value):
-        cond = x.valid if isinstance(x, Load) else x.cond if isinstance(x, Where) else None
-        for atom in _atoms(cond) if cond is not None else ():
-            if var.name not in atom.free_vars:
-                continue
-            if atom.op != "lt" or affine(atom.args[0] - atom.args[1], (var,)) is None:
-                return None
-            found.add(atom)
-    return tuple(sorted(found, key=str))
-
-
-def _without(value: Value, atoms: tuple[Expr, ...]) -> Value:
-    """`value` with `atoms` taken as true in every mask."""
-    drop = set(atoms)
-
-    def cond(e: Expr) -> Expr:
-        if e.op not in ("and", "lt"):
-            return e
-        return logical_and(*(a for a in _atoms(e) if a not in drop))
-
-    return map_exprs(value, cond)
-
-
 def _render_pack(g: GatherMatmul, name: str) -> list[str]:
     """The packing function of `g` (csrc/runtime.h, `lm_pack_fn`): each row of the block is
     gathered in runs along the gather's innermost axis, cut where a panel ends, vectorised.
@@ -198,10 +167,10 @@ def _render_pack(g: GatherMatmul, name: str) -> list[str]:
                 f"  lm_dst[lm_t] = {out};",
                 "}"]
 
-    edges = _edge_atoms(k.out.value, k.loop_vars[-1])
+    edges = edge_atoms(k.out.value, (k.loop_vars[-1],))
     if edges:
         inside = " && ".join(f"({a.render_c(names)})" for a in edges)
-        interior = _without(k.out.value, edges)
+        interior = without_atoms(k.out.value, edges)
         # [lm_a, lm_b): where every edge mask holds (one interval, found from both ends)
         body = ["long lm_a = 0, lm_b = lm_run;",
                 f"for (; lm_a < lm_b; lm_a++) {{ const long {last} = lm_s + lm_a; "

@@ -26,7 +26,7 @@ from luminal.codegen import (
 )
 from luminal.symbolic import Expr
 
-from . import implicit_gemm
+from . import implicit_gemm, rows
 from .dialect import C
 
 ENTRY_POINT = "lm_run"
@@ -103,7 +103,7 @@ def kernel_source(kernel: Kernel | Matmul | implicit_gemm.GatherMatmul, name: st
         return implicit_gemm.render(kernel, name, _DTYPE_CODE)
     if isinstance(kernel, Matmul):
         return _render_matmul(kernel, name)
-    return render_kernel(kernel, name, C)
+    return rows.render(kernel, name) or render_kernel(kernel, name, C)
 
 
 def program_source(program: Program, vector_math: str = "") -> str:
