@@ -235,3 +235,24 @@ def test_sppf_pools_and_concatenation_match_torch():
     np.testing.assert_allclose(c.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(y.numpy(), torch_conv(want.numpy(), ws, None, False),
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel,padding", [(1, 0), (3, 1)])
+def test_upsampled_concatenation_feeds_the_gemm(kernel, padding):
+    """YOLOv8's neck: a 2x nearest upsample concatenated with a skip connection, then a
+    convolution. The concatenation's inputs each get their own unmasked runs in the im2col
+    gather, the upsampled one read once per two outputs (rows 70 wide: runs at odd starts
+    too)."""
+    g = lm.Graph()
+    x, skip = g.tensor((1, 4, 5, 35), name="x"), g.tensor((1, 3, 10, 70), name="skip")
+    w = g.tensor((6, 7, kernel, kernel), name="w")
+    up = F.interpolate(x, scale_factor=2, mode="nearest")
+    y = F.conv2d(lm.cat([up, skip], 1), w, padding=padding).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    assert gather_matmuls(g) == 1
+    xs, ss, ws = randn(1, 4, 5, 35), randn(1, 3, 10, 70), randn(6, 7, kernel, kernel)
+    x.set(xs), skip.set(ss), w.set(ws)
+    g.execute()
+    t = torch.nn.functional.interpolate(torch.from_numpy(xs), scale_factor=2, mode="nearest")
+    want = torch_conv(np.concatenate([t.numpy(), ss], 1), ws, None, False, padding=padding)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)

@@ -23,16 +23,11 @@ from __future__ import annotations
 from itertools import product
 
 from luminal.codegen import BodyWriter, Kernel, Scope, dim_names, kernel_dims
-from luminal.codegen.ir import Bind, Load, Reduce, SoftmaxSum, Value, Where, map_exprs, walk
+from luminal.codegen.ir import Bind, Reduce, SoftmaxSum, Value, walk
 from luminal.codegen.render import SIMD_REDUCE_MIN
-from luminal.symbolic import Expr
 
 from .dialect import C
-from .masks import atoms, edge_atoms, without_atoms
-
-# outer axes longer than this are not split into cases (each point is evaluated at compile time)
-_CASE_AXIS_MAX = 1 << 16
-_CASES_MAX = 8  # copies of the row loop one kernel may get
+from .masks import case_chain, case_intervals, edge_atoms, without_atoms
 
 
 class _SelectMaxWriter(BodyWriter):
@@ -57,36 +52,6 @@ class _SelectMaxWriter(BodyWriter):
         return result
 
 
-def _masks(value: Value) -> set[Expr]:
-    out: set[Expr] = set()
-    for x in walk(value):
-        cond = x.valid if isinstance(x, Load) else x.cond if isinstance(x, Where) else None
-        if cond is not None:
-            out.update(atoms(cond))
-    return out
-
-
-def _cases(kernel: Kernel) -> tuple[Expr, list[tuple[int, int]]] | None:
-    """An outer axis whose masks split it into a few intervals (each with every such mask
-    constant), and those intervals."""
-    masks = _masks(kernel.out.value)
-    for var, extent in zip(kernel.loop_vars[:-1], kernel.domain[:-1]):
-        own = [m for m in masks if m.free_vars == {var.name}]
-        if not own or not extent.is_const or extent.value > _CASE_AXIS_MAX:
-            continue
-        intervals: list[tuple[int, int]] = []
-        previous = None
-        for i in range(extent.value):
-            truth = tuple(m.evaluate({var.name: i}) for m in own)
-            if truth != previous:
-                intervals.append((i, i))
-                previous = truth
-            intervals[-1] = (intervals[-1][0], i)
-        if 1 < len(intervals) <= _CASES_MAX:
-            return var, intervals
-    return None
-
-
 def _windowed(kernel: Kernel) -> bool | None:
     """Whether the kernel reduces short windows (True), nothing (False), or is not one this
     module renders (None: long or data-dependent reductions)."""
@@ -105,7 +70,8 @@ def render(kernel: Kernel, name: str) -> str | None:
     if not isinstance(kernel, Kernel) or len(kernel.domain) < 2:  # rows of outputs
         return None
     windowed = _windowed(kernel)
-    cases = _cases(kernel) if windowed is not None else None
+    cases = (case_intervals(kernel.out.value, zip(kernel.loop_vars[:-1], kernel.domain[:-1]))
+             if windowed is not None else None)
     if windowed is None or (not windowed and cases is None):
         return None
     dims = kernel_dims(kernel)
@@ -147,14 +113,7 @@ def render(kernel: Kernel, name: str) -> str | None:
         body = row(kernel.out.value)
     else:
         var, intervals = cases
-        body = []
-        for k, (lo, hi) in enumerate(intervals):
-            env = {var.name: Expr.var(var.name, lo, hi)}
-            value = map_exprs(kernel.out.value, lambda e, env=env: e.substitute(env))
-            head = ("if" if k == 0 else "} else if") + f" ({var.name} <= {hi}) {{"
-            body += [head if k < len(intervals) - 1 else "} else {",
-                     *("  " + x for x in row(value))]
-        body.append("}")
+        body = case_chain(var, intervals, kernel.out.value, row)
     params = [(C.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
     dialect = C.tuned(kernel.tuning) if kernel.tuning else C  # a searched schedule's split
     return "\n".join([C.signature(name, params, [names[d] for d in dims]) + " {",
