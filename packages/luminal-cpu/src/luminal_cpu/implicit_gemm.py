@@ -32,7 +32,7 @@ from luminal.codegen import (
     unravel_declarations,
 )
 from luminal.codegen.indexing import flat_index
-from luminal.codegen.ir import Binary, Const, Load, Value, Where, exprs_of, map_exprs
+from luminal.codegen.ir import Binary, Const, Load, Value, Where, exprs_of, map_exprs, walk
 from luminal.symbolic import INF, Expr, prod
 
 from .dialect import C, odometer
@@ -148,9 +148,17 @@ def _coarse(value: Value, var: Expr) -> tuple[int, str, Value] | None:
     (c,) = divisors
     q = Expr.var("_q", 0, var.vmax // c if var.vmax < INF else INF)
     at = [map_exprs(value, lambda e, d=d: e.substitute({var.name: q * c + d})) for d in range(c)]
-    if c < 2 or any(v != at[0] for v in at[1:]):
+    if c < 2 or any(_live_exprs(v) != _live_exprs(at[0]) for v in at[1:]):
         return None
     return c, q.name, at[0]
+
+
+def _live_exprs(value: Value) -> list[Expr]:
+    """The masks and indices a gather evaluates: not those of loads whose mask is constantly
+    false (a concatenation's other inputs, once a case fixed the axis)."""
+    return [e for x in walk(value) if isinstance(x, (Load, Where))
+            and not (isinstance(x, Load) and x.valid.is_const and x.valid.value == 0)
+            for e in ((x.index, x.valid) if isinstance(x, Load) else (x.cond,))]
 
 
 def _subexprs(e: Expr):

@@ -7,9 +7,8 @@ masked by a loop-invariant condition do not, with gcc 12)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import fields, replace
 
-from luminal.codegen.ir import Const, Load, Value, Where, affine, map_exprs, walk
+from luminal.codegen.ir import Load, Value, Where, affine, map_exprs, walk
 from luminal.symbolic import Expr, logical_and
 
 # axes longer than this are not split into cases (each point is evaluated at compile time)
@@ -88,30 +87,9 @@ def case_chain(var: Expr, intervals: list[tuple[int, int]], value: Value,
     lines: list[str] = []
     for k, (lo, hi) in enumerate(intervals):
         env = {var.name: Expr.var(var.name, lo, hi)}
-        narrowed = _without_dead(map_exprs(value, lambda e, env=env: e.substitute(env)))
+        narrowed = map_exprs(value, lambda e, env=env: e.substitute(env))
         head = ("if" if k == 0 else "} else if") + f" ({var.name} <= {hi}) {{"
         lines += [head if k < len(intervals) - 1 else "} else {",
                   *("  " + x for x in code(narrowed))]
     return [*lines, "}"]
 
-
-def _without_dead(value: Value) -> Value:
-    """`value` with loads and `Where`s whose mask is constantly false replaced by zeros (a
-    concatenation's other inputs, once a case fixed the axis)."""
-    memo: dict[int, Value] = {}
-
-    def go(x: Value) -> Value:
-        got = memo.get(id(x))
-        if got is not None:
-            return got
-        cond = x.valid if isinstance(x, Load) else x.cond if isinstance(x, Where) else None
-        if cond is not None and cond.is_const and cond.value == 0:
-            out: Value = Const(0, x.dtype)
-        else:
-            changes = {f.name: go(getattr(x, f.name)) for f in fields(x)
-                       if isinstance(getattr(x, f.name), Value)}
-            out = replace(x, **changes) if changes else x
-        memo[id(x)] = out
-        return out
-
-    return go(value)
