@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .dtypes import bool_, float32, int32
+from .dtypes import bool_, float32, int32, uint8
 from .errors import OpError
 from .hl_ops.binary import where
 from .hl_ops.creation import IOTA_INDEX, iota
@@ -548,7 +548,9 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
     blend the two nearest source elements, picked exactly with `index_select`).
 
     In nearest mode a symbolic spatial dim works with a whole-number `scale_factor` (each
-    element repeated); other cases need a static input size there.
+    element repeated); other cases need a static input size there. uint8 input in bilinear
+    mode follows PyTorch's fixed-point arithmetic bit for bit; the other linear modes on
+    integer input raise NotImplementedError, as in PyTorch.
     """
     spatial = x.ndim - 2
     if spatial < 1:
@@ -574,19 +576,19 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
         factors = _tuple(scale_factor, spatial, "scale_factor") if not isinstance(
             scale_factor, (int, float)) else (scale_factor,) * spatial
         outs = [None] * spatial
+    if linear and not x.dtype.is_float:
+        if mode != "bilinear" or x.dtype != uint8:
+            raise NotImplementedError(
+                f"interpolate: mode {mode!r} on {x.dtype.name} input is not supported (as in "
+                f"PyTorch, the only integer linear mode is bilinear on uint8); cast to float")
+        return _uint8_bilinear(x, outs, factors, bool(align_corners), size)
     out = x if not linear else x._float()
     for k, (i, o, f) in enumerate(zip(x.layout.shape[2:], outs, factors)):
         axis = 2 + k
         if mode == "nearest" and f is not None and float(f) == int(f) and f >= 1:
             out = out.repeat_interleave(int(f), axis)  # exact, for any (symbolic) size
             continue
-        what = f"the input size of spatial dim {k} with size={size}" if size is not None else (
-            f"the input size of spatial dim {k} with scale_factor={f}")
-        i = _static(i, "interpolate", what)
-        if f is not None:
-            o, s = math.floor(i * f), 1.0 / f
-        else:
-            s = i / o
+        i, o, s = _resize_geometry(i, o, f, k, size)
         dst = iota(x.graph, IOTA_INDEX, (o,), float32)
         if linear:
             out = _linear_axis(out, axis, i, o, s, dst, bool(align_corners))
@@ -595,9 +597,73 @@ def interpolate(x: GraphTensor, size=None, scale_factor=None, mode: str = "neare
         else:
             src = dst * s if mode == "nearest" else (dst + 0.5) * s
             out = out.index_select(axis, src.floor().to(int32).clamp(max=i - 1))
-    # integer input: the blend rounded to its dtype (PyTorch blends uint8 in fixed point, with
-    # its own rounding: about 1 element in 6 differs by 1)
-    return out.round().to(x.dtype) if linear and not x.dtype.is_float else out
+    return out
+
+
+def _resize_geometry(i, o, f, k: int, size) -> tuple[int, int, float]:
+    """Spatial dim k's static input size, output size and source step (input / output, or
+    1 / scale_factor as PyTorch takes it when given one)."""
+    what = f"the input size of spatial dim {k} with size={size}" if size is not None else (
+        f"the input size of spatial dim {k} with scale_factor={f}")
+    i = _static(i, "interpolate", what)
+    o, s = (math.floor(i * f), 1.0 / f) if f is not None else (o, i / o if o else 0.0)
+    if i < 1 or o < 1:
+        raise OpError(f"interpolate: input and output sizes must be > 0, got {i} -> {o} in "
+                      f"spatial dim {k}")
+    return i, o, s
+
+
+def _uint8_bilinear(x: GraphTensor, outs, factors, align_corners: bool, size) -> GraphTensor:
+    """uint8 bilinear resize with PyTorch's CPU arithmetic, bit for bit: the width first, then
+    the height, each a blend of two source pixels with int16 fixed-point weights, rounded by a
+    shift and stored as uint8 in between (aten's separable uint8 kernels)."""
+    out = x.to(int32)
+    for k in (1, 0):
+        i, o, _ = _resize_geometry(x.layout.shape[2 + k], outs[k], factors[k], k, size)
+        if i == o:  # PyTorch copies an axis that keeps its size
+            continue
+        lo, w0, w1, precision = _fixed_point_weights(i, o, align_corners, factors[k])
+        # host-computed tables, bound to inputs (as `rand` is): int32 arithmetic in the graph
+        # cannot reproduce PyTorch's double-precision weights
+        lo = x.graph.tensor((o,), dtype=int32).set(lo)
+        weights = x.graph.tensor((2, o), dtype=int32).set(np.stack([w0, w1]))
+        shape = [1] * 4
+        shape[2 + k] = o
+        hi = (lo + 1).clamp(max=i - 1)
+        acc = (out.index_select(2 + k, lo) * weights[0].reshape(shape)
+               + out.index_select(2 + k, hi) * weights[1].reshape(shape)
+               + (1 << (precision - 1)))
+        # the weights sum to at most 2**precision + 1, so the result never passes 255
+        out = acc // (1 << precision)
+    return out.to(uint8)
+
+
+def _fixed_point_weights(i: int, o: int, align_corners: bool, factor) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray, int]:
+    """For each of the o outputs of a linear resize from i: the first source index, the int16
+    weights of it and of the next index, and their precision in bits, computed as PyTorch does
+    for uint8 (source index in double, floored through float32; a weight falling past the
+    edge added to the last index; the precision the largest that keeps the largest weight
+    under 2**15)."""
+    if align_corners:
+        scale = (i - 1) / (o - 1) if o > 1 else 0.0
+    else:
+        scale = 1.0 / factor if factor else i / o
+    lo = np.zeros(o, np.int64)
+    weights = np.zeros((o, 2))
+    for j in range(o):
+        src = scale * j if align_corners else max(scale * (j + 0.5) - 0.5, 0.0)
+        lo[j] = min(math.floor(np.float32(src)), i - 1)
+        frac = min(max(src - lo[j], 0.0), 1.0)
+        # the triangle filter at distances frac and 1 - frac, in PyTorch's double arithmetic;
+        # past the last index the second weight joins the first
+        near, far = max(1.0 - frac, 0.0), max(1.0 - abs(1.0 - frac), 0.0)
+        weights[j, 0] = near
+        weights[j, int(lo[j] < i - 1)] += far
+    largest = weights.max()
+    precision = next((p for p in range(22) if int(0.5 + largest * (2 << p)) >= 1 << 15), 22)
+    fixed = np.floor(0.5 + weights * (1 << precision)).astype(np.int32)
+    return lo.astype(np.int32), fixed[:, 0], fixed[:, 1], precision
 
 
 def _linear_axis(x: GraphTensor, axis: int, i: int, o: int, s: float, dst: GraphTensor,

@@ -471,6 +471,7 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
 static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, long N, long K,
                           const lm_mat *A, const lm_mat *B, const lm_qmat *W,
                           const lm_packer *P, const lm_out *C) {
+  if (nb <= 0 || M <= 0 || N <= 0) return; /* nothing to write (and no tiles to divide by) */
   /* A is packed once up front when every batch shares it and tiles would otherwise pack it
    * again and again (one tile per LM_NC columns); its tiles may then be taller */
   int shared_a = 1;
