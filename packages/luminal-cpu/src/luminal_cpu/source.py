@@ -26,7 +26,7 @@ from luminal_codegen import (
     render_kernel,
 )
 
-from . import flash, implicit_gemm
+from . import flash, implicit_gemm, rows
 from .dialect import C
 
 ENTRY_POINT = "lm_run"
@@ -106,7 +106,7 @@ def kernel_source(kernel: Kernel | Matmul | implicit_gemm.GatherMatmul, name: st
     attention = flash.match(kernel)
     if attention is not None:
         return flash.render(kernel, attention, name)
-    return render_kernel(kernel, name, C)
+    return rows.render(kernel, name) or render_kernel(kernel, name, C)
 
 
 def program_source(program: Program, vector_math: str = "") -> str:

@@ -414,14 +414,15 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
                     const lm_mat *B, const long *boff, const lm_qmat *W, const lm_packer *P,
                     const lm_out *C, float *dst, long ldd) {
   float *restrict ap = work->ap, *restrict bp = work->bp, *ct = work->ct;
-  /* whole micro-tiles of a float32 C: the last block's sums go straight into C (no copy of
-   * the tile afterwards); others are summed in ct, then copied */
-  const int direct = k_hi > k_lo && !dst && C->dt == LM_F32 && mc % LM_MR == 0 &&
+  /* whole micro-tiles of a float32 C (or of a K split's partial product, `dst`): the last
+   * block's sums go straight into it (no copy of the tile afterwards); others are summed in
+   * ct, then copied */
+  const int direct = k_hi > k_lo && (dst || C->dt == LM_F32) && mc % LM_MR == 0 &&
                      nc % LM_NR == 0;
   if (k_hi <= k_lo)  /* an empty sum: zeros */
     for (long i = 0; i < mc; i++) memset(ct + i * LM_NC, 0, sizeof(float) * nc);
-  float *out = direct ? (float *)C->p + C->off[b] + m0 * C->rs + n0 : ct;
-  const long ldo = direct ? C->rs : LM_NC;
+  float *out = !direct ? ct : dst ? dst : (float *)C->p + C->off[b] + m0 * C->rs + n0;
+  const long ldo = !direct ? LM_NC : dst ? ldd : C->rs;
   for (long k0 = k_lo; k0 < k_hi; k0 += LM_KC) {
     const long kc = k_hi - k0 < LM_KC ? k_hi - k0 : LM_KC;
     const int first = k0 == k_lo, last = k0 + kc >= k_hi;
