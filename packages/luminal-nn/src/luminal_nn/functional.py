@@ -119,10 +119,11 @@ def binary_cross_entropy(x: GraphTensor, target: GraphTensor, weight=None,
     loss = -(target * x.log().clamp(min=-100.0) + (1 - target) * (1 - x).log().clamp(min=-100.0))
     if weight is not None:
         loss = loss * weight
-    return _reduce_loss(loss, reduction, "binary_cross_entropy")
+    return reduce_loss(loss, reduction, "binary_cross_entropy")
 
 
-def _reduce_loss(loss: GraphTensor, reduction: str, name: str) -> GraphTensor:
+def reduce_loss(loss: GraphTensor, reduction: str, name: str) -> GraphTensor:
+    """A loss's `reduction` ("mean", "sum" or "none"), PyTorch's; `name` is the loss, for errors."""
     if reduction == "mean":
         return loss.mean()
     if reduction == "sum":
