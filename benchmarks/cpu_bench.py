@@ -22,7 +22,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import torch
 from luminal_cpu import CpuBackend

@@ -47,8 +47,8 @@ def data(batch: int, seed: int = 0):
 
 def luminal_worker(args) -> float | None:
     import luminal as lm
-    import luminal.functional as F
     import luminal_dist as ld
+    import luminal_nn.functional as F
     import luminal_train as lt
 
     small = args.worker != "luminal"

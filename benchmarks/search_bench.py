@@ -23,7 +23,7 @@ from collections.abc import Callable
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 from luminal_search import Search
 
@@ -171,7 +171,7 @@ def bench(name: str, build: Callable[[], Built], rounds: int) -> dict:
 def derived_attention(seq: int, rounds: int) -> dict:
     """The kernel search derives for attention, forced in (whether or not search would keep
     it), against the default plan: time and the bytes of the buffers each program writes."""
-    from luminal.codegen import Schedule, lower
+    from luminal_codegen import Schedule, lower
     from luminal_search import fusion
     from luminal_search.regions import find_regions
 

@@ -22,7 +22,7 @@ import statistics
 import time
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import luminal_train as lt
 import numpy as np
 
@@ -35,7 +35,7 @@ MODELS = {
 
 
 def forward(name: str, x, p, f):
-    """The model in luminal (`f` = luminal.functional) or PyTorch (torch.nn.functional)."""
+    """The model in luminal (`f` = luminal_nn.functional) or PyTorch (torch.nn.functional)."""
     if name == "mlp":
         return f.linear(f.relu(f.linear(x.flatten(1), p["w1"], p["b1"])), p["w2"], p["b2"])
     h = f.max_pool2d(f.relu(f.conv2d(x, p["c1"], p["c1b"], padding=1)), 2)

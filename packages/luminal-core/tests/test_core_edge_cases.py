@@ -11,7 +11,7 @@ import warnings
 from pathlib import Path
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
 from luminal.symbolic import Expr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
 from luminal.reference import ReferenceBackend

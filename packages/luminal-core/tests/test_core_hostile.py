@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
 from luminal.symbolic import MAX_DIM, Expr

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
 
@@ -227,3 +227,64 @@ def test_max_unpool_inverts_max_pool_as_torch(backend, nd, shape, kw, size):
     want = tpool(torch.tensor(x), return_indices=True, **kw)
     for a, w in zip(got, (*want, tunpool(*want, output_size=size, **kw))):
         same(a, w)
+
+
+def _uint8_resize_cases(count: int, seed: int):
+    """Random uint8 (N, C, H, W) inputs with random output sizes or scale factors (up and
+    down), align_corners on and off, at most 4 channels (the PyTorch CPU kernel for more
+    channels repeats the first row when a width is 1: a PyTorch bug not to follow)."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    while len(cases) < count:
+        h, w = (int(v) for v in rng.integers(1, 30, 2))
+        x = rng.integers(0, 256, (2, int(rng.integers(1, 5)), h, w)).astype(np.uint8)
+        align = bool(rng.integers(0, 2))
+        if rng.random() < 0.3:
+            factors = tuple(float(v) for v in rng.uniform(0.3, 3.0, 2))
+            if min(math.floor(h * factors[0]), math.floor(w * factors[1])) < 1:
+                continue
+            kw = {"scale_factor": factors}
+        else:
+            kw = {"size": tuple(int(v) for v in rng.integers(1, 40, 2))}
+        cases.append((x, dict(kw, mode="bilinear", align_corners=align)))
+    return cases
+
+
+@pytest.mark.parametrize("backend,count", [("reference", 120), ("cpu", 12)])
+def test_uint8_bilinear_matches_torch_bit_for_bit(backend, count):
+    cases = _uint8_resize_cases(count, seed=len(backend))
+    got = run(backend, lambda g, *xs: tuple(F.interpolate(x, **kw) for x, (_, kw) in
+                                            zip(xs, cases)), *(x for x, _ in cases))
+    for out, (x, kw) in zip(got, cases):
+        want = torch.nn.functional.interpolate(torch.from_numpy(x), **kw).numpy()
+        assert out.dtype == np.uint8 and out.shape == want.shape, (kw, out.shape, want.shape)
+        np.testing.assert_array_equal(out, want, err_msg=f"{x.shape} {kw}")
+
+
+def test_integer_linear_modes_raise_as_torch_does():
+    g = lm.Graph()
+    cases = [((1, 2, 5), "uint8", "linear"), ((1, 1, 2, 3, 4), "uint8", "trilinear"),
+             ((1, 2, 3, 4), "int32", "bilinear")]
+    for shape, dtype, mode in cases:
+        with pytest.raises(NotImplementedError, match=f"{mode}.*{dtype}"):
+            F.interpolate(g.tensor(shape, dtype=dtype), scale_factor=2, mode=mode)
+        with pytest.raises(NotImplementedError):  # PyTorch raises the same
+            torch.nn.functional.interpolate(torch.zeros(shape, dtype=getattr(torch, dtype)),
+                                            scale_factor=2, mode=mode)
+    with pytest.raises(lm.OpError, match="sizes must be > 0"):
+        F.interpolate(g.tensor((1, 1, 4, 4), dtype="uint8"), size=(0, 3), mode="bilinear")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reductions_over_a_zero_size_axis(backend):
+    """Code generators index no element of an empty tensor (they built `i % 0`)."""
+    x = np.ones((3, 0, 4), np.float32)
+    v = np.ones((0,), np.float32)
+    m = np.ones((0, 8), np.float32)
+    got = run(backend, lambda g, a, b, c: (a.sum(1), a.bool().any(1), a.bool().all(1),
+                                           a.std(1), a.var(1), a.mean(1), b @ c, b @ b), x, v, m)
+    ta, tb, tc = torch.tensor(x), torch.tensor(v), torch.tensor(m)
+    want = (ta.sum(1), ta.bool().any(1), ta.bool().all(1), ta.std(1), ta.var(1), ta.mean(1),
+            tb @ tc, tb @ tb)
+    for a, b in zip(got, want):
+        same(a, b)

@@ -16,6 +16,9 @@ import pytest
 
 CORE = Path(lm.__file__).parent
 PACKAGES = Path(__file__).resolve().parents[2]
+# luminal-codegen: the layer above core that generated-code backends share
+CODEGEN = PACKAGES / "luminal-codegen" / "src" / "luminal_codegen"
+LOWER_LAYERS = ("luminal", "luminal_codegen")
 
 
 def _module_name(root: Path, path: Path) -> str:
@@ -63,8 +66,18 @@ def import_cycles(root: Path) -> list[list[str]]:
     return [sorted(set(cycles))] if cycles else []
 
 
-def test_core_has_no_import_cycles():
-    assert import_cycles(CORE) == []
+@pytest.mark.parametrize("root", [CORE, CODEGEN], ids=lambda r: r.name)
+def test_core_and_codegen_have_no_import_cycles(root: Path):
+    assert import_cycles(root) == []
+
+
+def test_core_never_imports_codegen():
+    """Core is the lower layer: luminal-codegen depends on it, never the other way round."""
+    imports = [(p, ast.unparse(n)) for p in CORE.rglob("*.py")
+               for n in ast.walk(ast.parse(p.read_text()))
+               if isinstance(n, ast.Import | ast.ImportFrom)]
+    found = [f"{p}: {line}" for p, line in imports if "luminal_codegen" in line]
+    assert found == []
 
 
 def test_import_cycle_check_catches_a_cycle(tmp_path: Path):
@@ -81,16 +94,17 @@ def test_import_cycle_check_catches_a_cycle(tmp_path: Path):
 
 
 def private_core_imports(path: Path) -> list[str]:
-    """`from luminal... import _name` and `import luminal._module` in a file."""
+    """`from luminal... import _name` and `import luminal._module` in a file (and the same for
+    `luminal_codegen`)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             parts = node.module.split(".")
-            if parts[0] == "luminal":
+            if parts[0] in LOWER_LAYERS:
                 names = [a.name for a in node.names] + parts[1:]
                 found += [f"{node.module}: {n}" for n in names if n.startswith("_")]
         elif isinstance(node, ast.Import):
-            found += [a.name for a in node.names if a.name.split(".")[0] == "luminal"
+            found += [a.name for a in node.names if a.name.split(".")[0] in LOWER_LAYERS
                       and any(p.startswith("_") for p in a.name.split(".")[1:])]
     return [f"{path}:{f}" for f in found]
 
@@ -104,10 +118,10 @@ def test_no_plugin_imports_a_private_name_of_core():
 
 def test_private_import_check_catches_one(tmp_path: Path):
     bad = tmp_path / "bad.py"
-    bad.write_text("from luminal.codegen.render import Dialect, _Hidden\nimport luminal._x\n"
-                   "from luminal_cpu import _fine\n")
+    bad.write_text("from luminal_codegen.render import Dialect, _Hidden\nimport luminal._x\n"
+                   "from luminal.ir import _Node\nfrom luminal_cpu import _fine\n")
     assert private_core_imports(bad) == [
-        f"{bad}:luminal.codegen.render: _Hidden", f"{bad}:luminal._x"]
+        f"{bad}:luminal_codegen.render: _Hidden", f"{bad}:luminal._x", f"{bad}:luminal.ir: _Node"]
 
 
 # --------------------------------------------------------------------------- new-user traps
@@ -168,6 +182,15 @@ def test_backend_before_a_compiler_that_changes_the_graph_is_refused():
     g.compile((lm.GenericCompiler(), lm.backend("reference")))
     g.execute()
     np.testing.assert_array_equal(y.numpy(), [2.0, 4.0])
+
+
+def test_functional_says_where_it_moved():
+    with pytest.raises(AttributeError, match=r"luminal_nn\.functional.*pip install luminal-nn"):
+        lm.functional  # noqa: B018
+    with pytest.raises(ImportError, match=r"luminal_nn\.functional.*pip install luminal-nn"):
+        import luminal.functional  # noqa: F401
+    with pytest.raises(AttributeError, match="no attribute 'nonsense'"):
+        lm.nonsense  # noqa: B018
 
 
 def test_ir_graph_without_runtime_says_to_compile():

@@ -50,21 +50,3 @@ def test_unknown_format_is_named():
         dequantize(g.tensor((1, 110), dtype=lm.uint8), "q3_k", (1, 256))
     with pytest.raises(KeyError, match="IQ2_XS"):
         quant_format("IQ2_XS")
-
-
-def test_lowering_fuses_only_the_backends_formats():
-    """A backend's quantized matmul is used for the formats it lists; the others run the
-    decomposition (a float product of the decoded weight)."""
-    from luminal.codegen import Matmul, QuantOperand, lower
-
-    g = lm.Graph()
-    x = g.tensor((1, 256))
-    raw = g.tensor((4, row_bytes("q4_k", 256)), dtype=lm.uint8)
-    (x @ dequantize(raw, "q4_k", (4, 256)).T).retrieve()
-
-    def quant_operands(kernels):
-        return [k.b.qtype for k in lower(g, quant_kernels=kernels).kernels
-                if isinstance(k, Matmul) and isinstance(k.b, QuantOperand)]
-
-    assert quant_operands({"q4_k"}) == ["q4_k"]
-    assert quant_operands({"q8_0", "q4_0", "q4_1"}) == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 
 

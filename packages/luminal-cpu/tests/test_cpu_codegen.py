@@ -1,11 +1,11 @@
-"""The backend-neutral code generator (luminal.codegen): fusion decisions, memory planning and
+"""The backend-neutral code generator (luminal_codegen): fusion decisions, memory planning and
 the dialects of the C-family renderer."""
 
 from __future__ import annotations
 
 import luminal as lm
 import pytest
-from luminal.codegen import Kernel, lower, plan_memory, render_kernel
+from luminal_codegen import Kernel, lower, plan_memory, render_kernel
 from luminal_cpu.dialect import C
 
 

@@ -1,14 +1,15 @@
 """Convolutions on the cpu backend against PyTorch: the implicit GEMM (im2col gathered while
-the GEMM packs its panels, never stored) and the paths it leaves alone (batches, groups)."""
+the GEMM packs its panels, never stored) and the paths it leaves alone (batches, groups); pools
+and concatenations rendered a row at a time (luminal_cpu.rows)."""
 
 from __future__ import annotations
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
 import torch
-from luminal_cpu import CpuBackend
+from luminal_cpu import CpuBackend, rows
 from luminal_cpu.implicit_gemm import GatherMatmul
 
 rng = np.random.default_rng(7)
@@ -53,6 +54,10 @@ CASES = [
     ((1, 8, 10, 10), (12, 2, 3, 3), 1, 1, 1, 4, False),  # groups
     ((1, 8, 14, 14), (8, 1, 3, 3), 2, 1, 1, 8, False),   # depthwise
     ((1, 3, 7, 7), (5, 3, 7, 7), 1, 3, 1, 1, True),      # kernel as large as the input
+    # rows wider than a panel (32): runs inside the image skip the masks, edges keep them
+    ((1, 3, 6, 75), (8, 3, 3, 3), 1, 1, 1, 1, True),
+    ((1, 4, 9, 140), (8, 4, 3, 3), 2, 1, 1, 1, True),    # strided: unmasked strided loads
+    ((1, 2, 5, 40), (3, 2, 1, 1), 1, 3, 1, 1, True),     # whole runs in the padding
 ]
 
 
@@ -153,3 +158,101 @@ def test_two_convs_of_one_input_each_gather():
     program = g.runtime.program
     assert gather_matmuls(g) == 2
     assert all(isinstance(program.kernels[c.kernel], GatherMatmul) for c in program.calls)
+
+
+def rendered_by_rows(g) -> int:
+    """Kernels of `g`'s program that luminal_cpu.rows renders (pools, concatenations)."""
+    return sum(rows.render(k, "k") is not None for k in g.runtime.program.kernels
+               if not isinstance(k, GatherMatmul))
+
+
+POOLS = [
+    # (N, C, H, W), kernel, stride, padding: SPPF's 5x5 (rows wider than a vector), strided,
+    # no padding (no edges), a window as large as the padded input
+    ((1, 6, 21, 45), 5, 1, 2),
+    ((1, 3, 17, 38), 3, 2, 1),
+    ((1, 4, 8, 36), 2, 2, 0),
+    ((1, 2, 5, 6), 5, 1, 2),
+]
+
+
+@pytest.mark.parametrize("x_shape,kernel,stride,padding", POOLS)
+def test_max_pool2d_matches_torch_with_nan_and_inf(x_shape, kernel, stride, padding):
+    g = lm.Graph()
+    x = g.tensor(x_shape, name="x")
+    y = F.max_pool2d(x, kernel, stride, padding).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    assert rendered_by_rows(g) == 1
+    xs = randn(*x_shape)
+    flat = xs.reshape(-1)
+    picks = rng.choice(flat.size, 12, replace=False)
+    flat[picks[:4]], flat[picks[4:8]], flat[picks[8:]] = np.nan, np.inf, -np.inf
+    x.set(xs)
+    g.execute()
+    want = torch.nn.functional.max_pool2d(torch.from_numpy(xs), kernel, stride, padding)
+    np.testing.assert_array_equal(y.numpy(), want.numpy())
+
+
+@pytest.mark.parametrize("include_pad", [True, False])
+def test_avg_pool2d_matches_torch(include_pad):
+    g = lm.Graph()
+    x = g.tensor((1, 3, 11, 40), name="x")
+    y = F.avg_pool2d(x, 3, 1, 1, count_include_pad=include_pad).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    xs = randn(1, 3, 11, 40)
+    x.set(xs)
+    g.execute()
+    want = torch.nn.functional.avg_pool2d(torch.from_numpy(xs).double(), 3, 1, 1,
+                                          count_include_pad=include_pad)
+    np.testing.assert_allclose(y.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_sppf_pools_and_concatenation_match_torch():
+    """YOLOv8's SPPF: three chained 5x5 max pools concatenated with their input along the
+    channels, then a 1x1 convolution; and C2f's concatenation with a bias + SiLU branch. The
+    concatenations' channel ranges each get their own unmasked row loop."""
+    g = lm.Graph()
+    x = g.tensor((1, 4, 12, 40), name="x")
+    w, b = g.tensor((6, 20, 1, 1), name="w"), g.tensor((4,), name="b")
+    p1 = F.max_pool2d(x, 5, 1, 2)
+    p2 = F.max_pool2d(p1, 5, 1, 2)
+    p3 = F.max_pool2d(p2, 5, 1, 2)
+    z = x + b.reshape((1, 4, 1, 1))
+    cat = lm.cat([x, p1, p2, p3, z * z.sigmoid()], 1)
+    y = F.conv2d(cat, w).retrieve()
+    c = cat.retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    assert rendered_by_rows(g) >= 2
+    xs, ws, bs = randn(1, 4, 12, 40), randn(6, 20, 1, 1), randn(4)
+    x.set(xs), w.set(ws), b.set(bs)
+    g.execute()
+    t = torch.from_numpy(xs).double()
+    pools = [t]
+    for _ in range(3):
+        pools.append(torch.nn.functional.max_pool2d(pools[-1], 5, 1, 2))
+    zt = t + torch.from_numpy(bs).double().reshape(1, 4, 1, 1)
+    want = torch.cat([*pools, torch.nn.functional.silu(zt)], 1)
+    np.testing.assert_allclose(c.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y.numpy(), torch_conv(want.numpy(), ws, None, False),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel,padding", [(1, 0), (3, 1)])
+def test_upsampled_concatenation_feeds_the_gemm(kernel, padding):
+    """YOLOv8's neck: a 2x nearest upsample concatenated with a skip connection, then a
+    convolution. The concatenation's inputs each get their own unmasked runs in the im2col
+    gather, the upsampled one read once per two outputs (rows 70 wide: runs at odd starts
+    too)."""
+    g = lm.Graph()
+    x, skip = g.tensor((1, 4, 5, 35), name="x"), g.tensor((1, 3, 10, 70), name="skip")
+    w = g.tensor((6, 7, kernel, kernel), name="w")
+    up = F.interpolate(x, scale_factor=2, mode="nearest")
+    y = F.conv2d(lm.cat([up, skip], 1), w, padding=padding).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    assert gather_matmuls(g) == 1
+    xs, ss, ws = randn(1, 4, 5, 35), randn(1, 3, 10, 70), randn(6, 7, kernel, kernel)
+    x.set(xs), skip.set(ss), w.set(ws)
+    g.execute()
+    t = torch.nn.functional.interpolate(torch.from_numpy(xs), scale_factor=2, mode="nearest")
+    want = torch_conv(np.concatenate([t.numpy(), ss], 1), ws, None, False, padding=padding)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)

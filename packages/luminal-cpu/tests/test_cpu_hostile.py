@@ -4,7 +4,7 @@ the documented rules for out-of-range ids and int32 overflow hold."""
 from __future__ import annotations
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 from luminal_cpu import CpuBackend
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import luminal as lm
 import numpy as np
 import pytest
-from luminal.codegen import Matmul, QuantOperand
 from luminal.quant import BLOCK_FORMATS, dequantize
 from luminal.testing.quant import random_blocks
+from luminal_codegen import Matmul, QuantOperand
 from luminal_cpu import CpuBackend
 
 gguf = pytest.importorskip("gguf")

@@ -4,12 +4,12 @@ graph computes, and are used where they should be."""
 from __future__ import annotations
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
 from cpu_helpers import check_vs_reference, run_on
-from luminal.codegen import Kernel, Matmul, lower
-from luminal.codegen.ir import Bind, walk
+from luminal_codegen import Kernel, Matmul, lower
+from luminal_codegen.ir import Bind, walk
 from luminal_cpu import CpuBackend
 
 rng = np.random.default_rng(1)
@@ -55,6 +55,26 @@ def test_batched_broadcast_and_symbolic_matmul():
 
     check_vs_reference(build, [[randn(2, 3, s, 24), randn(24, 17), randn(3, 17, s)]
                                for s in (5, 11)], atol=1e-4)
+
+
+@pytest.mark.parametrize("m,k,n", [(8, 8, 0), (64, 8, 0), (0, 8, 64), (64, 0, 64), (3, 0, 5),
+                                   (0, 0, 0)])
+def test_matmul_with_a_zero_size_dim(m, k, n):
+    """An empty product writes nothing and a sum over K = 0 is zeros (the tiled kernel used
+    to divide by its tile count, 0 for N = 0: SIGFPE)."""
+    def build(g):
+        a, b = g.tensor((m, k)), g.tensor((k, n))
+        return [a, b], [a @ b]
+
+    check_vs_reference(build, [[randn(m, k), randn(k, n)]])
+
+
+def test_matmul_with_a_symbolic_dim_bound_to_zero():
+    def build(g):
+        a, b = g.tensor((16, 24)), g.tensor((24, "s"))
+        return [a, b], [a @ b]
+
+    check_vs_reference(build, [[randn(16, 24), randn(24, s)] for s in (0, 5, 0)], atol=1e-4)
 
 
 def test_half_operands_are_read_without_a_converted_copy():

@@ -6,9 +6,9 @@ from __future__ import annotations
 import luminal as lm
 import numpy as np
 import pytest
-from luminal.codegen import Matmul, QuantOperand
-from luminal.codegen.ir import Bind, walk
 from luminal.quant import dequantize
+from luminal_codegen import Matmul, QuantOperand
+from luminal_codegen.ir import Bind, walk
 from luminal_cpu import CpuBackend
 
 gguf_quants = pytest.importorskip("gguf.quants")

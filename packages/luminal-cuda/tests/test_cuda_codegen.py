@@ -15,12 +15,12 @@ import subprocess
 from pathlib import Path
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
-from luminal.codegen.ir import Matmul, MatOperand, Param, QuantOperand
 from luminal.dtypes import dtype_of, float16, float32, uint8
 from luminal.symbolic import Expr
+from luminal_codegen.ir import Matmul, MatOperand, Param, QuantOperand
 from luminal_cuda import CudaBackend
 from luminal_cuda.codegen import build_module
 from luminal_cuda.dialect import CUDA
@@ -143,7 +143,7 @@ def quant_matmul(qtype: str, k_contiguous: bool, a_dtype=float32, m: Expr | int 
 
 
 def quant_sources() -> list[str]:
-    from luminal.codegen.ir import Call, Program
+    from luminal_codegen.ir import Call, Program
 
     kernels = [
         quant_matmul(qt, kc, dt, m)

@@ -5,7 +5,7 @@ quantized matmuls, block reductions and CUDA-graph replay, against the reference
 from __future__ import annotations
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
 from luminal.testing import get_case, run_case

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from luminal.codegen.plan import plan_memory
+from luminal_codegen.plan import plan_memory
 from luminal_cuda import CudaBackend
 from luminal_cuda.attention import THREADS as ATTENTION_THREADS
 from luminal_cuda.dialect import THREADS

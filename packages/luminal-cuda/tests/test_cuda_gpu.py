@@ -4,7 +4,7 @@ where no NVIDIA GPU is present; `LUMINAL_REQUIRE_HW=cuda` turns the skips into f
 from __future__ import annotations
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
 from luminal.testing import conformance_tests

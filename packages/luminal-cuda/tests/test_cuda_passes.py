@@ -7,14 +7,14 @@ from __future__ import annotations
 import itertools
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
-from luminal.codegen.ir import Kernel, Matmul, MatOperand
 from luminal.dtypes import bfloat16, float16, float32
+from luminal_codegen.half import HalfPrecision
+from luminal_codegen.ir import Kernel, Matmul, MatOperand
 from luminal_cuda.attention import Attention, Dot
 from luminal_cuda.dialect import wants_block_mode
-from luminal_cuda.half import HalfPrecision
 from luminal_cuda.lowering import CudaLowering, lower
 from luminal_cuda.matmul import OP_N, matmul_kernel, plan_gemm
 
@@ -194,7 +194,7 @@ def test_cuda_attention_needs_softmax_over_keys():
 
 
 def _walk(v):
-    from luminal.codegen.ir import walk
+    from luminal_codegen.ir import walk
 
     return walk(v)
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import luminal as lm
 import luminal_dist as ld
+import luminal_nn.functional as F
 import luminal_train as lt
 import numpy as np
 import pytest
@@ -119,7 +120,7 @@ def test_overlap_starts_each_gradient_bucket_when_its_backward_part_is_done() ->
     weights = [g.tensor((16, 16), name=f"w{i}").set(np.eye(16)) for i in range(3)]
     h = g.tensor((4, 16), name="x")
     for w in weights:
-        h = lm.functional.linear(h, w).relu()
+        h = F.linear(h, w).relu()
     loss = h.sum()
     dp = ld.DataParallel(SimpleNamespace(rank=0, size=2), bucket_mb=16 * 16 * 4 / 2**20)
     reduced = dp.reduce_gradients(lt.grad(loss, weights))  # one bucket per weight

@@ -181,7 +181,7 @@ def test_nccl_all_reduce_is_started_without_waiting(emulated_cupy) -> None:
 
 def _train(backend, data_parallel, xs, ys, batch):
     import luminal as lm
-    import luminal.functional as F
+    import luminal_nn.functional as F
     import luminal_train as lt
 
     rng = np.random.default_rng(0)

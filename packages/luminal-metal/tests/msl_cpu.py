@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 from luminal import Backend, BackendStatus, Runtime
-from luminal.codegen import Kernel, Matmul, lower
 from luminal.symbolic import evaluator
+from luminal_codegen import Kernel, Matmul, lower
 from luminal_metal import dialect as metal_dialect
 from luminal_metal import kernels as metal_kernels
 from luminal_metal import matmul as metal_matmul

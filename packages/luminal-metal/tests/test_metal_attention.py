@@ -15,11 +15,11 @@ from __future__ import annotations
 import math
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 import pytest
-from luminal.codegen import Kernel, Schedule, lower, row_softmax
-from luminal.codegen.ir import SoftmaxSum, walk
+from luminal_codegen import Kernel, Schedule, lower, row_softmax
+from luminal_codegen.ir import SoftmaxSum, walk
 from luminal_metal import MetalBackend
 from luminal_metal.dialect import render_metal_kernel
 from luminal_metal_tests_msl_cpu import CpuMetalBackend

@@ -16,11 +16,11 @@ import subprocess
 import luminal as lm
 import pytest
 from luminal import Backend
-from luminal.codegen import Kernel, Matmul, QuantOperand, lower
-from luminal.codegen.ir import MatOperand, Param
 from luminal.dtypes import bfloat16, float16, float32, uint8
 from luminal.symbolic import Expr
 from luminal.testing import CASES
+from luminal_codegen import Kernel, Matmul, QuantOperand, lower
+from luminal_codegen.ir import MatOperand, Param
 from luminal_metal import MetalBackend
 from luminal_metal.kernels import render_kernel_source
 from luminal_metal.matmul import QUANT_KERNELS

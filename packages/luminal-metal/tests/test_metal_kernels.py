@@ -15,9 +15,9 @@ import luminal as lm
 import numpy as np
 import pytest
 from luminal import quant
-from luminal.codegen import Matmul, QuantOperand, lower
 from luminal.device_array import DeviceArray
 from luminal.testing import run_case
+from luminal_codegen import Matmul, QuantOperand, lower
 from luminal_metal import MetalBackend
 from luminal_metal.matmul import QUANT_KERNELS
 from luminal_metal_tests_msl_cpu import CpuMetalBackend
@@ -99,6 +99,28 @@ def test_metal_bfloat16_matches_reference(backend):
     got = run((lm.GenericCompiler(), backend))
     want = run(lm.backend("reference"))
     np.testing.assert_allclose(got, want, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_metal_half_precision_compiler_matches_reference(backend, half):
+    """luminal-codegen's "half-precision" compiler in front of Metal: float32 graph, half
+    storage and float32 compute, results back in float32 (as on the reference backend)."""
+    data = rng.standard_normal((5, 48)).astype(np.float32)
+    weight = (rng.standard_normal((48, 16)) / 7).astype(np.float32)
+
+    def run(target):
+        g = lm.Graph()
+        x = g.tensor((5, 48), name="x").set(data)
+        w = g.tensor((48, 16), name="w").set(weight)
+        rms = (x * x).mean(-1, keepdim=True).add(1e-6).rsqrt()
+        y = ((x * rms) @ w).softmax(-1).retrieve()
+        g.compile((lm.GenericCompiler(), lm.compiler("half-precision", dtype=half), target))
+        assert any(n.dtype.name == half for n in g.nodes.values())
+        g.execute()
+        assert y.numpy().dtype == np.float32
+        return y.numpy()
+
+    np.testing.assert_allclose(run(backend), run(lm.backend("reference")), atol=2e-3, rtol=2e-2)
 
 
 @pytest.mark.parametrize("where", ["thread", pytest.param("device", marks=pytest.mark.metal)])

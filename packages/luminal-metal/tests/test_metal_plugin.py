@@ -11,7 +11,7 @@ from importlib.metadata import requires
 from pathlib import Path
 
 import luminal as lm
-import luminal.codegen
+import luminal_codegen
 import pytest
 from luminal_metal import MetalBackend
 from luminal_metal.device import APPLE_SILICON_REQUIRED, NoDeviceError, check_platform
@@ -69,7 +69,7 @@ def test_metal_depends_on_pyobjc_only_on_macos():
 
 
 def test_metal_dialect_left_core():
-    assert not hasattr(luminal.codegen, "METAL") and not hasattr(luminal.codegen, "MetalDialect")
+    assert not hasattr(luminal_codegen, "METAL") and not hasattr(luminal_codegen, "MetalDialect")
     with pytest.raises(ImportError):
-        __import__("luminal.codegen.metal")
+        __import__("luminal_codegen.metal")
     assert MetalBackend.name == "metal" and MetalBackend.priority == 200

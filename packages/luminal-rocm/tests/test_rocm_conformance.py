@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from luminal import Backend, GenericCompiler, Graph
-from luminal.codegen import lower
 from luminal.dtypes import dtype_of
 from luminal.testing import conformance_tests
 from luminal.testing.adapters import LuminalF
 from luminal.testing.kit import dim_values, plan_inputs
+from luminal_codegen import lower
 from luminal_rocm import OpenCLBackend
 from luminal_rocm.device import open_device
 from luminal_rocm.runtime import kernel_sources

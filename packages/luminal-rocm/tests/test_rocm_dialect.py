@@ -9,7 +9,7 @@ import subprocess
 
 import luminal as lm
 import pytest
-from luminal.codegen import lower, render_kernel
+from luminal_codegen import lower, render_kernel
 from luminal_rocm.dialect import DeviceDialect
 from luminal_rocm.kernels import render_program
 

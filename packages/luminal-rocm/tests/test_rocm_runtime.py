@@ -10,9 +10,9 @@ import luminal as lm
 import numpy as np
 import pytest
 from luminal import quant
-from luminal.codegen import Matmul, QuantOperand, lower
 from luminal.device_array import DeviceArray
 from luminal.reference import ReferenceBackend
+from luminal_codegen import Matmul, QuantOperand, lower
 from luminal_rocm.device import open_device
 from luminal_rocm.matmul import QUANT_KERNELS
 

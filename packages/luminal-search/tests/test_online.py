@@ -12,8 +12,8 @@ from pathlib import Path
 import luminal as lm
 import numpy as np
 import pytest
-from luminal.codegen import Schedule, lower
-from luminal.codegen.ir import SoftmaxSum, walk
+from luminal_codegen import Schedule, lower
+from luminal_codegen.ir import SoftmaxSum, walk
 from luminal_search import Search, fusion, kterms, plan
 from luminal_search.candidates import Candidate, RegionResult, WholeGraph
 from luminal_search.regions import find_regions
@@ -236,3 +236,56 @@ def test_a_cached_fused_choice_is_derived_again_on_load(private_cache):
     assert [r.choice.kind for r in warm.report.regions] == ["fuse"]
     g.execute()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+# ----- the tiled form (luminal-cpu renders prefill-shaped attention in flash tiles) ---------------
+def test_prefill_attention_kernel_is_rendered_in_tiles_and_decode_is_not():
+    from luminal_cpu import flash
+
+    for queries, tiled in ((48, True), (1, False)):
+        g, _, _ = attention(48, queries=queries)
+        lm.GenericCompiler().compile(g)
+        _, derived = fused_schedule(g)
+        assert (flash.match(derived.kernel) is not None) == tiled
+
+
+@pytest.mark.parametrize("masked", [-np.inf, -1e9, -20.0])
+def test_tiled_attention_keeps_nan_and_infinities_of_the_decomposition(masked):
+    """Ragged tiles (70 queries: 32 + 32 + 6; 70 keys: 64 + 6), a head of 16 values padded to
+    32, and special values: a NaN query, an infinite key, infinite values, one inside the
+    block of keys that the causal mask hides from the whole first tile of queries (skipped
+    work must still give 0 * inf = NaN), a row of -inf logits. Masked logits at -inf or -1e9
+    let whole blocks be skipped (their bound is far below each row's max); at -20 they must
+    not be. The default plan's output is the reference."""
+    from luminal_cpu import flash
+
+    seq = 70
+    g_ref, want_out, _ = attention(seq)
+    g, out, _ = attention(seq)
+    for graph in (g_ref, g):
+        q, k, v, m = (graph.data[n.id].copy() for n in graph.input_nodes())
+        q[0, 0, 5, 3] = np.nan
+        k[0, 1, 50, 2] = np.inf
+        v[0, 0, 40, 1] = np.inf
+        v[0, 0, 66, 1] = np.inf  # in the last block, which the first query tile cannot see
+        m[m != 0] = masked
+        m[60, :] = -np.inf
+        for n, x in zip(graph.input_nodes(), (q, k, v, m)):
+            graph.set_data(n.id, x)
+    g_ref.compile((lm.GenericCompiler(), lm.backend("cpu")))
+    lm.GenericCompiler().compile(g)
+    schedule, _ = fused_schedule(g)
+    g.compile(lm.backend("cpu").with_schedule(schedule))
+    (kernel,) = g.runtime.program.kernels
+    assert flash.match(kernel) is not None
+    with np.errstate(all="ignore"):
+        g_ref.execute()
+        g.execute()
+    got, want = out.numpy(), want_out.numpy()
+    if masked < -1e8:  # weights of exactly 0 where masked: 0 * inf = NaN
+        assert np.isnan(want[0, 0, :66, 1]).all()
+    assert np.isnan(want[0, :, 60]).all()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5)

@@ -10,7 +10,7 @@ The last line of output is `test_accuracy=<value>` (>= 0.97 expected).
 from __future__ import annotations
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 from digits_common import parse_args, train_and_evaluate
 
 SHAPES = {"c1": (16, 1, 3, 3), "c1b": (16,), "c2": (32, 16, 3, 3), "c2b": (32,),

@@ -9,7 +9,7 @@ The last line of output is `test_accuracy=<value>` (>= 0.95 expected).
 from __future__ import annotations
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 from digits_common import parse_args, train_and_evaluate
 
 HIDDEN = 128

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import luminal_train as lt
 import numpy as np
 import pytest

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import luminal_train as lt
 import numpy as np
 import pytest

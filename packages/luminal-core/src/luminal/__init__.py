@@ -9,7 +9,6 @@
     c.numpy()
 """
 
-from . import functional
 from .backend import Backend, BackendStatus
 from .dtypes import DType, bfloat16, dtype_of, float16, float32, int32, uint8
 from .dtypes import bool_ as bool
@@ -59,7 +58,6 @@ __all__ = [
     "float16",
     "float32",
     "full_like",
-    "functional",
     "hookimpl",
     "hookspec",
     "int32",
@@ -78,3 +76,14 @@ __all__ = [
     "where",
     "zeros_like",
 ]
+
+
+# Modules that left core, and where they went: `lm.functional` and `import luminal.functional`
+# say so instead of failing with a bare "no attribute" / "no module".
+_MOVED = {"functional": "luminal.functional moved to luminal_nn.functional (as PyTorch keeps it "
+                        "in torch.nn): pip install luminal-nn, then "
+                        "`import luminal_nn.functional as F`"}
+
+
+def __getattr__(name: str):
+    raise AttributeError(_MOVED.get(name, f"module 'luminal' has no attribute {name!r}"))

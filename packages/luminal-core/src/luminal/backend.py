@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .codegen.schedule import Schedule
     from .ir import Graph
 
 
@@ -43,10 +42,11 @@ class Backend:
     name: str = ""
     priority: int = 0
     aliases: tuple[str, ...] = ()
-    # Backends that lower through `luminal.codegen.lower` set this and pass `self.schedule` to
+    # Backends that lower through `luminal_codegen.lower` set this and pass `self.schedule` to
     # it: a search compiler can then choose their fusion and matmul lowering (`with_schedule`).
+    # The schedule is a `luminal_codegen.Schedule`; core, the lower layer, never imports it.
     schedulable: bool = False
-    schedule: Schedule | None = None
+    schedule: object | None = None
     # per-kernel settings a schedule may choose (`Schedule.tuning`), each with the values worth
     # trying besides the default; empty when the backend's dialect has none
     schedule_space: dict[str, tuple[int, ...]] = {}
@@ -55,11 +55,11 @@ class Backend:
     # state is better kept with `Graph.assign` (a growing KV cache)
     in_place_writes: bool = False
 
-    def with_schedule(self, schedule: Schedule) -> Backend:
-        """A copy of this backend that lowers with `schedule` (a `luminal.codegen.Schedule`)."""
+    def with_schedule(self, schedule: object) -> Backend:
+        """A copy of this backend that lowers with `schedule` (a `luminal_codegen.Schedule`)."""
         if not self.schedulable:
             raise TypeError(f"backend {self.name!r} does not accept a schedule: it does not "
-                            f"lower through luminal.codegen.lower")
+                            f"lower through luminal_codegen.lower")
         twin = copy.copy(self)
         twin.schedule = schedule
         return twin

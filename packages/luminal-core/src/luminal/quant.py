@@ -4,7 +4,7 @@
 (ggml) type id, elements per block, bytes per block and, for block formats, the decomposition
 of one block's bytes into float values with primitive ops. The GGUF reader (luminal-models) and
 the backends' quantized kernels read it; a backend fuses only the formats it has a kernel for
-(`luminal.codegen.lower(..., quant_kernels=...)`) and runs the decomposition for the rest.
+(`luminal_codegen.lower(..., quant_kernels=...)`) and runs the decomposition for the rest.
 
 A quantized matrix is an input of dtype `uint8` holding its GGUF bytes, shape
 (rows, row_bytes). `dequantize` turns it into the float32 matrix (rows, cols) using primitive

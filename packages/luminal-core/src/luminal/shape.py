@@ -109,15 +109,6 @@ class View:
             )
         )
 
-    @property
-    def is_broadcast_only(self) -> bool:
-        """Contiguous except for stride-0 (expanded) axes."""
-        if self.mask is not None or self.offset != 0:
-            return False
-        real = [(d, s) for d, s in zip(self.shape, self.strides) if s != 0]
-        strides = row_major_strides(tuple(d for d, _ in real))
-        return all(s == r or d == 1 for (d, s), r in zip(real, strides))
-
     # ----- movement -----------------------------------------------------------------------
     def permute(self, axes: Sequence[int]) -> View:
         mask = None if self.mask is None else tuple(self.mask[a] for a in axes)

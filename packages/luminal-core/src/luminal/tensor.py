@@ -6,7 +6,6 @@ edge records the view. The high-level ops live in `hl_ops/`, grouped by kind, as
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import ml_dtypes
@@ -28,7 +27,6 @@ from .symbolic import Expr, UnboundDimError
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
-    from .ir import Graph
 
 _HOST_FLOATS = (bfloat16.numpy,)  # float types NumPy does not know as kind "f"
 
@@ -132,10 +130,6 @@ class GraphTensor(TensorBase, UnaryOps, BinaryOps, MovementOps, ReductionOps, Se
     def __iter__(self):
         n = len(self)
         return (self[i] for i in range(n))
-
-
-def as_tensors(graph: Graph, items: Sequence) -> list[GraphTensor]:
-    return [t if isinstance(t, GraphTensor) else graph.constant(t) for t in items]
 
 
 def _host_array(data: ArrayLike, dtype: DType, name: str) -> np.ndarray:

@@ -3,7 +3,7 @@
     import luminal as lm
     g.compile((lm.GenericCompiler(), lm.backend("cpu")))
 
-The graph is lowered with `luminal.codegen` (fusion, views as index arithmetic, matmul and
+The graph is lowered with `luminal_codegen` (fusion, views as index arithmetic, matmul and
 gather recognition), rendered as C, built by the system compiler into one shared library
 (cached on disk) and executed with a single native call per `execute()`.
 """

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from luminal.backend import Backend, BackendStatus
-from luminal.codegen import lower, plan_memory
 from luminal.graph import Graph
+from luminal_codegen import lower, plan_memory
 
 from . import device, implicit_gemm, toolchain
 from .runtime import CpuRuntime

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from luminal.codegen import (
+from luminal.symbolic import INF, Expr, prod
+from luminal_codegen import (
     BodyWriter,
     Call,
     Kernel,
@@ -31,11 +32,11 @@ from luminal.codegen import (
     kernel_dims,
     unravel_declarations,
 )
-from luminal.codegen.indexing import flat_index
-from luminal.codegen.ir import Binary, Const, Load, Value, Where
-from luminal.symbolic import Expr, prod
+from luminal_codegen.indexing import flat_index
+from luminal_codegen.ir import Binary, Const, Load, Value, Where, exprs_of, map_exprs, walk
 
 from .dialect import C, odometer
+from .masks import case_chain, case_intervals, edge_atoms, without_atoms
 
 
 @dataclass(frozen=True)
@@ -137,14 +138,45 @@ def fuse(program: Program) -> Program:
                    calls=[Call(renumber[call.kernel], call.args) for call in calls])
 
 
+def _coarse(value: Value, var: Expr) -> tuple[int, str, Value] | None:
+    """`(c, q, v)` when `value` reads `var` only as `var // c` (an input upsampled c times
+    along the run): `v` is `value` with `var // c` as the variable named `q`."""
+    divisors = {e.args[1].value for x in exprs_of(value) for e in _subexprs(x)
+                if e.op == "floordiv" and e.args[1].is_const and var.name in e.args[0].free_vars}
+    if len(divisors) != 1:
+        return None
+    (c,) = divisors
+    q = Expr.var("_q", 0, var.vmax // c if var.vmax < INF else INF)
+    at = [map_exprs(value, lambda e, d=d: e.substitute({var.name: q * c + d})) for d in range(c)]
+    if c < 2 or any(_live_exprs(v) != _live_exprs(at[0]) for v in at[1:]):
+        return None
+    return c, q.name, at[0]
+
+
+def _live_exprs(value: Value) -> list[Expr]:
+    """The masks and indices a gather evaluates: not those of loads whose mask is constantly
+    false (a concatenation's other inputs, once a case fixed the axis)."""
+    return [e for x in walk(value) if isinstance(x, (Load, Where))
+            and not (isinstance(x, Load) and x.valid.is_const and x.valid.value == 0)
+            for e in ((x.index, x.valid) if isinstance(x, Load) else (x.cond,))]
+
+
+def _subexprs(e: Expr):
+    yield e
+    if e.op not in ("num", "var"):
+        for a in e.args:
+            yield from _subexprs(a)
+
+
 def _render_pack(g: GatherMatmul, name: str) -> list[str]:
     """The packing function of `g` (csrc/runtime.h, `lm_pack_fn`): each row of the block is
-    gathered in runs along the gather's innermost axis, cut where a panel ends, vectorised."""
+    gathered in runs along the gather's innermost axis, cut where a panel ends, vectorised.
+    Where the input is padded, a run's interior (where every mask along the run holds) is
+    gathered without masks, which keeps strided windows vectorised (masked strided loads are
+    scalar or lane-indexed gathers); only the padded edges evaluate the masks."""
     k = g.gather
     dims = kernel_dims(k)
     names = dim_names(dims)
-    writer = BodyWriter(C, names)
-    value = writer.emit(k.out.value)
     extents = [e.render_c(names) for e in k.domain]
     axes = [v.name for v in k.loop_vars]
     k_ext, n_ext = extents[: g.split], extents[g.split:]
@@ -155,13 +187,60 @@ def _render_pack(g: GatherMatmul, name: str) -> list[str]:
     start, _ = odometer(n_ext, [*axes[g.split:-1], "lm_s"], "lm_n0")
     next_row = odometer(n_ext[:-1], axes[g.split:-1])[1] if len(n_ext) > 1 else ""
 
-    def run(length: str) -> list[str]:
+    def loop(value: Value, lo: str, hi: str) -> list[str]:
+        writer = BodyWriter(C, names)
+        out = writer.emit(value)
         return ["#pragma omp simd",
-                f"for (long lm_t = 0; lm_t < {length}; lm_t++) {{",
+                f"for (long lm_t = {lo}; lm_t < {hi}; lm_t++) {{",
                 f"  const long {last} = lm_s + lm_t;",
                 *("  " + x for x in writer.root.lines),
-                f"  lm_dst[lm_t] = {value};",
+                f"  lm_dst[lm_t] = {out};",
                 "}"]
+
+    def full_run(value: Value) -> list[str]:
+        """A whole panel row: a loop of constant length, which the compiler turns into a few
+        straight vector operations; an upsampled input (read at `last // c`) is read once per
+        c outputs and its values stored c times (loads and permutes, not lane gathers)."""
+        coarse = _coarse(value, k.loop_vars[-1])
+        if coarse is None:
+            return loop(value, "0", "LM_NR")
+        c, q, once = coarse
+        writer = BodyWriter(C, names)
+        out = writer.emit(once)
+        return [f"if (lm_s % {c} == 0) {{",
+                f"  for (long lm_t = 0; lm_t < LM_NR / {c}; lm_t++) {{",
+                f"    const long {q} = lm_s / {c} + lm_t;",
+                *("    " + x for x in writer.root.lines),
+                *(f"    lm_dst[{c} * lm_t + {d}] = {out};" for d in range(c)),
+                "  }",
+                "} else {",
+                *("  " + x for x in loop(value, "0", "LM_NR")),
+                "}"]
+
+    def runs(value: Value) -> list[str]:
+        edges = edge_atoms(value, (k.loop_vars[-1],))
+        if not edges:
+            return ["if (lm_run == LM_NR) {", *("  " + x for x in full_run(value)),
+                    "} else {", *("  " + x for x in loop(value, "0", "lm_run")), "}"]
+        inside = " && ".join(f"({a.render_c(names)})" for a in edges)
+        interior = without_atoms(value, edges)
+        # [lm_a, lm_b): where every edge mask holds (one interval, found from both ends)
+        return ["long lm_a = 0, lm_b = lm_run;",
+                f"for (; lm_a < lm_b; lm_a++) {{ const long {last} = lm_s + lm_a; "
+                f"if ({inside}) break; }}",
+                f"for (; lm_b > lm_a; lm_b--) {{ const long {last} = lm_s + lm_b - 1; "
+                f"if ({inside}) break; }}",
+                "if (lm_a == 0 && lm_b == LM_NR) {",
+                *("  " + x for x in full_run(interior)),
+                "} else {",
+                *("  " + x for x in loop(value, "0", "lm_a")),
+                *("  " + x for x in loop(interior, "lm_a", "lm_b")),
+                *("  " + x for x in loop(value, "lm_b", "lm_run")),
+                "}"]
+
+    # a concatenation's inputs (masks of one k axis alone) each get their own unmasked runs
+    cases = case_intervals(k.out.value, zip(k.loop_vars[: g.split], k.domain[: g.split]))
+    body = runs(k.out.value) if cases is None else case_chain(*cases, k.out.value, runs)
 
     return [
         f"typedef struct {{ const void *p[{max(len(k.params) - 1, 1)}]; "
@@ -183,13 +262,7 @@ def _render_pack(g: GatherMatmul, name: str) -> list[str]:
         "      if (lm_run > lm_nc - lm_j) lm_run = lm_nc - lm_j;",
         f"      if (lm_run > ({n_ext[-1]}) - lm_s) lm_run = ({n_ext[-1]}) - lm_s;",
         "      float *restrict lm_dst = lm_row + lm_j / LM_NR * lm_panel + lm_j % LM_NR;",
-        # a whole panel row (the common case) is a loop of constant length, which the
-        # compiler turns into a few straight vector operations
-        "      if (lm_run == LM_NR) {",
-        *("        " + x for x in run("LM_NR")),
-        "      } else {",
-        *("        " + x for x in run("lm_run")),
-        "      }",
+        *("      " + x for x in body),
         "      lm_j += lm_run;",
         f"      lm_s += lm_run; if (lm_s == ({n_ext[-1]})) {{ lm_s = 0; {next_row} }}",
         "    }",

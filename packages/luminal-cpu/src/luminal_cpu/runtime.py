@@ -23,10 +23,10 @@ from itertools import pairwise
 
 import numpy as np
 from luminal import ops
-from luminal.codegen import MemoryPlan, Program
 from luminal.graph import Graph
 from luminal.runtime import Runtime, Shape
 from luminal.symbolic import evaluator
+from luminal_codegen import MemoryPlan, Program
 
 from .source import ENTRY_POINT
 from .threads import governor

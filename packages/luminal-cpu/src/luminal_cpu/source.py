@@ -6,7 +6,7 @@
 `threads.py`), whose threads enter one team (csrc/runtime.h) and call every kernel in program
 order; kernels split their work with the team's loops, each of which returns once all its
 chunks are done, which orders the kernels without barriers.
-Generic kernels are rendered by the backend-neutral renderer (`luminal.codegen`, C dialect);
+Generic kernels are rendered by the backend-neutral renderer (`luminal_codegen`, C dialect);
 matmuls become calls into the hand-written runtime (`csrc/runtime.c`, API `csrc/runtime.h`),
 which is built once into a library of its own, so a graph's build compiles only its kernels.
 """
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-from luminal.codegen import (
+from luminal.symbolic import Expr
+from luminal_codegen import (
     Kernel,
     Matmul,
     Program,
@@ -24,9 +25,8 @@ from luminal.codegen import (
     kernel_dims,
     render_kernel,
 )
-from luminal.symbolic import Expr
 
-from . import implicit_gemm
+from . import flash, implicit_gemm, rows
 from .dialect import C
 
 ENTRY_POINT = "lm_run"
@@ -103,13 +103,18 @@ def kernel_source(kernel: Kernel | Matmul | implicit_gemm.GatherMatmul, name: st
         return implicit_gemm.render(kernel, name, _DTYPE_CODE)
     if isinstance(kernel, Matmul):
         return _render_matmul(kernel, name)
-    return render_kernel(kernel, name, C)
+    attention = flash.match(kernel)
+    if attention is not None:
+        return flash.render(kernel, attention, name)
+    return rows.render(kernel, name) or render_kernel(kernel, name, C)
 
 
 def program_source(program: Program, vector_math: str = "") -> str:
     """The complete C translation unit of `program`; `vector_math` declares the vectorisable
     math functions the toolchain found (`toolchain.VECTOR_MATH`), if any."""
     parts = [C.prelude(), vector_math, _csrc("runtime.h")]
+    if any(isinstance(k, Kernel) and flash.match(k) for k in program.kernels):
+        parts.append(_csrc("flash.h"))
     parts += [kernel_source(k, f"lm_k{i}") for i, k in enumerate(program.kernels)]
     dim_index = {d: i for i, d in enumerate(program.dims)}
     body = []

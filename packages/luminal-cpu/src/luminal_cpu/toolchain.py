@@ -131,14 +131,24 @@ def cache_key(source: str, cc: Compiler, links: tuple[Path, ...] = ()) -> str:
     return _digest(f"{ident}\0{source}".encode())[:40]
 
 
+# GCC 12's SLP vectorizer crashes on some kernels ("internal compiler error: in
+# vectorizable_live_operation"); such a source is compiled again without that pass
+ICE_RETRY_FLAGS = ("-fno-tree-slp-vectorize",)
+
+
 def _compile(source: str, cc: Compiler, out: Path, links: tuple[Path, ...]) -> None:
     # the source goes in on stdin, so no temporary file name ends up in the library; linked
     # libraries are named by absolute path, which the loader then opens directly
-    proc = subprocess.run(
-        [*cc.argv, *cc.flags, "-x", "c", "-", "-x", "none", *map(str, links), "-o", str(out),
-         *cc.libs],
-        input=source, capture_output=True, text=True, errors="replace", check=False,
-    )
+    def run(extra: tuple[str, ...]) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*cc.argv, *cc.flags, *extra, "-x", "c", "-", "-x", "none", *map(str, links), "-o",
+             str(out), *cc.libs],
+            input=source, capture_output=True, text=True, errors="replace", check=False,
+        )
+
+    proc = run(())
+    if proc.returncode != 0 and "internal compiler error" in proc.stderr:
+        proc = run(ICE_RETRY_FLAGS)
     if proc.returncode != 0:
         raise CompileError(f"C compiler failed ({' '.join(cc.argv)}):\n{proc.stderr[-4000:]}")
 

@@ -9,10 +9,10 @@ CuPy is imported only when the backend is probed or compiles a graph.
 """
 
 from luminal.device_array import DeviceArray, StaleDeviceArrayError
+from luminal_codegen.half import HalfPrecision
 
 from .backend import CudaBackend
 from .device import CudaUnavailableError, probe
-from .half import HalfPrecision
 
 __version__ = "0.1.0"
 

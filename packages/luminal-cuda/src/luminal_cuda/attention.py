@@ -23,15 +23,15 @@ kernel could still render it plainly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from luminal import ops
-from luminal.codegen import patterns
-from luminal.codegen.indexing import flat_index
-from luminal.codegen.ir import Kernel, Load, MatOperand, Value, batch_var
 from luminal.dtypes import DType
 from luminal.graph import Edge, Graph, Node
 from luminal.symbolic import INF, Expr
+from luminal_codegen import patterns
+from luminal_codegen.indexing import flat_index
+from luminal_codegen.ir import Kernel, MatOperand, Value, batch_var
 
 LOG2E = 1.4426950408889634
 MAX_HEAD_DIM = 256  # per-thread accumulators and the shared query row are sized by it
@@ -248,25 +248,6 @@ def _depends_on_matmul(graph: Graph, node: Node, matmuls: dict, shape: tuple) ->
         seen.add(nid)
         stack.extend(e.src for e in n.inputs)
     return False
-
-
-def rewrite_loads(score: Value, fn) -> Value:
-    """`score` with every `Load` replaced by `fn(load)` (shared subtrees rewritten once)."""
-    memo: dict[int, Value] = {}
-
-    def go(v: Value) -> Value:
-        got = memo.get(id(v))
-        if got is not None:
-            return got
-        if isinstance(v, Load):
-            out = fn(v)
-        else:
-            changes = {f: go(c) for f, c in vars(v).items() if isinstance(c, Value)}
-            out = replace(v, **changes) if changes else v
-        memo[id(v)] = out
-        return out
-
-    return go(score)
 
 
 def score_axes(batch: tuple[Expr, ...]) -> tuple[Expr, ...]:

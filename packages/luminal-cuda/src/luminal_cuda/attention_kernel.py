@@ -12,10 +12,10 @@ KV head share its cache rows in L2.
 
 from __future__ import annotations
 
-from luminal.codegen.indexing import unravel
-from luminal.codegen.ir import Value, kernel_dims
-from luminal.codegen.render import BodyWriter, Scope, dim_names
 from luminal.symbolic import INF, Expr
+from luminal_codegen.indexing import unravel
+from luminal_codegen.ir import Value, kernel_dims
+from luminal_codegen.render import BodyWriter, Scope, dim_names
 
 from .attention import I_VAR, J_VAR, THREADS, Attention, Dot
 from .dialect import CUDA, RenderedKernel, dim_loads, kernel_function

@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING
 
 from luminal.backend import Backend, BackendStatus
 from luminal.dtypes import DType, dtype_of
+from luminal_codegen.half import HalfPrecision
 
 from .device import import_cupy, open_device, probe
-from .half import HalfPrecision
 
 if TYPE_CHECKING:
-    from luminal.codegen.ir import Program
     from luminal.graph import Graph
+    from luminal_codegen.ir import Program
 
     from .codegen import Module
 

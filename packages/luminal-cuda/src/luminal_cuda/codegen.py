@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luminal.codegen.ir import Kernel, KernelLike, Matmul, Program, QuantOperand
-from luminal.codegen.plan import MemoryPlan, plan_memory
+from luminal_codegen.ir import Kernel, KernelLike, Matmul, Program, QuantOperand
+from luminal_codegen.plan import MemoryPlan, plan_memory
 
 from .attention import Attention
 from .attention_kernel import render_attention

@@ -23,10 +23,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luminal.codegen import BodyWriter, Dialect, GpuDialect, Scope, dim_names, unravel_declarations
-from luminal.codegen.ir import Kernel, Reduce, domain_size, kernel_dims, top_reductions
 from luminal.dtypes import DType
 from luminal.symbolic import Expr
+from luminal_codegen import (
+    BodyWriter,
+    Dialect,
+    GpuDialect,
+    buffer_params,
+    dim_names,
+    unravel_declarations,
+)
+from luminal_codegen.cooperative import CooperativeWriter
+from luminal_codegen.ir import Kernel, domain_size, kernel_dims, top_reductions
 
 from .prelude import CUDA_PRELUDE
 
@@ -109,54 +117,20 @@ def kernel_function(name: str, params: list[tuple[str, str, bool]], dims: list[s
     return KernelFunction(name, tuple(params), bool(dims), source)
 
 
-class _BlockWriter(BodyWriter):
+class _BlockWriter(CooperativeWriter):
     """Renders the reductions of the root scope cooperatively over the thread block."""
 
-    def reduce(self, r: Reduce, scope: Scope) -> str:
-        if scope.depth != 0:
-            return super().reduce(r, scope)
-        acc = self.fresh()
-        inner = Scope(1)
-        self.scope_of[r.var.name] = inner
-        body = self.emit(r.body)
-        var, size = self.names.get(r.var.name, r.var.name), self.expr(r.size)
-        pre, update, post = _accumulate(r, acc, body)
-        scope.lines.extend(pre)
-        # the threads of the block stride through the reduction together
-        step = f"{var} += blockDim.x"
-        scope.lines.append(f"for (long {var} = threadIdx.x; {var} < {size}; {step}) {{")
-        scope.lines.extend("  " + line for line in [*inner.lines, update])
-        scope.lines.append("}")
-        scope.lines.extend(post)
-        if r.dtype.is_float and r.dtype.name != "float32":
-            rounded = self.fresh()
-            scope.lines.append(f"float {rounded} = {self.d.round(r.dtype, acc)};")
-            return rounded
-        return acc
+    def lane_loop(self, var: str, size: str) -> str:
+        return f"for (long {var} = threadIdx.x; {var} < {size}; {var} += blockDim.x) {{"
+
+    def combine(self, op: str, ctype: str, value: str) -> str:
+        functor = {"or": "LmOr", "sum": "LmAdd", "max": "LmMax"}[op]
+        return f"lm_block_reduce({value}, {functor}(), {_IDENTITY[op, ctype]})"
 
 
-def _accumulate(r: Reduce, acc: str, body: str) -> tuple[list[str], str, list[str]]:
-    """(declarations, loop update, block combine) of a block reduction, with the semantics of
-    the core renderer's loops: integer sums wrap, float max propagates NaN."""
-    if r.dtype.name == "bool":
-        return ([f"int {acc} = 0;"], f"{acc} |= {body};",
-                [f"{acc} = lm_block_reduce({acc}, LmOr(), 0);"])
-    if r.op == "sum" and not r.dtype.is_float:
-        return ([f"unsigned int {acc}_u = 0u;"], f"{acc}_u += (unsigned int){body};",
-                [f"int {acc} = (int)lm_block_reduce({acc}_u, LmAdd(), 0u);"])
-    if r.op == "sum":
-        return ([f"float {acc} = 0.0f;"], f"{acc} += {body};",
-                [f"{acc} = lm_block_reduce({acc}, LmAdd(), 0.0f);"])
-    if not r.dtype.is_float:
-        return ([f"int {acc} = (int)0x80000000u;"],
-                f"{acc} = {body} > {acc} ? {body} : {acc};",
-                [f"{acc} = lm_block_reduce({acc}, LmMax(), (int)0x80000000u);"])
-    return (
-        [f"float {acc} = -INFINITY; int {acc}_nan = 0;"],
-        f"{acc} = {body} > {acc} ? {body} : {acc}; {acc}_nan |= {body} != {body};",
-        [f"{acc} = lm_block_reduce({acc}, LmMax(), -INFINITY);",
-         f"if (lm_block_reduce({acc}_nan, LmOr(), 0)) {acc} = NAN;"],
-    )
+# what a thread with no steps contributes to each combination
+_IDENTITY = {("or", "int"): "0", ("sum", "unsigned int"): "0u", ("sum", "float"): "0.0f",
+             ("max", "int"): "(int)0x80000000u", ("max", "float"): "-INFINITY"}
 
 
 def wants_block_mode(kernel: Kernel) -> bool:
@@ -205,13 +179,10 @@ def render_cuda_kernel(kernel: Kernel, name: str, slots: dict[str, int],
     dims = kernel_dims(kernel)
     names = dim_names(dims)
     writer = (_BlockWriter if block_mode else BodyWriter)(CUDA, names)
-    value = writer.emit(kernel.out.value)
-    out_dt = kernel.params[kernel.out.buf].dtype
-    store = CUDA.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index),
-                                 value)
+    store = writer.emit_store(kernel)
     extents = [writer.expr(e) for e in kernel.domain]
     loop_names = [v.name for v in kernel.loop_vars]
-    params = [(CUDA.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
+    params = buffer_params(kernel, CUDA)
     body = dim_loads(dims, slots)
     if block_mode:
         total = " * ".join(f"({e})" for e in extents) or "1"

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from luminal.codegen.ir import Program
+from luminal_codegen.ir import Program
 
 from .dialect import CUDA, KernelFunction
 

@@ -8,13 +8,22 @@ kernel. Nothing inside an attention is ever built, so no (queries x keys) buffer
 
 from __future__ import annotations
 
-from luminal.codegen.indexing import flat_index
-from luminal.codegen.ir import KernelLike, Load, MatOperand, Param, Program, Store, loop_var
-from luminal.codegen.lower import Lowering, ValueBuilder
 from luminal.graph import Graph, Node
 from luminal.symbolic import Expr
+from luminal_codegen.indexing import flat_index
+from luminal_codegen.ir import (
+    KernelLike,
+    Load,
+    MatOperand,
+    Param,
+    Program,
+    Store,
+    loop_var,
+    map_loads,
+)
+from luminal_codegen.lower import Lowering, ValueBuilder
 
-from .attention import Attention, AttentionMatch, Dot, match_attention, rewrite_loads, score_axes
+from .attention import Attention, AttentionMatch, Dot, match_attention, score_axes
 from .quant import QUANT_KERNELS
 
 
@@ -80,7 +89,7 @@ class CudaLowering(Lowering):
                 return Dot(load.dtype)
             return Load(slot[load.buf], load.index, load.valid, load.dtype)
 
-        score = rewrite_loads(score, relink)
+        score = map_loads(score, relink)
         kparams = tuple(Param(graph.nodes[n].dtype, output=(k == 0)) for k, n in enumerate(params))
 
         def operand(op, buf: int) -> MatOperand:
@@ -95,5 +104,5 @@ class CudaLowering(Lowering):
 
 
 def lower(graph: Graph, fuse_attention: bool = True) -> Program:
-    """`luminal.codegen.lower` with the CUDA backend's fused attention."""
+    """`luminal_codegen.lower` with the CUDA backend's fused attention."""
     return CudaLowering(graph, fuse_attention).program()

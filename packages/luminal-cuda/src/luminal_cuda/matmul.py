@@ -19,7 +19,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from luminal.codegen.ir import (
+from luminal.dtypes import DType, float32
+from luminal.symbolic import Expr
+from luminal_codegen.ir import (
     Binary,
     Cast,
     Kernel,
@@ -32,8 +34,6 @@ from luminal.codegen.ir import (
     loop_var,
     reduce_var,
 )
-from luminal.dtypes import DType, float32
-from luminal.symbolic import Expr
 
 # cudaDataType and cuBLAS enums (cublas_api.h, library_types.h)
 CUDA_R = {"float32": 0, "float16": 2, "bfloat16": 14}

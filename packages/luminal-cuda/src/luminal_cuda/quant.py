@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from luminal.codegen.indexing import unravel
-from luminal.codegen.ir import Matmul, MatOperand, Param, QuantOperand, kernel_dims
-from luminal.codegen.render import dim_names
 from luminal.dtypes import float32
 from luminal.quant import BLOCK_FORMATS
 from luminal.symbolic import Expr
+from luminal_codegen.indexing import unravel
+from luminal_codegen.ir import Matmul, MatOperand, Param, QuantOperand, kernel_dims
+from luminal_codegen.render import dim_names
 
 from .dialect import CUDA, THREADS, KernelFunction, dim_loads, kernel_function
 from .matmul import CUDA_R

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from luminal.codegen.ir import Program, QuantOperand, kernel_dims
 from luminal.device_array import DeviceArray
 from luminal.dtypes import DType
 from luminal.graph import Graph
 from luminal.runtime import Runtime, Shape
+from luminal_codegen.ir import Program, QuantOperand, kernel_dims
 
 from .codegen import NVRTC_OPTIONS, Gemm, Generated, Module, QuantGemm, fusible_function
 from .cublas import gemm_function

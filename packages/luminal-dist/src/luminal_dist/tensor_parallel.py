@@ -26,8 +26,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import luminal.functional as F
 import luminal_nn as nn
+import luminal_nn.functional as F
 import numpy as np
 from luminal import GraphTensor
 

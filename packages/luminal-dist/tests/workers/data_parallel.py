@@ -6,8 +6,8 @@ process on the combined batches and writes the three parameter sets to OUT.npz."
 import sys
 
 import luminal as lm
-import luminal.functional as F
 import luminal_dist as ld
+import luminal_nn.functional as F
 import luminal_train as lt
 import numpy as np
 

@@ -10,7 +10,7 @@ from .device import NoDeviceError, check_platform, import_metal, open_device
 
 if TYPE_CHECKING:
     from luminal import Graph
-    from luminal.codegen import Program
+    from luminal_codegen import Program
 
     from .kernels import KernelSource
 
@@ -39,7 +39,7 @@ class MetalBackend(Backend):
     def build(self, graph: Graph) -> tuple[Program, str, list[KernelSource]]:
         """Lower `graph`; return the program, its MSL library source and each kernel's
         functions and launches. Needs no Metal device."""
-        from luminal.codegen import lower
+        from luminal_codegen import lower
 
         from .kernels import render_program
         from .matmul import QUANT_KERNELS

@@ -21,20 +21,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luminal.codegen import (
+from luminal.symbolic import Expr
+from luminal_codegen import (
     BodyWriter,
     GpuDialect,
     Kernel,
     OnlineSoftmax,
     Scope,
+    buffer_params,
     dim_names,
     kernel_dims,
     render_kernel,
     row_softmax,
     unravel_declarations,
 )
-from luminal.codegen.ir import Reduce, SoftmaxSum, Value, children, domain_size, top_reductions
-from luminal.symbolic import Expr
+from luminal_codegen.cooperative import CooperativeWriter
+from luminal_codegen.ir import Reduce, SoftmaxSum, Value, children, domain_size, top_reductions
 
 THREADS = 256  # threads per threadgroup (a pipeline with a lower limit gets its limit)
 # A top-level reduction at least this long (or of unknown length) renders in threadgroup mode...
@@ -110,32 +112,17 @@ class MetalDialect(GpuDialect):
 METAL = MetalDialect()
 
 
-class _GroupWriter(BodyWriter):
+class _GroupWriter(CooperativeWriter):
     """Renders the reductions of the root scope cooperatively over the threadgroup."""
+
+    unsigned = "uint"
 
     def __init__(self, names: dict[str, str]):
         super().__init__(METAL, names)
         self.scratch: set[str] = set()
 
-    def reduce(self, r: Reduce, scope: Scope) -> str:
-        if scope.depth != 0:
-            return super().reduce(r, scope)
-        acc = self.fresh()
-        inner = Scope(1)
-        self.scope_of[r.var.name] = inner
-        body = self.emit(r.body)
-        var, size = self.names.get(r.var.name, r.var.name), self.expr(r.size)
-        pre, update, post = self._accumulate(r, acc, body)
-        scope.lines.extend(pre)
-        scope.lines.append(f"for (long {var} = lm_lid; {var} < {size}; {var} += lm_tgsize) {{")
-        scope.lines.extend("  " + line for line in [*inner.lines, update])
-        scope.lines.append("}")
-        scope.lines.extend(post)
-        if r.dtype.is_float and r.dtype.name != "float32":
-            rounded = self.fresh()
-            scope.lines.append(f"float {rounded} = {self.d.round(r.dtype, acc)};")
-            return rounded
-        return acc
+    def lane_loop(self, var: str, size: str) -> str:
+        return f"for (long {var} = lm_lid; {var} < {size}; {var} += lm_tgsize) {{"
 
     def softmax_sum(self, s: SoftmaxSum, scope: Scope) -> str:
         """An online softmax split over the threadgroup (decode attention: one query, many
@@ -152,51 +139,30 @@ class _GroupWriter(BodyWriter):
         var, size = self.names.get(s.var.name, s.var.name), self.expr(s.size)
         m, rescale = online.m, f"{online.name}_g"
         scope.lines.extend(online.declare())
-        scope.lines.append(f"for (long {var} = lm_lid; {var} < {size}; {var} += lm_tgsize) {{")
+        scope.lines.append(self.lane_loop(var, size))
         scope.lines.extend("  " + line for line in [*inner.lines, *online.step(logit),
                                                     online.accumulate(online.acc, body)])
         scope.lines.append("}")
-        group_max = self._combine("lm_tg_max", "float", m)
+        group_max = self.combine("max", "float", m)
         scope.lines += [
             f"float {online.name}_gm = {group_max};",
             f"float {rescale} = {m} == -INFINITY ? 0.0f : "
             f"{METAL.unary('exp2', f'{m} - {online.name}_gm')};",
-            f"{online.l} = {self._combine('lm_tg_sum', 'float', f'{online.l} * {rescale}')};",
-            f"{online.acc} = {self._combine('lm_tg_sum', 'float', f'{online.acc} * {rescale}')};",
-            f"{online.nan} = {self._combine('lm_tg_or', 'int', online.nan)};",
+            f"{online.l} = {self.combine('sum', 'float', f'{online.l} * {rescale}')};",
+            f"{online.acc} = {self.combine('sum', 'float', f'{online.acc} * {rescale}')};",
+            f"{online.nan} = {self.combine('or', 'int', online.nan)};",
             f"{m} = {online.name}_gm;",
         ]
         result = self.fresh()
         scope.lines.append(f"float {result} = {METAL.round(s.dtype, online.result(online.acc))};")
         return result
 
-    def _combine(self, reducer: str, ctype: str, value: str) -> str:
-        scratch = _SCRATCH[ctype]
+    def combine(self, op: str, ctype: str, value: str) -> str:
+        reducer = {("or", "int"): "lm_tg_or", ("sum", "uint"): "lm_tg_usum",
+                   ("sum", "float"): "lm_tg_sum", ("max", "int"): "lm_tg_imax",
+                   ("max", "float"): "lm_tg_max"}[op, ctype]
         self.scratch.add(ctype)
-        return f"{reducer}({value}, {scratch}, lm_lane, lm_sg, lm_tgsize)"
-
-    def _accumulate(self, r: Reduce, acc: str, body: str) -> tuple[list[str], str, list[str]]:
-        """(declarations, loop update, group combine) with the semantics of the core
-        renderer's loops: integer sums wrap, float max propagates NaN."""
-        if r.dtype.name == "bool":
-            return ([f"int {acc} = 0;"], f"{acc} |= {body};",
-                    [f"{acc} = {self._combine('lm_tg_or', 'int', acc)};"])
-        if r.op == "sum" and not r.dtype.is_float:
-            return ([f"uint {acc}_u = 0u;"], f"{acc}_u += (uint){body};",
-                    [f"int {acc} = (int){self._combine('lm_tg_usum', 'uint', f'{acc}_u')};"])
-        if r.op == "sum":
-            return ([f"float {acc} = 0.0f;"], f"{acc} += {body};",
-                    [f"{acc} = {self._combine('lm_tg_sum', 'float', acc)};"])
-        if not r.dtype.is_float:
-            return ([f"int {acc} = (int)0x80000000u;"],
-                    f"{acc} = {body} > {acc} ? {body} : {acc};",
-                    [f"{acc} = {self._combine('lm_tg_imax', 'int', acc)};"])
-        return (
-            [f"float {acc} = -INFINITY; int {acc}_nan = 0;"],
-            f"{acc} = {body} > {acc} ? {body} : {acc}; {acc}_nan |= {body} != {body};",
-            [f"{acc} = {self._combine('lm_tg_max', 'float', acc)};",
-             f"if ({self._combine('lm_tg_or', 'int', f'{acc}_nan')}) {acc} = NAN;"],
-        )
+        return f"{reducer}({value}, {_SCRATCH[ctype]}, lm_lane, lm_sg, lm_tgsize)"
 
 
 def _top_softmax_sums(v: Value) -> list[SoftmaxSum]:
@@ -253,15 +219,10 @@ def render_metal_kernel(kernel: Kernel, name: str, threadgroup: bool | None = No
         return RenderedKernel(name, render_kernel(kernel, name, METAL), dims, rows, False)
     names = dim_names(dims)
     writer = _GroupWriter(names) if threadgroup else BodyWriter(METAL, names)
-    value = writer.emit(kernel.out.value)
-    out_dt = kernel.params[kernel.out.buf].dtype
-    store = METAL.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index),
-                                  value)
+    store = writer.emit_store(kernel)
     extents = [writer.expr(e) for e in kernel.domain]
     loop_names = [v.name for v in kernel.loop_vars]
-    params = [(METAL.storage_type(p.dtype), f"p{k}", p.output)
-              for k, p in enumerate(kernel.params)]
-    signature = METAL.signature(name, params, [names[d] for d in dims],
+    signature = METAL.signature(name, buffer_params(kernel, METAL), [names[d] for d in dims],
                                 GROUP_ARGS if threadgroup else THREAD_ARGS)
     if threadgroup:
         total = " * ".join(f"({e})" for e in extents) or "1"

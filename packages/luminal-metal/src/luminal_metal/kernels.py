@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luminal.codegen import Kernel, Matmul, Program, kernel_dims
 from luminal.symbolic import Expr
+from luminal_codegen import Kernel, Matmul, Program, kernel_dims
 
 from .dialect import METAL, THREADS, render_metal_kernel
 from .matmul import QUANT_PRELUDE, render_matmul

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from luminal.codegen import Matmul, QuantOperand, dim_names, kernel_dims
-from luminal.codegen.ir import MatOperand
 from luminal.symbolic import Expr, lt
+from luminal_codegen import Matmul, dim_names, kernel_dims
+from luminal_codegen.matmul import MatmulCtx, batch_size, function
 
 from .dialect import GROUP_ARGS, METAL, THREAD_ARGS
 
@@ -77,97 +77,21 @@ class MatmulKernel:
     quantized: bool
 
 
-class _Ctx:
-    """Names and operand accessors every matmul kernel shares. Inside a kernel, `M N K`, the
-    batch variables and `a_off a_row a_k` (`b_...` for a strided B) are locals declared by
-    `header()`."""
-
-    def __init__(self, mm: Matmul):
-        self.mm = mm
-        self.dims = kernel_dims(mm)
-        self.names = dim_names(self.dims)
-
-    def expr(self, e: Expr) -> str:
-        return e.render_c(self.names)
-
-    @property
-    def quant(self) -> QuantOperand | None:
-        return self.mm.b if isinstance(self.mm.b, QuantOperand) else None
-
-    def signature(self, name: str, coords: str) -> str:
-        quant = self.quant
-        params = [("uchar" if quant and k == quant.buf else METAL.storage_type(p.dtype),
-                   f"p{k}", p.output) for k, p in enumerate(self.mm.params)]
-        return METAL.signature(name, params, [self.names[d] for d in self.dims], coords)
-
-    def header(self, batch_index: str) -> list[str]:
-        """Sizes, the batch variables decoded from `batch_index`, operand offsets."""
-        mm = self.mm
-        lines = [f"const long M = {self.expr(mm.m)}, N = {self.expr(mm.n)}, "
-                 f"K = {self.expr(mm.k)};"]
-        rest = batch_index
-        for k in range(len(mm.batch) - 1, -1, -1):
-            var, extent = mm.batch_vars[k].name, self.expr(mm.batch[k])
-            lines.append(f"const long {var} = {rest} % ({extent});" if k else
-                         f"const long {var} = {rest};")
-            rest = f"({rest} / ({extent}))"
-        lines.append(self._operand("a", mm.a))
-        if isinstance(mm.b, MatOperand):
-            lines.append(self._operand("b", mm.b))
-        return lines
-
-    def _operand(self, tag: str, op: MatOperand) -> str:
-        return (f"const long {tag}_off = {self.expr(op.offset)}, {tag}_row = "
-                f"{self.expr(op.stride_row)}, {tag}_k = {self.expr(op.stride_k)};")
-
-    def load_a(self, row: str, k: str) -> str:
-        a = self.mm.a.buf
-        return METAL.load(self.mm.params[a].dtype, f"p{a}",
-                          f"a_off + ({row}) * a_row + ({k}) * a_k")
-
-    def load_b(self, n: str, k: str) -> str:
-        b = self.mm.b
-        if isinstance(b, QuantOperand):
-            row, col = (n, k) if b.k_contiguous else (k, n)
-            blocks = f"({self.expr(b.cols)} / 32)"
-            return (f"lm_deq_{b.qtype}(p{b.buf}, ({row}) * {blocks} + ({col}) / 32, "
-                    f"(int)(({col}) % 32))")
-        return METAL.load(self.mm.params[b.buf].dtype, f"p{b.buf}",
-                          f"b_off + ({n}) * b_row + ({k}) * b_k")
-
-    def store(self, row: str, col: str, value: str) -> str:
-        """Store out(b, row, col): a fused permute writes at a batch offset and row stride
-        other than a contiguous (batch, M, N) array's."""
-        mm = self.mm
-        index = f"{self.expr(mm.out_offset)} + ({row}) * ({self.expr(mm.out_stride)}) + ({col})"
-        return METAL.store_statement(mm.params[mm.out].dtype, f"p{mm.out}", index, value)
-
-    def batch_size(self) -> Expr:
-        out = Expr.const(1)
-        for d in self.mm.batch:
-            out = out * d
-        return out
-
-
-def _function(signature: str, body: list[str]) -> str:
-    return "\n".join([signature + " {", *("  " + s for s in body), "}"]) + "\n"
-
-
-def per_thread(ctx: _Ctx, name: str) -> str:
+def per_thread(ctx: MatmulCtx, name: str) -> str:
     """One thread per output element (see the module docstring)."""
     body = [
         "const long lm_gid = (long)lm_tid;",
         *ctx.header(f"(lm_gid / ({ctx.expr(ctx.mm.m)} * {ctx.expr(ctx.mm.n)}))"),
-        "if (lm_gid >= " + ctx.expr(ctx.batch_size() * ctx.mm.m * ctx.mm.n) + ") return;",
+        "if (lm_gid >= " + ctx.expr(batch_size(ctx.mm) * ctx.mm.m * ctx.mm.n) + ") return;",
         "const long m = (lm_gid / N) % M, n = lm_gid % N;",
         "float acc = 0.0f;",
         f"for (long k = 0; k < K; k++) acc += {ctx.load_a('m', 'k')} * {ctx.load_b('n', 'k')};",
-        ctx.store("m", "n", "acc"),
+        ctx.store(ctx.out_index("m", "n"), "acc"),
     ]
-    return _function(ctx.signature(name, THREAD_ARGS), body)
+    return function(ctx.signature(name, THREAD_ARGS), body)
 
 
-def gemv(ctx: _Ctx, name: str) -> str:
+def gemv(ctx: MatmulCtx, name: str) -> str:
     """Each simdgroup one output column n for every row m (at most `GEMV_MAX_ROWS`)."""
     col_groups = f"(({ctx.expr(ctx.mm.n)} + {GEMV_COLUMNS - 1}) / {GEMV_COLUMNS})"
     rows = range(GEMV_MAX_ROWS)
@@ -183,13 +107,13 @@ def gemv(ctx: _Ctx, name: str) -> str:
         "}",
         f"for (int m = 0; m < {GEMV_MAX_ROWS}; m++) {{",
         "  const float total = simd_sum(acc[m]);",
-        f"  if (m < M && lm_lane == 0) {ctx.store('m', 'n', 'total')}",
+        f"  if (m < M && lm_lane == 0) {ctx.store(ctx.out_index('m', 'n'), 'total')}",
         "}",
     ]
-    return _function(ctx.signature(name, GROUP_ARGS), body)
+    return function(ctx.signature(name, GROUP_ARGS), body)
 
 
-def gemm(ctx: _Ctx, name: str) -> str:
+def gemm(ctx: MatmulCtx, name: str) -> str:
     """A 32x32 output tile per threadgroup on simdgroup matrices (see the module docstring)."""
     mm = ctx.mm
     tiles_m = f"(({ctx.expr(mm.m)} + {TILE - 1}) / {TILE})"
@@ -231,17 +155,17 @@ def gemm(ctx: _Ctx, name: str) -> str:
         "threadgroup_barrier(mem_flags::mem_threadgroup);",
         f"for (uint e = lm_lid; e < {TILE * TILE}; e += {GEMM_THREADS}) {{",
         f"  const long r = m0 + e / {TILE}, c = n0 + e % {TILE};",
-        f"  if (r < M && c < N) {ctx.store('r', 'c', 'lm_c[e]')}",
+        f"  if (r < M && c < N) {ctx.store(ctx.out_index('r', 'c'), 'lm_c[e]')}",
         "}",
     ]
-    return _function(ctx.signature(name, GROUP_ARGS), body)
+    return function(ctx.signature(name, GROUP_ARGS), body)
 
 
 def render_matmul(mm: Matmul, name: str, per_thread_only: bool = False) -> MatmulKernel:
     """The kernel functions of `mm` (named `name`, `name_v`, ...), each with its dispatch.
     `per_thread_only` renders only the one-thread-per-output kernel (what runs on a CPU)."""
-    ctx = _Ctx(mm)
-    batch = ctx.batch_size()
+    ctx = MatmulCtx(mm, METAL, dim_names(kernel_dims(mm)))
+    batch = batch_size(mm)
     outputs = batch * mm.m * mm.n
     if per_thread_only or (mm.k.is_const and mm.k.value <= PER_THREAD_MAX_K):
         variants = (Variant(name, per_thread(ctx, name), outputs, 256, Expr.const(1), True),)
@@ -256,4 +180,4 @@ def render_matmul(mm: Matmul, name: str, per_thread_only: bool = False) -> Matmu
             tiles = ((mm.m + TILE - 1) // TILE) * ((mm.n + TILE - 1) // TILE)
             variants += (Variant(name, gemm(ctx, name), batch * tiles, GEMM_THREADS,
                                  1 - small),)
-    return MatmulKernel(ctx.dims, variants, ctx.quant is not None)
+    return MatmulKernel(kernel_dims(mm), variants, ctx.quant is not None)

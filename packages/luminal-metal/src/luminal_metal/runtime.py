@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from luminal import Runtime
-from luminal.codegen import plan_memory
 from luminal.symbolic import evaluator
+from luminal_codegen import plan_memory
 
 from .device import view
 
 if TYPE_CHECKING:
     from luminal import Graph
-    from luminal.codegen import Program
     from luminal.dtypes import DType
+    from luminal_codegen import Program
 
     from .device import Device
     from .kernels import KernelSource

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import luminal as lm
-import luminal.functional as F
 import luminal_nn as nn
+import luminal_nn.functional as F
 import numpy as np
 from luminal import GraphTensor
 from tqdm.auto import tqdm

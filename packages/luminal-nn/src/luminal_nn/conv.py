@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import luminal.functional as F
 from luminal import GraphTensor
 
+from . import functional as F
 from . import init
 from .module import Module, Parameter
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import luminal.functional as F
 from luminal import GraphTensor
 
+from . import functional as F
 from . import init
 from .module import Module, Parameter, QuantizedParameter
 

@@ -15,10 +15,11 @@ from math import prod
 from typing import Any
 
 import luminal as lm
-import luminal.functional as F
 import numpy as np
 from luminal import Graph, GraphTensor, View, quant
 from luminal.dtypes import DType, dtype_of
+
+from . import functional as F
 
 __all__ = ["Buffer", "Module", "ModuleList", "Parameter", "QuantizedParameter", "Sequential"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import luminal.functional as F
 from luminal import GraphTensor
 
+from . import functional as F
 from . import init
 from .module import Module, Parameter
 

@@ -6,7 +6,7 @@ import math
 from typing import TYPE_CHECKING
 
 import luminal as lm
-import luminal.functional as F
+import luminal_nn.functional as F
 import numpy as np
 
 from .ops_shape import axis_of

@@ -9,8 +9,8 @@ half precision stores into a private `ushort` seen as a `half *`, which needs no
 
 from __future__ import annotations
 
-from luminal.codegen import Dialect, GpuDialect
 from luminal.dtypes import DType
+from luminal_codegen import Dialect, GpuDialect
 
 _ROUND_HALF = (
     "inline float lm_round_half(float x) { ushort h; vstore_half_rte(x, 0, (__private half *)&h);"

@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from luminal.codegen import Kernel, Matmul, Program, dim_names, kernel_dims, render_kernel
 from luminal.symbolic import Expr, lt
+from luminal_codegen import Kernel, Matmul, Program, dim_names, kernel_dims, render_kernel
+from luminal_codegen.matmul import MatmulCtx
 
 from . import matmul_cpu, matmul_gpu
 from .dialect import DeviceDialect
 from .launch import ELEMENTWISE_GROUP, LaunchSpec, ceil_to
-from .matmul import GEMV_MAX_ROWS, QUANT_PRELUDE, MatmulCtx
+from .matmul import GEMV_MAX_ROWS, QUANT_PRELUDE
 
 
 @dataclass(frozen=True)

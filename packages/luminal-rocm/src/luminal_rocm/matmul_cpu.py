@@ -17,12 +17,13 @@ Other layouts and dtypes fall back to `matmul_gpu`, which is correct everywhere.
 
 from __future__ import annotations
 
-from luminal.codegen import Matmul, QuantOperand, kernel_dims
 from luminal.dtypes import DType
 from luminal.quant import BLOCK_BYTES
+from luminal_codegen import Matmul, QuantOperand, kernel_dims
+from luminal_codegen.matmul import MatmulCtx, batch_size, function
 
 from .launch import LaunchSpec, ceil_to
-from .matmul import MatmulCtx, batch_size, function, unit
+from .matmul import unit
 
 VW = 16
 PRELUDE = """\

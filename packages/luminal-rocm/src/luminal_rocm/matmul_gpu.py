@@ -15,11 +15,12 @@ These kernels are valid OpenCL on any device; the tests run them on PoCL too.
 
 from __future__ import annotations
 
-from luminal.codegen import QuantOperand, kernel_dims
 from luminal.quant import BLOCK_BYTES
+from luminal_codegen import QuantOperand, kernel_dims
+from luminal_codegen.matmul import MatmulCtx, batch_size, function
 
 from .launch import LaunchSpec, ceil_to
-from .matmul import MatmulCtx, b_row_fast, batch_size, function, unit
+from .matmul import b_row_fast, unit
 
 TILE, WPT, TK = 64, 4, 16  # output tile, outputs per work-item per axis, K step
 GROUP = TILE // WPT  # 16: work-group side

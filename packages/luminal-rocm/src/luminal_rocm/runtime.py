@@ -1,6 +1,6 @@
 """`OpenCLRuntime`: runs a lowered graph on one OpenCL device.
 
-Compile time: the graph is lowered (`luminal.codegen.lower`: fusion, views folded into
+Compile time: the graph is lowered (`luminal_codegen.lower`: fusion, views folded into
 indexing), temporaries are assigned to shared slots by liveness (`plan_memory`), every kernel is
 rendered, those the device has not built yet are built together (`Device.build_all`: few
 driver invocations, through the disk cache), and each call gets its own `cl.Kernel` whose
@@ -25,9 +25,9 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from luminal.codegen import Schedule, lower, plan_memory
 from luminal.runtime import Runtime, Shape
 from luminal.symbolic import Expr
+from luminal_codegen import Schedule, lower, plan_memory
 
 from .dialect import DeviceDialect
 from .kernels import KernelSource, render_program
@@ -36,8 +36,8 @@ from .matmul import QUANT_KERNELS
 
 if TYPE_CHECKING:
     from luminal import Graph
-    from luminal.codegen import Program
     from luminal.dtypes import DType
+    from luminal_codegen import Program
 
     from .device import Device
 

@@ -29,11 +29,11 @@ from dataclasses import dataclass, replace
 from importlib.resources import files
 
 from luminal import ops
-from luminal.codegen import Kernel, KernelLike, Matmul, Schedule, lower
-from luminal.codegen.ir import Reduce, SoftmaxSum, Value, children
-from luminal.codegen.lower import Lowering
 from luminal.graph import Graph
 from luminal.symbolic import Expr
+from luminal_codegen import Kernel, KernelLike, Matmul, Schedule, lower
+from luminal_codegen.ir import Reduce, SoftmaxSum, Value, children
+from luminal_codegen.lower import Lowering
 
 from . import kterms
 from .egraph import Limits

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from luminal.codegen.ir import (
+from luminal.dtypes import float32
+from luminal.symbolic import INF, Expr
+from luminal_codegen.ir import (
     Binary,
     Bind,
     Const,
@@ -37,9 +39,7 @@ from luminal.codegen.ir import (
     map_exprs,
     walk,
 )
-from luminal.codegen.render import exprs_of_shallow
-from luminal.dtypes import float32
-from luminal.symbolic import INF, Expr
+from luminal_codegen.render import exprs_of_shallow
 
 VAR_PREFIX = "_rc"  # "_r": the renderer treats it as a variable bound inside the body
 COSTS = {"VLeaf": 1, "VNum": 1, "VAdd": 1, "VMul": 1, "VExp2": 8, "VRecip": 4,

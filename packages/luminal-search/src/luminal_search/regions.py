@@ -11,10 +11,10 @@ import hashlib
 from dataclasses import dataclass, field
 
 from luminal import ops
-from luminal.codegen.lower import Lowering
-from luminal.codegen.patterns import QuantWeight
 from luminal.graph import Edge, Graph
 from luminal.shape import View
+from luminal_codegen.lower import Lowering
+from luminal_codegen.patterns import QuantWeight
 
 from .terms import NAME_OF
 

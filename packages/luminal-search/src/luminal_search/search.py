@@ -7,7 +7,7 @@ candidate against the reference backend on random inputs (and its NaN/inf behavi
 the default plan's), times the survivors on the device and keeps the fastest; the default plan
 is always timed, so a region never gets slower than its default in the region-alone timing. The
 chosen plan is cached on disk; the backend then compiles the rewritten graph with the chosen
-`luminal.codegen.Schedule`.
+`luminal_codegen.Schedule`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 from luminal import plugins
 from luminal.backend import Backend
-from luminal.codegen import Schedule
 from luminal.graph import Graph
 from luminal.passes import DeadCodeElimination
 from luminal.reference import ReferenceBackend
+from luminal_codegen import Schedule
 
 from . import cache, fusion, measure, plan, terms
 from .candidates import DEFAULT, Candidate, RegionResult, WholeGraph
@@ -88,7 +88,7 @@ class Search:
         self.backend = backend if backend is not None else plugins.backend()
         if not self.backend.schedulable:
             raise TypeError(f"backend {self.backend.name!r} cannot be searched: it does not "
-                            f"lower through luminal.codegen.lower (Backend.schedulable)")
+                            f"lower through luminal_codegen.lower (Backend.schedulable)")
         self.top, self.limits, self.seed = top, limits or Limits(), seed
         self.rulesets = rulesets
         self.progress, self.use_cache = progress, use_cache
@@ -269,7 +269,7 @@ class Search:
         if not survivors or survivors[0][0].kind != "default":
             return result  # the default plan itself failed: nothing to compare against
         result.timed = len(survivors)
-        self._time(graph, survivors, data, rng, result)
+        self._time(graph, survivors, _with_weights(graph, region, data), rng, result)
         return result
 
     @staticmethod
@@ -381,3 +381,18 @@ def _checkable(graph: Graph, region: Region) -> bool:
     """Random inputs exercise the region: every input is a float, int32 or bool tensor."""
     dtypes = [graph.nodes[n].dtype for n in region.inputs]
     return region.searchable and all(d.is_float or d.name in ("int32", "bool") for d in dtypes)
+
+
+def _with_weights(graph: Graph, region: Region, data: dict) -> dict:
+    """`data` (random inputs of the region alone) with the region's inputs that the graph
+    holds as weights (bound, not assigned per run) at their values, as the whole-graph check
+    runs them: speed may depend on data (a causal mask's far-below-max logits let a tiled
+    attention kernel skip blocks), so candidates are timed on what the model will run on."""
+    _, ids = subgraph(graph, region)
+    weights = graph.data.keys() - graph.assignments.keys()
+    out = dict(data)
+    for n in region.inputs:
+        x = graph.data.get(n) if n in weights else None
+        if x is not None and ids[n] in out and np.shape(x) == np.shape(out[ids[n]]):
+            out[ids[n]] = np.asarray(x)
+    return out

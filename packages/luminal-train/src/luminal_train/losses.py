@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from luminal import Graph, GraphTensor, OpError, int32, ops, where
 from luminal.symbolic import Expr
-
-REDUCTIONS = ("mean", "sum", "none")
+from luminal_nn.functional import reduce_loss
 
 
 @dataclass(frozen=True)
@@ -60,25 +59,15 @@ def check_targets(graph: Graph) -> None:
                 f"must lie in [0, {classes}) or equal ignore_index={check.ignore_index})")
 
 
-def _reduce(loss: GraphTensor, reduction: str) -> GraphTensor:
-    if reduction == "mean":
-        return loss.mean()
-    if reduction == "sum":
-        return loss.sum()
-    if reduction == "none":
-        return loss
-    raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-
-
 def mse_loss(input: GraphTensor, target: GraphTensor, reduction: str = "mean") -> GraphTensor:
     """Mean squared error (broadcasting `target` like PyTorch)."""
     diff = input - target
-    return _reduce(diff * diff, reduction)
+    return reduce_loss(diff * diff, reduction, "mse_loss")
 
 
 def l1_loss(input: GraphTensor, target: GraphTensor, reduction: str = "mean") -> GraphTensor:
     """Mean absolute error."""
-    return _reduce((input - target).abs(), reduction)
+    return reduce_loss((input - target).abs(), reduction, "l1_loss")
 
 
 def _class_last(x: GraphTensor) -> GraphTensor:
@@ -101,10 +90,11 @@ def _picked_class(logp: GraphTensor, target: GraphTensor, weight, ignore_index: 
     return loss * w, w
 
 
-def _weighted_mean(loss: GraphTensor, counts: GraphTensor, reduction: str) -> GraphTensor:
+def _weighted_mean(loss: GraphTensor, counts: GraphTensor, reduction: str,
+                   name: str) -> GraphTensor:
     if reduction == "mean":
         return loss.sum() / counts.sum()
-    return _reduce(loss, reduction)
+    return reduce_loss(loss, reduction, name)
 
 
 def nll_loss(
@@ -124,7 +114,7 @@ def nll_loss(
     n_classes = logp.layout.shape[-1]
     _register_targets("nll_loss", target, n_classes, ignore_index)
     loss, counts = _picked_class(logp, target, weight, ignore_index)
-    return _weighted_mean(loss, counts, reduction)
+    return _weighted_mean(loss, counts, reduction, "nll_loss")
 
 
 def cross_entropy(
@@ -154,7 +144,7 @@ def cross_entropy(
         per_class = -logp if weight is None else -logp * weight
         smooth = where(target == ignore_index, 0.0, per_class.mean(-1))
         loss = loss * (1.0 - label_smoothing) + smooth * label_smoothing
-    return _weighted_mean(loss, counts, reduction)
+    return _weighted_mean(loss, counts, reduction, "cross_entropy")
 
 
 def _cross_entropy_probs(input, logp, target, weight, reduction, label_smoothing):
@@ -166,7 +156,7 @@ def _cross_entropy_probs(input, logp, target, weight, reduction, label_smoothing
         target = target * (1.0 - label_smoothing) + label_smoothing / logp.shape[-1]
     per_class = target * logp if weight is None else target * logp * weight
     loss = -per_class.sum(-1)
-    return _reduce(loss, reduction)
+    return reduce_loss(loss, reduction, "cross_entropy")
 
 
 def binary_cross_entropy_with_logits(
@@ -182,4 +172,4 @@ def binary_cross_entropy_with_logits(
         loss = (1 - target) * input + softplus_neg
     else:
         loss = (1 - target) * input + (1 + (pos_weight - 1) * target) * softplus_neg
-    return _reduce(loss, reduction)
+    return reduce_loss(loss, reduction, "binary_cross_entropy_with_logits")

@@ -532,7 +532,7 @@ class MovementOps:
             )
         n = self.layout.shape[a]
         check_ids(index, n)
-        onehot = _one_hot(index, n)  # (k, n)
+        onehot = one_hot_mask(index, n)  # (k, n)
         moved = self.movedim(a, -1).unsqueeze(-2)  # (..., 1, n)
         return _pick(onehot, moved).movedim(-1, a)  # (..., k) moved back
 
@@ -553,7 +553,7 @@ class MovementOps:
                 x = x._slice_axis(ax, 0, di)
         n = self.layout.shape[a]
         check_ids(index, n)
-        onehot = _one_hot(index, n)  # index.shape + (n,)
+        onehot = one_hot_mask(index, n)  # index.shape + (n,)
         xs = x.movedim(a, -1).unsqueeze(a)  # shape with 1 at a, n last
         return _pick(onehot, xs)
 
@@ -660,7 +660,7 @@ def check_ids(index: GraphTensor, n: Expr) -> None:
         index.graph.index_bounds.setdefault(source.id, []).append(n)
 
 
-def _one_hot(index: GraphTensor, n: Expr) -> GraphTensor:
+def one_hot_mask(index: GraphTensor, n: Expr) -> GraphTensor:
     """(index == arange(n)) with a trailing axis of size n, as bool."""
     from .creation import IOTA_INDEX, iota
 

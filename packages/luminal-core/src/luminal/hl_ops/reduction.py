@@ -12,6 +12,7 @@ import ml_dtypes
 from .. import ops
 from ..dtypes import bool_, float32, int32
 from ..symbolic import to_expr
+from .custom_vjp import with_vjp
 
 if TYPE_CHECKING:
     from ..tensor import GraphTensor
@@ -170,14 +171,21 @@ class ReductionOps:
         return self.to(bool_).amax(dim, keepdim)
 
     def softmax(self, dim: int, dtype=None) -> GraphTensor:
+        """exp(x - max) normalised over `dim`. Its gradient is PyTorch's formula,
+        s * (g - sum(g * s)): differentiating the composition leaves rounding where the
+        exact gradient is 0 (the gradient of `softmax(x).sum()`)."""
         x = self.to(dtype) if dtype is not None else self._float()
         e = (x - x.amax(dim, keepdim=True)).exp()
-        return e / e.sum(dim, keepdim=True)
+        s = e / e.sum(dim, keepdim=True)
+        return with_vjp(s, [x], lambda g: [s * (g - (g * s).sum(dim, keepdim=True))])
 
     def log_softmax(self, dim: int, dtype=None) -> GraphTensor:
+        """x - max - log(sum(exp(x - max))) over `dim`, with PyTorch's gradient formula
+        g - exp(out) * sum(g)."""
         x = self.to(dtype) if dtype is not None else self._float()
         shifted = x - x.amax(dim, keepdim=True)
-        return shifted - shifted.exp().sum(dim, keepdim=True).log()
+        out = shifted - shifted.exp().sum(dim, keepdim=True).log()
+        return with_vjp(out, [x], lambda g: [g - out.exp() * g.sum(dim, keepdim=True)])
 
     def logsumexp(self, dim, keepdim: bool = False) -> GraphTensor:
         """log(sum(exp(x))) over `dim`, shifted by the max for stability. A row of -inf gives

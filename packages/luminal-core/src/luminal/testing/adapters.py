@@ -1,9 +1,10 @@
 """`F`: the namespace a case's `fn(F, *tensors)` calls free functions through.
 
-Two adapters expose the same names: `LuminalF(graph)` maps them onto `luminal.functional` and
-`luminal` (creation functions build into `graph`), `TorchF()` onto `torch.nn.functional` and
-`torch`. A case may use exactly the names in `FUNCTIONS` and `CREATION`; anything else is an
-`AttributeError` on both sides, so a case cannot silently depend on a torch-only function.
+Two adapters expose the same names: `LuminalF(graph)` maps them onto `luminal_nn.functional`
+(luminal-nn: a test dependency of every backend that runs the kit) and `luminal` (creation
+functions build into `graph`), `TorchF()` onto `torch.nn.functional` and `torch`. A case may
+use exactly the names in `FUNCTIONS` and `CREATION`; anything else is an `AttributeError` on
+both sides, so a case cannot silently depend on a torch-only function.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 FUNCTIONS = (
     # tensor combinators (luminal: top-level; torch: torch)
     "cat", "stack", "where", "maximum", "minimum", "matmul",
-    # torch.nn.functional / luminal.functional
+    # torch.nn.functional / luminal_nn.functional
     "relu", "gelu", "silu", "sigmoid", "tanh", "softplus", "leaky_relu", "elu", "hardswish",
     "mish", "softmax", "log_softmax", "pad", "linear", "embedding", "layer_norm", "rms_norm",
     "conv1d", "conv2d", "max_pool2d", "avg_pool2d", "interpolate",
@@ -39,7 +40,12 @@ class _Adapter:
                 f"{', '.join(FUNCTIONS + CREATION)}"
             )
         for mod in self.modules:
-            fn = getattr(importlib.import_module(mod), name, None)
+            try:
+                module = importlib.import_module(mod)
+            except ModuleNotFoundError as e:
+                raise ModuleNotFoundError(f"F.{name} is looked up in {mod}, but {e.name} is not "
+                                          f"installed (luminal_nn: pip install luminal-nn)") from e
+            fn = getattr(module, name, None)
             if fn is not None:
                 return fn
         raise AttributeError(f"{self.framework} has no function {name!r}")
@@ -51,7 +57,7 @@ class _Adapter:
 class LuminalF(_Adapter):
     """`F` for luminal; `arange`/`ones`/`zeros`/`full` create tensors in `graph`."""
 
-    modules = ("luminal.functional", "luminal")
+    modules = ("luminal_nn.functional", "luminal")
     framework = "luminal"
 
     def __init__(self, graph):

@@ -689,6 +689,11 @@ PARITY = [
     parity("interpolate_bilinear", lambda F, x: (
         F.interpolate(x, size=(5, 7), mode="bilinear", align_corners=False),
         F.interpolate(x, size=(2, 5), mode="bilinear", align_corners=True)), (1, 2, 3, 4)),
+    # PyTorch blends uint8 in int16 fixed point, rounding between the two passes: bit for bit
+    parity("interpolate_bilinear_uint8", lambda F, x: (
+        F.interpolate(x, size=(5, 7), mode="bilinear"),
+        F.interpolate(x, scale_factor=(1.7, 0.6), mode="bilinear", align_corners=True)),
+        (2, 3, 6, 9), gen=bytes_, atol=0.0, rtol=0.0),
     parity("pad_modes", lambda F, x: (F.pad(x, (2, 1, 1, 0), mode="reflect"),
                                       F.pad(x, (1, 2, 0, 1), mode="replicate"),
                                       F.pad(x, (1, 1, 2, 2), mode="circular")), (1, 2, 4, 5)),

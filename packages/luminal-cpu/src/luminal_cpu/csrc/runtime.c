@@ -414,14 +414,15 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
                     const lm_mat *B, const long *boff, const lm_qmat *W, const lm_packer *P,
                     const lm_out *C, float *dst, long ldd) {
   float *restrict ap = work->ap, *restrict bp = work->bp, *ct = work->ct;
-  /* whole micro-tiles of a float32 C: the last block's sums go straight into C (no copy of
-   * the tile afterwards); others are summed in ct, then copied */
-  const int direct = k_hi > k_lo && !dst && C->dt == LM_F32 && mc % LM_MR == 0 &&
+  /* whole micro-tiles of a float32 C (or of a K split's partial product, `dst`): the last
+   * block's sums go straight into it (no copy of the tile afterwards); others are summed in
+   * ct, then copied */
+  const int direct = k_hi > k_lo && (dst || C->dt == LM_F32) && mc % LM_MR == 0 &&
                      nc % LM_NR == 0;
   if (k_hi <= k_lo)  /* an empty sum: zeros */
     for (long i = 0; i < mc; i++) memset(ct + i * LM_NC, 0, sizeof(float) * nc);
-  float *out = direct ? (float *)C->p + C->off[b] + m0 * C->rs + n0 : ct;
-  const long ldo = direct ? C->rs : LM_NC;
+  float *out = !direct ? ct : dst ? dst : (float *)C->p + C->off[b] + m0 * C->rs + n0;
+  const long ldo = !direct ? LM_NC : dst ? ldd : C->rs;
   for (long k0 = k_lo; k0 < k_hi; k0 += LM_KC) {
     const long kc = k_hi - k0 < LM_KC ? k_hi - k0 : LM_KC;
     const int first = k0 == k_lo, last = k0 + kc >= k_hi;
@@ -470,6 +471,7 @@ static void lm_tile(lm_work *work, long b, long m0, long mc, long n0, long nc, l
 static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, long N, long K,
                           const lm_mat *A, const lm_mat *B, const lm_qmat *W,
                           const lm_packer *P, const lm_out *C) {
+  if (nb <= 0 || M <= 0 || N <= 0) return; /* nothing to write (and no tiles to divide by) */
   /* A is packed once up front when every batch shares it and tiles would otherwise pack it
    * again and again (one tile per LM_NC columns); its tiles may then be taller */
   int shared_a = 1;

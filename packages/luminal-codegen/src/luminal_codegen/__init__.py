@@ -3,7 +3,7 @@ C-family renderer. Dialects live in their backends (luminal-cpu: C/OpenMP, lumin
 luminal-rocm: OpenCL C, luminal-metal: Metal Shading Language) and extend `Dialect` (or
 `GpuDialect`).
 
-    from luminal.codegen import lower, render_kernel
+    from luminal_codegen import lower, render_kernel
     from luminal_cpu.dialect import C
     program = lower(graph)                      # kernels, calls, buffers, dims
     source = render_kernel(program.kernels[0], "k0", C)
@@ -33,6 +33,7 @@ from .render import (
     Dialect,
     OnlineSoftmax,
     Scope,
+    buffer_params,
     dim_names,
     helper_functions,
     render_kernel,
@@ -57,6 +58,7 @@ __all__ = [
     "QuantOperand",
     "Schedule",
     "Scope",
+    "buffer_params",
     "dim_names",
     "domain_size",
     "helper_functions",

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..symbolic import Expr
+from luminal.symbolic import Expr
+
 from .ir import Kernel, Store, affine, exprs_of, loop_var, map_exprs
 
 

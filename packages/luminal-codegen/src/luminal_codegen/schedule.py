@@ -7,7 +7,7 @@ answer; the lowering honours it and keeps its heuristic everywhere else. Every c
 (any node may be stored or recomputed, any matmul may run as generated loops), so a schedule
 changes speed, never results. Node ids are those of the graph being lowered.
 
-    from luminal.codegen import Schedule, lower
+    from luminal_codegen import Schedule, lower
     program = lower(graph, Schedule(store=frozenset({node_id})))
 
 Backends that lower through `lower()` accept a schedule with `Backend.with_schedule()`.

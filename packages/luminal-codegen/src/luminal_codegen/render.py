@@ -19,8 +19,9 @@ import copy
 import math
 from dataclasses import dataclass, field
 
-from ..dtypes import DType, float32
-from ..symbolic import Expr
+from luminal.dtypes import DType, float32
+from luminal.symbolic import Expr
+
 from .ir import (
     Binary,
     Bind,
@@ -276,6 +277,14 @@ class BodyWriter:
         self.count += 1
         return f"v{self.count - 1}"
 
+    def emit_store(self, kernel: Kernel) -> str:
+        """Emit `kernel`'s output value (its lines into `root`) and return the statement that
+        stores it."""
+        value = self.emit(kernel.out.value)
+        out = kernel.out.buf
+        return self.d.store_statement(kernel.params[out].dtype, f"p{out}",
+                                      self.expr(kernel.out.index), value)
+
     def emit(self, v: Value) -> str:
         """A C expression (usually a variable name) holding `v`."""
         if isinstance(v, Const):
@@ -487,11 +496,13 @@ class OnlineSoftmax:
         `c` of what was accumulated, and the weights into array `weights`."""
         exp2, mn = self.d.unary, f"{self.name}_mn"
         return [
-            f"float {mn} = {self.m};",
+            f"float {mn} = {self.m}; int {mn}_nan = 0;",
+            *filter(None, [self.d.reduce_pragma("max", float32, mn)]),
             f"for (long lm_jj = 0; lm_jj < {count}; lm_jj++) {{",
             f"  {mn} = {logits}[lm_jj] > {mn} ? {logits}[lm_jj] : {mn};",
-            f"  {self.nan} |= {logits}[lm_jj] != {logits}[lm_jj];",
+            f"  {mn}_nan |= {logits}[lm_jj] != {logits}[lm_jj];",
             "}",
+            f"{self.nan} |= {mn}_nan;",
             f"float {self.c} = {mn} == -INFINITY ? 1.0f : {exp2('exp2', f'{self.m} - {mn}')};",
             f"float {self.name}_s = 0.0f;",
             *filter(None, [self.d.reduce_pragma("sum", float32, f"{self.name}_s")]),
@@ -652,6 +663,13 @@ def _render_row(kernel: Kernel, dialect: Dialect, names: dict[str, str], extents
     return dialect.domain(extents[:-1], loop_names[:-1], body_lines)
 
 
+def buffer_params(kernel: Kernel, dialect: Dialect) -> list[tuple[str, str, bool]]:
+    """`(C element type, name, written)` of `kernel`'s buffers `p0, p1, ...`, the form
+    `Dialect.signature` takes."""
+    return [(dialect.storage_type(p.dtype), f"p{k}", p.output)
+            for k, p in enumerate(kernel.params)]
+
+
 def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
     """Source of one function computing `kernel` in `dialect`. Its arguments are the buffers
     `p0, p1, ...` (in `kernel.params` order) then the dims of `kernel_dims(kernel)`."""
@@ -662,9 +680,7 @@ def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
     simd_last = _strided_reduction(kernel)
     extents = [e.render_c(names) for e in kernel.domain]
     loop_names = [v.name for v in kernel.loop_vars]
-    params = [
-        (dialect.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)
-    ]
+    params = buffer_params(kernel, dialect)
     lines = [dialect.signature(name, params, [names[d] for d in dims]) + " {"]
     if row_softmax(kernel) is not None:
         code = _render_row(kernel, dialect, names, extents, loop_names)
@@ -674,15 +690,12 @@ def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
         code = _render_lanes(kernel, top[0], dialect, names, extents, loop_names)
         return "\n".join([*lines, *("  " + x for x in code), "}"]) + "\n"
     writer = BodyWriter(dialect, names, reduce_pragmas=not simd_last)
-    value = writer.emit(kernel.out.value)
-    out_dt = kernel.params[kernel.out.buf].dtype
-    store = dialect.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index),
-                                    value)
+    store = writer.emit_store(kernel)
     body = [*writer.root.lines, store]
     lines += ["  " + line for line in dialect.domain(extents, loop_names, body, simd_last)]
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["BodyWriter", "Dialect", "OnlineSoftmax", "Scope", "dim_names", "helper_functions",
-           "render_kernel", "row_softmax"]
+__all__ = ["BodyWriter", "Dialect", "OnlineSoftmax", "Scope", "buffer_params", "dim_names",
+           "helper_functions", "render_kernel", "row_softmax"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import luminal as lm
 import numpy as np
 import pytest
-from luminal.codegen import Dialect, Kernel, Matmul, Schedule, lower, render_kernel
+from luminal_codegen import Dialect, Kernel, Matmul, Schedule, lower, render_kernel
 
 
 def graph():

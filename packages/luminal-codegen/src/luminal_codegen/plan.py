@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from itertools import pairwise
 
-from ..symbolic import Expr, evaluator
+from luminal.symbolic import Expr, evaluator
+
 from .ir import Program
 
 ALIGN = 64  # bytes: a cache line, and the widest vector load

@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from .. import ops
-from ..ir import Graph, Node
-from ..shape import View, row_major_strides
-from ..symbolic import INF, Expr, logical_and, lt, to_expr
+from luminal import ops
+from luminal.ir import Graph, Node
+from luminal.shape import View, row_major_strides
+from luminal.symbolic import INF, Expr, logical_and, lt, to_expr
+
 from .indexing import flat_index, source_axes
 from .ir import (
     Binary,

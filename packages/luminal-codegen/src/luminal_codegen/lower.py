@@ -28,10 +28,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
-from .. import ops
-from ..dtypes import float32
-from ..ir import Edge, Graph, Node
-from ..symbolic import Expr, logical_and, prod
+from luminal import ops
+from luminal.dtypes import float32
+from luminal.ir import Edge, Graph, Node
+from luminal.symbolic import Expr, logical_and, prod
+
 from . import patterns
 from .indexing import flat_index, source_axes
 from .ir import (

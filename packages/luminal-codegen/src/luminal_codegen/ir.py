@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 
-from .. import ops
-from ..dtypes import DType
-from ..symbolic import INF, Expr, logical_and
+from luminal import ops
+from luminal.dtypes import DType
+from luminal.symbolic import INF, Expr, logical_and
 
 UNARY_OPS = tuple(op.code for op in ops.MATH)
 BINARY_OPS = tuple(op.code for op in ops.BINARY)
@@ -351,9 +351,8 @@ def map_exprs(v: Value, fn: Callable[[Expr], Expr]) -> Value:
     return go(v)
 
 
-def guard_loads(v: Value, cond: Expr) -> Value:
-    """`v` with `cond` added to the validity of every load: no load under `v` then reads
-    memory where `cond` is false (for values used only where `cond` holds)."""
+def map_loads(v: Value, fn: Callable[[Load], Value]) -> Value:
+    """`v` with every `Load` replaced by `fn(load)` (shared subtrees rewritten once)."""
     memo: dict[int, Value] = {}
 
     def go(x: Value) -> Value:
@@ -361,7 +360,7 @@ def guard_loads(v: Value, cond: Expr) -> Value:
         if got is not None:
             return got
         if isinstance(x, Load):
-            out: Value = replace(x, valid=logical_and(x.valid, cond))
+            out = fn(x)
         else:
             changes = {f.name: go(getattr(x, f.name)) for f in fields(x)
                        if isinstance(getattr(x, f.name), Value)}
@@ -370,6 +369,12 @@ def guard_loads(v: Value, cond: Expr) -> Value:
         return out
 
     return go(v)
+
+
+def guard_loads(v: Value, cond: Expr) -> Value:
+    """`v` with `cond` added to the validity of every load: no load under `v` then reads
+    memory where `cond` is false (for values used only where `cond` holds)."""
+    return map_loads(v, lambda x: replace(x, valid=logical_and(x.valid, cond)))
 
 
 def kernel_exprs(k: KernelLike) -> Iterator[Expr]:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..shape import Shape, View, row_major_strides
-from ..symbolic import Expr, add, mul
+from luminal.shape import Shape, View, row_major_strides
+from luminal.symbolic import Expr, add, mul
 
 
 def flat_index(shape: Shape, axes: Sequence[Expr]) -> Expr:
@@ -23,6 +23,8 @@ def flat_index(shape: Shape, axes: Sequence[Expr]) -> Expr:
 
 def unravel(flat: Expr, shape: Shape) -> list[Expr]:
     """Per-axis indices of row-major position `flat` in `shape`."""
+    if any(d == 0 for d in shape):  # an empty tensor: no position is ever read (nor a % 0)
+        return [Expr.const(0)] * len(shape)
     out: list[Expr] = []
     stride = Expr.const(1)
     for k in range(len(shape) - 1, -1, -1):

@@ -1,0 +1,95 @@
+"""Masks that a run of outputs can drop: where a loop walks a row of outputs, the masks of
+its loads (a padded input's edges) hold for the whole run except near the edges, and a mask
+of an outer axis alone (a concatenation's `channel < 128`) is constant over whole intervals of
+that axis. Code without them vectorises (masked strided loads, lane-indexed gathers and loads
+masked by a loop-invariant condition do not, with gcc 12)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from luminal.symbolic import Expr, logical_and
+from luminal_codegen.ir import Load, Value, Where, affine, map_exprs, walk
+
+# axes longer than this are not split into cases (each point is evaluated at compile time)
+_CASE_AXIS_MAX = 1 << 16
+_CASES_MAX = 8  # copies of a loop one kernel may get
+
+
+def atoms(cond: Expr) -> tuple[Expr, ...]:
+    return cond.args if cond.op == "and" else (cond,)
+
+
+def edge_atoms(value: Value, variables: tuple[Expr, ...]) -> tuple[Expr, ...] | None:
+    """The comparisons in `value`'s masks that read any of `variables`, or None when one is
+    not affine in them. An affine comparison holds on a half-space of `variables`, so all of
+    them hold on a convex set: along a run of one variable, on one interval."""
+    names = {v.name for v in variables}
+    found: set[Expr] = set()
+    for x in walk(value):
+        cond = x.valid if isinstance(x, Load) else x.cond if isinstance(x, Where) else None
+        for atom in atoms(cond) if cond is not None else ():
+            if not names & atom.free_vars:
+                continue
+            if atom.op != "lt" or affine(atom.args[0] - atom.args[1], variables) is None:
+                return None
+            found.add(atom)
+    return tuple(sorted(found, key=str))
+
+
+def without_atoms(value: Value, dropped: tuple[Expr, ...]) -> Value:
+    """`value` with the comparisons `dropped` taken as true in every mask."""
+    drop = set(dropped)
+
+    def cond(e: Expr) -> Expr:
+        if e.op not in ("and", "lt"):
+            return e
+        return logical_and(*(a for a in atoms(e) if a not in drop))
+
+    return map_exprs(value, cond)
+
+
+def _masks(value: Value) -> set[Expr]:
+    out: set[Expr] = set()
+    for x in walk(value):
+        cond = x.valid if isinstance(x, Load) else x.cond if isinstance(x, Where) else None
+        if cond is not None:
+            out.update(atoms(cond))
+    return out
+
+
+def case_intervals(value: Value, axes: Iterable[tuple[Expr, Expr]]
+                   ) -> tuple[Expr, list[tuple[int, int]]] | None:
+    """The first of `axes` (loop variable, extent) whose masks in `value` (reading it alone)
+    split it into a few intervals, each with every such mask constant, and those intervals."""
+    masks = _masks(value)
+    for var, extent in axes:
+        own = [m for m in masks if m.free_vars == {var.name}]
+        if not own or not extent.is_const or extent.value > _CASE_AXIS_MAX:
+            continue
+        intervals: list[tuple[int, int]] = []
+        previous = None
+        for i in range(extent.value):
+            truth = tuple(m.evaluate({var.name: i}) for m in own)
+            if truth != previous:
+                intervals.append((i, i))
+                previous = truth
+            intervals[-1] = (intervals[-1][0], i)
+        if 1 < len(intervals) <= _CASES_MAX:
+            return var, intervals
+    return None
+
+
+def case_chain(var: Expr, intervals: list[tuple[int, int]], value: Value,
+               code: Callable[[Value], list[str]]) -> list[str]:
+    """`if (var <= hi0) {...} else if ... else {...}`: `code(value)` per interval, with `var`'s
+    range narrowed to it (the symbolic simplifier folds the masks that read it alone)."""
+    lines: list[str] = []
+    for k, (lo, hi) in enumerate(intervals):
+        env = {var.name: Expr.var(var.name, lo, hi)}
+        narrowed = map_exprs(value, lambda e, env=env: e.substitute(env))
+        head = ("if" if k == 0 else "} else if") + f" ({var.name} <= {hi}) {{"
+        lines += [head if k < len(intervals) - 1 else "} else {",
+                  *("  " + x for x in code(narrowed))]
+    return [*lines, "}"]
+

@@ -1,0 +1,121 @@
+"""Kernels rendered a row of outputs at a time, with the masks a row does not need removed.
+
+Generic rendering evaluates every mask per element, and gcc vectorises neither a loop whose
+loads are masked by a condition of the outer axes (a concatenation's `c < 128`: "no vectype"
+for the masked load) nor a pooling window's max with its NaN flag. Here:
+
+- **Cases**: a mask that reads only one outer axis (a concatenation along channels) holds on
+  whole intervals of that axis; each interval gets its own copy of the row loop with the
+  masks folded to constants (the axis's range narrowed, `luminal.symbolic` simplifies), so
+  each copy reads one input, unmasked.
+- **Windows** (reductions shorter than 16 steps: pooling): each row is cut into its interior,
+  where every mask along the row holds for every window step, and the two edges. The interior
+  runs without those masks, its max a NaN-propagating select that gcc vectorises across the
+  row (window steps unrolled); the edges keep the masks and the generic max (its NaN flag has
+  no branches, the select's `||` would branch per step in scalar code). Each such mask is an
+  affine comparison of the row's axis and the window steps, so it holds on the box [t, t] x
+  window exactly when it holds at the box's corners, and the outputs t where all of them hold
+  form one interval (found from both ends of the row).
+"""
+
+from __future__ import annotations
+
+from itertools import product
+
+from luminal_codegen import BodyWriter, Kernel, Scope, dim_names, kernel_dims
+from luminal_codegen.ir import Bind, Reduce, SoftmaxSum, Value, walk
+from luminal_codegen.render import SIMD_REDUCE_MIN
+
+from .dialect import C
+from .masks import case_chain, case_intervals, edge_atoms, without_atoms
+
+
+class _SelectMaxWriter(BodyWriter):
+    """A float max accumulates as `acc = (x > acc || x != x) ? x : acc`: NaN propagates
+    (once NaN, no comparison replaces it) without a separate flag."""
+
+    def reduce(self, r: Reduce, scope: Scope) -> str:
+        if r.op != "max" or not r.dtype.is_float:
+            return super().reduce(r, scope)
+        acc = self.fresh()
+        inner = Scope(scope.depth + 1)
+        self.scope_of[r.var.name] = inner
+        x = self.emit(r.body)
+        var = self.names.get(r.var.name, r.var.name)
+        scope.lines += [f"float {acc} = -INFINITY;",
+                        f"for (long {var} = 0; {var} < {self.expr(r.size)}; {var}++) {{",
+                        *("  " + line for line in inner.lines),
+                        f"  {acc} = ({x} > {acc} || {x} != {x}) ? {x} : {acc};",
+                        "}"]
+        result = self.fresh()
+        scope.lines.append(f"float {result} = {self.d.round(r.dtype, acc)};")
+        return result
+
+
+def _windowed(kernel: Kernel) -> bool | None:
+    """Whether the kernel reduces short windows (True), nothing (False), or is not one this
+    module renders (None: long or data-dependent reductions)."""
+    values = list(walk(kernel.out.value))
+    if any(isinstance(v, (Bind, SoftmaxSum)) for v in values):
+        return None
+    reductions = [v for v in values if isinstance(v, Reduce)]
+    if not all(r.size.is_const and r.size.value < SIMD_REDUCE_MIN for r in reductions):
+        return None
+    return bool(reductions)
+
+
+def render(kernel: Kernel, name: str) -> str | None:
+    """`kernel` as a C function rendered a row at a time, or None when neither cases nor
+    windows apply (the generic renderer then renders it)."""
+    if not isinstance(kernel, Kernel) or len(kernel.domain) < 2:  # rows of outputs
+        return None
+    windowed = _windowed(kernel)
+    cases = (case_intervals(kernel.out.value, zip(kernel.loop_vars[:-1], kernel.domain[:-1]))
+             if windowed is not None else None)
+    if windowed is None or (not windowed and cases is None):
+        return None
+    dims = kernel_dims(kernel)
+    names = dim_names(dims)
+    extents = [e.render_c(names) for e in kernel.domain]
+    axes = [v.name for v in kernel.loop_vars]
+    last, n = axes[-1], extents[-1]
+    out_dt = kernel.params[kernel.out.buf].dtype
+
+    def loop(value: Value, lo: str, hi: str, writer_type: type[BodyWriter] = BodyWriter
+             ) -> list[str]:
+        writer = writer_type(C, names, reduce_pragmas=False)
+        v = writer.emit(value)
+        store = C.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index), v)
+        return [f"for (long {last} = {lo}; {last} < {hi}; {last}++) {{",
+                *("  " + x for x in [*writer.root.lines, store]), "}"]
+
+    def row(value: Value) -> list[str]:
+        reductions = [v for v in walk(value) if isinstance(v, Reduce)]
+        edges = edge_atoms(value, (kernel.loop_vars[-1], *(r.var for r in reductions)))
+        if not reductions or edges is None:
+            return loop(value, "0", n)
+        steps = {r.var.name: r.size.value - 1 for r in reductions}
+        corners = []  # every edge mask at every corner of the window
+        for atom in edges:
+            used = sorted(steps.keys() & atom.free_vars)
+            for corner in product(*((0, steps[v]) for v in used)):
+                corners.append(atom.substitute(dict(zip(used, corner))).render_c(names))
+        inside = " && ".join(f"({c})" for c in dict.fromkeys(corners)) or "1"
+        return [f"long lm_a = 0, lm_b = {n};",
+                f"for (; lm_a < lm_b; lm_a++) {{ const long {last} = lm_a; if ({inside}) break; }}",
+                f"for (; lm_b > lm_a; lm_b--) {{ const long {last} = lm_b - 1; "
+                f"if ({inside}) break; }}",
+                *loop(value, "0", "lm_a"),
+                *loop(without_atoms(value, edges), "lm_a", "lm_b", _SelectMaxWriter),
+                *loop(value, "lm_b", n)]
+
+    if cases is None:
+        body = row(kernel.out.value)
+    else:
+        var, intervals = cases
+        body = case_chain(var, intervals, kernel.out.value, row)
+    params = [(C.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
+    dialect = C.tuned(kernel.tuning) if kernel.tuning else C  # a searched schedule's split
+    return "\n".join([C.signature(name, params, [names[d] for d in dims]) + " {",
+                      *("  " + x for x in dialect.domain(extents[:-1], axes[:-1], body)),
+                      "}"]) + "\n"
