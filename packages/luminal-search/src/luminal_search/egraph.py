@@ -57,16 +57,23 @@ class Saturation:
 def program(encoded: terms.Encoded, rulesets: Sequence[tuple[str, str]],
             costs: dict[str, int], limits: Limits) -> str:
     """The whole egglog program for one region and one cost profile."""
-    parts = [terms.language(lambda name: costs.get(name, 1))]
+    from .schedule import LANGUAGE  # the schedule rule set is registered with the others
+
+    parts = [terms.language(lambda name: costs.get(name, 1)), LANGUAGE]
     for name, text in rulesets:
         parts += [f"(ruleset {name})", text]
     parts.append(encoded.text)
     if rulesets:
-        runs = " ".join(f"(run-with bo {name})" for name, _ in rulesets)
-        parts.append(f"(run-schedule (let-scheduler bo (back-off :match-limit "
-                     f"{limits.match_limit})) (repeat {limits.rounds} (seq {runs})))")
+        parts.append(run_schedule(rulesets, limits))
     parts.append(f"(extract {encoded.root})")
     return "\n".join(parts)
+
+
+def run_schedule(rulesets: Sequence[tuple[str, str]], limits: Limits) -> str:
+    """Every rule set in turn, `limits.rounds` times, under egglog's back-off scheduler."""
+    runs = " ".join(f"(run-with bo {name})" for name, _ in rulesets)
+    return (f"(run-schedule (let-scheduler bo (back-off :match-limit {limits.match_limit})) "
+            f"(repeat {limits.rounds} (seq {runs})))")
 
 
 def saturate(graph: Graph, region: Region, rulesets: Sequence[tuple[str, str]],

@@ -1,0 +1,88 @@
+"""The schedule rule set (rules/schedule.egg): each rule on its own, and the candidates
+extracted from a region's schedule e-graph."""
+
+from __future__ import annotations
+
+import re
+from importlib.resources import files
+
+import luminal as lm
+import pytest
+from luminal_search import schedule
+from luminal_search.egraph import Limits
+
+RULE = re.compile(r"^\(rule .*?:ruleset schedule\)$", re.M | re.S)
+RULES = RULE.findall(files("luminal_search").joinpath("rules/schedule.egg").read_text())
+
+# rule -> (the facts it needs, the choice it adds, a fact set without which it must not fire)
+CASES = {
+    "MicroKernel": ("(MicroKernel 0)", "(MatmulAs (Loops))", "(Generated 0)"),
+    "Recomputed": ("(Recomputed 0 3)", "(Store 3)", "(Recomputed 1 3)"),
+    "Tunable": ('(Generated 0) (Tunable "lanes" 16)', '(Tune "lanes" 16)',
+                '(MicroKernel 0) (Tunable "lanes" 16)'),
+}
+
+
+def case(rule: str) -> tuple[str, str, str]:
+    return next(c for name, c in CASES.items() if f"({name} " in rule.splitlines()[0])
+
+
+def proves(rule: str, facts: str, choice: str) -> bool:
+    """Whether `rule` alone makes egglog put `(Sched 0 choice)` in the e-class of `(Plan 0)`."""
+    from egglog.bindings import EggSmolError, EGraph
+
+    text = "\n".join([schedule.LANGUAGE, "(ruleset schedule)", rule, "(let $k (Plan 0))",
+                      facts, "(run-schedule (repeat 2 (run schedule)))",
+                      f"(check (= $k (Sched 0 {choice})))"])
+    egraph = EGraph()
+    try:
+        egraph.run_program(*egraph.parse_program(text))
+    except EggSmolError:
+        return False
+    return True
+
+
+def test_every_rule_has_a_case():
+    assert len(RULES) == len(CASES) == len({case(r) for r in RULES})
+
+
+@pytest.mark.parametrize("rule", RULES, ids=list(CASES))
+def test_rule(rule):
+    facts, choice, without = case(rule)
+    assert proves(rule, facts, choice)
+    assert not proves(rule, without, choice)
+
+
+def rulesets():
+    return [(r.name, r.program) for r in lm.plugins.rulesets()]
+
+
+def test_candidates_come_from_the_backend_in_cost_order():
+    """What the e-graph yields for a generated kernel: the default plan first, stores, then
+    rewrites, then every setting of the backend's schedule space, in that space's order."""
+    space = lm.backend("cpu").schedule_space
+    assert space
+    got = schedule.choices(schedule.Facts(False, (4, 2), 2, space), rulesets(), Limits())
+    want = ([schedule.Choice("default"), schedule.Choice("store", 4),
+             schedule.Choice("store", 2), schedule.Choice("rewrite", 0),
+             schedule.Choice("rewrite", 1)]
+            + [schedule.Choice("tune", setting=(n, v)) for n, vs in space.items() for v in vs])
+    assert got == want
+
+
+def test_matmul_candidates_take_no_settings():
+    space = lm.backend("cpu").schedule_space
+    got = schedule.choices(schedule.Facts(True, (1,), 0, space), rulesets(), Limits())
+    assert got == [schedule.Choice("default"), schedule.Choice("loops"),
+                   schedule.Choice("store", 1)]
+
+
+def test_without_the_schedule_rules_only_the_default_and_rewrites_remain():
+    algebra = [r for r in rulesets() if r[0] == "algebra"]
+    got = schedule.choices(schedule.Facts(True, (1,), 1, {"lanes": (8,)}), algebra, Limits())
+    assert got == [schedule.Choice("default"), schedule.Choice("rewrite", 0)]
+
+
+def test_a_setting_name_never_reaches_the_program_as_text():
+    with pytest.raises(ValueError, match="not an identifier"):
+        schedule.program(schedule.Facts(False, space={'x") (evil': (1,)}), rulesets(), Limits())
