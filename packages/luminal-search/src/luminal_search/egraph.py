@@ -57,9 +57,7 @@ class Saturation:
 def program(encoded: terms.Encoded, rulesets: Sequence[tuple[str, str]],
             costs: dict[str, int], limits: Limits) -> str:
     """The whole egglog program for one region and one cost profile."""
-    from .schedule import LANGUAGE  # the schedule rule set is registered with the others
-
-    parts = [terms.language(lambda name: costs.get(name, 1)), LANGUAGE]
+    parts = [terms.language(lambda name: costs.get(name, 1))]
     for name, text in rulesets:
         parts += [f"(ruleset {name})", text]
     parts.append(encoded.text)

@@ -10,10 +10,10 @@ and ordered by the constructors' costs (`COSTS`), the default plan first.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from . import terms
 from .egraph import Limits, run_schedule
 
 # the cost model of the extraction: the default plan first, then the choices that change a
@@ -34,6 +34,12 @@ LANGUAGE = f"""\
 (relation Generated (i64))
 (relation Recomputed (i64 i64))
 (relation Tunable (String i64))"""
+
+
+def is_schedule_rules(text: str) -> bool:
+    """Whether a rule set rewrites kernel choices (it names `Plan` or `Sched`): it runs in the
+    schedule e-graph, the others in the term e-graph."""
+    return bool(re.search(r"\((Plan|Sched)\s", text))
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,7 @@ class Facts:
 def program(facts: Facts, rulesets: Sequence[tuple[str, str]], limits: Limits) -> str:
     """The egglog program for one region: its facts, the rule sets, then every variant of
     its e-class extracted."""
-    parts = [terms.language(lambda name: 1), LANGUAGE]
+    parts = [LANGUAGE]
     for name, text in rulesets:
         parts += [f"(ruleset {name})", text]
     parts += ["(let $k (Plan 0))",

@@ -217,12 +217,14 @@ class Search:
             label = (f"one kernel from the e-graph (cost {derived.inlined_cost} -> "
                      f"{derived.cost}, est. work {derived.work / derived.default_work:.2f}x)")
             return [DEFAULT, Candidate("fuse", label, derived=derived)], derived.seconds
-        sat = saturate(graph, region, rulesets, self.limits)
+        term_sets = [r for r in rulesets if not schedule.is_schedule_rules(r[1])]
+        schedule_sets = [r for r in rulesets if schedule.is_schedule_rules(r[1])]
+        sat = saturate(graph, region, term_sets, self.limits)
         recomputed = [region.nodes.index(n) for n in region.recomputed[:MAX_STORE_VARIANTS]]
         facts = schedule.Facts(region.matmul, recomputed, len(sat.rewrites),
                                self.backend.schedule_space)
         out = [_candidate(graph, region, c, sat.rewrites)
-               for c in schedule.choices(facts, rulesets, self.limits)]
+               for c in schedule.choices(facts, schedule_sets, self.limits)]
         return out, sat.seconds
 
     def _search_region(self, graph: Graph, region: Region, rulesets, label: str,
