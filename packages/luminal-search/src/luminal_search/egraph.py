@@ -67,6 +67,19 @@ def program(encoded: terms.Encoded, rulesets: Sequence[tuple[str, str]],
     return "\n".join(parts)
 
 
+def holds(program: str) -> bool:
+    """Whether an egglog program runs to its end: every `check` in it holds (how a rule's
+    test asks egglog to prove its two sides equal)."""
+    from egglog.bindings import EggSmolError, EGraph
+
+    egraph = EGraph()
+    try:
+        egraph.run_program(*egraph.parse_program(program))
+    except EggSmolError:
+        return False
+    return True
+
+
 def run_schedule(rulesets: Sequence[tuple[str, str]], limits: Limits) -> str:
     """Every rule set in turn, `limits.rounds` times, under egglog's back-off scheduler."""
     runs = " ".join(f"(run-with bo {name})" for name, _ in rulesets)
