@@ -85,3 +85,15 @@ def test_without_the_schedule_rules_only_the_default_and_rewrites_remain():
 def test_a_setting_name_never_reaches_the_program_as_text():
     with pytest.raises(ValueError, match="not an identifier"):
         schedule.program(schedule.Facts(False, space={'x") (evil': (1,)}), rulesets(), Limits())
+
+
+def test_a_plugin_rule_set_adds_choices_from_its_own_conditions():
+    """A rule set of another plugin, naming `Plan`/`Sched`, runs in the schedule e-graph: here
+    it offers the backend's settings to matmul micro-kernels too."""
+    mine = ("mine", "(rule ((= k (Plan r)) (MicroKernel r) (Tunable name value))\n"
+                    "      ((union k (Sched r (Tune name value)))) :ruleset mine)")
+    assert schedule.is_schedule_rules(mine[1])
+    facts = schedule.Facts(True, (), 0, {"lanes": (16,)})
+    assert schedule.choices(facts, [*rulesets(), mine], Limits()) == [
+        schedule.Choice("default"), schedule.Choice("loops"),
+        schedule.Choice("tune", setting=("lanes", 16))]
