@@ -93,7 +93,10 @@ def test_a_plugin_rule_set_adds_choices_from_its_own_conditions():
     mine = ("mine", "(rule ((= k (Plan r)) (MicroKernel r) (Tunable name value))\n"
                     "      ((union k (Sched r (Tune name value)))) :ruleset mine)")
     assert schedule.is_schedule_rules(mine[1])
+    stores = ("stores", "(rule ((= k (Plan r)) (MicroKernel r))\n"
+                        "      ((union k (Sched r (Store 9))) (union k (Sched r (Store 7))))"
+                        " :ruleset stores)")
     facts = schedule.Facts(True, (), 0, {"lanes": (16,)})
-    assert schedule.choices(facts, [*rulesets(), mine], Limits()) == [
-        schedule.Choice("default"), schedule.Choice("loops"),
-        schedule.Choice("tune", setting=("lanes", 16))]
+    assert schedule.choices(facts, [*rulesets(), mine, stores], Limits()) == [
+        schedule.Choice("default"), schedule.Choice("loops"), schedule.Choice("store", 7),
+        schedule.Choice("store", 9), schedule.Choice("tune", setting=("lanes", 16))]

@@ -20,6 +20,8 @@ from .egraph import Limits, run_schedule
 # kernel's structure, then the region rewritten, then tunable settings
 COSTS = {"Plan": 0, "MatmulAs": 1, "Store": 2, "Rewrite": 3, "Tune": 4}
 
+EXTRA = 64
+
 LANGUAGE = f"""\
 (datatype Lowering (Loops))  ; the default plan is the micro-kernel
 (datatype Choice
@@ -83,15 +85,17 @@ def program(facts: Facts, rulesets: Sequence[tuple[str, str]], limits: Limits) -
 
 
 def _bound(facts: Facts) -> int:
-    """How many variants the e-class can hold: every extracted one is wanted."""
+    """How many variants to extract: every one the facts can give, and up to `EXTRA` more
+    that other rule sets add from conditions of their own."""
     tunes = sum(len(v) for v in (facts.space or {}).values())
-    return 2 + len(facts.recomputed) + facts.rewrites + tunes
+    return 2 + len(facts.recomputed) + facts.rewrites + tunes + EXTRA
 
 
 def choices(facts: Facts, rulesets: Sequence[tuple[str, str]],
             limits: Limits | None = None) -> list[Choice]:
     """The region's kernel choices, extracted from its e-graph, in cost order (ties in the
-    order of the facts: recomputed nodes, rewrites and settings as given)."""
+    order of the facts: recomputed nodes, rewrites and settings as given; a choice another
+    rule set made from no fact after them)."""
     from egglog.bindings import EGraph
 
     egraph = EGraph()
@@ -99,7 +103,8 @@ def choices(facts: Facts, rulesets: Sequence[tuple[str, str]],
         program(facts, rulesets, limits or Limits())))[-1]
     found = [_decode(out.termdag, t) for t in out.terms]
     order = _ranks(facts)
-    return sorted(set(found), key=lambda c: (COSTS[_CTOR[c.kind]], order[c]))
+    return sorted(set(found), key=lambda c: (COSTS[_CTOR[c.kind]], order.get(c, len(order)),
+                                             c.position, c.setting))
 
 
 _CTOR = {"default": "Plan", "loops": "MatmulAs", "store": "Store", "rewrite": "Rewrite",
