@@ -36,12 +36,17 @@ from typing import Any
 import numpy as np
 from luminal import Backend, BackendStatus, Runtime
 from luminal.symbolic import evaluator
-from luminal_codegen import Kernel, Matmul, lower
+from luminal_codegen import Kernel, Matmul
 from luminal_metal import dialect as metal_dialect
 from luminal_metal import kernels as metal_kernels
 from luminal_metal import matmul as metal_matmul
-from luminal_metal.kernels import KernelSource, Launch, library_source, render_kernel_source
-from luminal_metal.matmul import QUANT_KERNELS
+from luminal_metal.kernels import (
+    KernelSource,
+    Launch,
+    library_source,
+    lower_for_metal,
+    render_kernel_source,
+)
 
 SHIM = Path(__file__).with_name("shim")
 CLANG = shutil.which("clang++")
@@ -255,7 +260,7 @@ class CpuMetalBackend(Backend):
         return BackendStatus(True, device="CPU, through clang++ and shim/metal_stdlib")
 
     def compile(self, graph) -> None:
-        program = lower(graph, self.schedule, QUANT_KERNELS)
+        program = lower_for_metal(graph, self.schedule)
         self.kernels += program.kernels
         graph.set_runtime(_CpuRuntime(graph, program, self.library, self.mode))
 
@@ -318,4 +323,4 @@ def kit_kernels(case, variant: str, dtype: str | None = None) -> list[Kernel | M
     for o in _flatten(case.fn(fns, *seen)):
         o.contiguous().retrieve()
     g.compile(lm.GenericCompiler())
-    return lower(g, quant_kernels=QUANT_KERNELS).kernels
+    return lower_for_metal(g).kernels

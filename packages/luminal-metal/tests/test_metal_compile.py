@@ -14,16 +14,17 @@ from __future__ import annotations
 import subprocess
 
 import luminal as lm
+import numpy as np
 import pytest
 from luminal import Backend
 from luminal.dtypes import bfloat16, float16, float32, uint8
 from luminal.symbolic import Expr
 from luminal.testing import CASES
-from luminal_codegen import Kernel, Matmul, QuantOperand, lower
+from luminal_codegen import Kernel, Matmul, QuantOperand, kernel_arguments, lower
 from luminal_codegen.ir import MatOperand, Param
 from luminal_metal import MetalBackend
-from luminal_metal.kernels import render_kernel_source
-from luminal_metal.matmul import QUANT_KERNELS
+from luminal_metal.dialect import METAL
+from luminal_metal.kernels import lower_for_metal, render_kernel_source, render_program
 from luminal_metal_tests_msl_cpu import CLANG, FLAGS, kit_kernels, syntax_check, unique
 
 
@@ -36,7 +37,7 @@ class _Collector(Backend):
         self.kernels: list[Kernel | Matmul] = []
 
     def compile(self, graph) -> None:
-        self.kernels += lower(graph, quant_kernels=QUANT_KERNELS).kernels
+        self.kernels += lower_for_metal(graph).kernels
 
 
 def _functions(kernels) -> list[str]:
@@ -53,6 +54,7 @@ def test_metal_conformance_kernels_compile(msl):
     print(f"\nconformance kit: {len(kernels)} distinct kernels (+{len(every) - len(kernels)} "
           f"with bfloat16 inputs), {checked} Metal kernel functions compiled")
     assert checked >= len(every) > 1500
+    assert max(kernel_arguments(k) for k in every) <= METAL.max_kernel_args
     # the cooperative paths were among them
     assert any("lm_tg_sum(" in b for b in bodies) and any("lm_tg_max(" in b for b in bodies)
     assert any("simdgroup_multiply_accumulate" in b for b in bodies)
@@ -131,16 +133,27 @@ def test_metal_shim_rejects_what_msl_forbids(msl, tmp_path, bad, complaint):
     assert proc.returncode != 0 and complaint in proc.stderr, proc.stderr
 
 
-def test_metal_refuses_kernels_with_more_arguments_than_metal_binds():
+def test_metal_splits_kernels_with_more_arguments_than_metal_binds(msl):
+    """40 inputs summed would be one kernel of 41 buffers; Metal binds 31 per kernel, so the
+    lowering stores partial sums and every kernel fits. The split graph still adds up."""
     g = lm.Graph()
-    xs = [g.tensor((4,), name=f"x{i}") for i in range(40)]
+    xs = [g.tensor(("n", 4), name=f"x{i}") for i in range(40)]
     total = xs[0]
     for x in xs[1:]:
         total = total + x
-    total.retrieve()
+    out = total.retrieve()
     g.compile(lm.GenericCompiler())
-    with pytest.raises(ValueError, match="41 buffers and 0 dims, more than the 31 arguments"):
-        MetalBackend().build(g)
+    with pytest.raises(ValueError, match="more than the 31 arguments Metal binds"):
+        render_program(lower(g))
+    program, _, _ = MetalBackend().build(g)
+    assert len(program.kernels) > 1
+    assert all(kernel_arguments(k) <= METAL.max_kernel_args for k in program.kernels)
+    g.compile(msl.CpuMetalBackend())
+    data = np.random.default_rng(0).standard_normal((40, 3, 4)).astype(np.float32)
+    for x, d in zip(xs, data):
+        x.set(d)
+    g.execute()
+    np.testing.assert_allclose(out.numpy(), data.sum(0), rtol=1e-5, atol=1e-5)
 
 
 def test_metal_graph_kernels_render_from_the_backend():

@@ -11,10 +11,8 @@ import pytest
 from luminal.testing import conformance_tests
 from luminal_metal import MetalBackend
 
-# every case and variant of the kit, float16 included (marked `metal` by conformance_tests);
-# one fused kernel of int_exact takes more arguments than Metal binds (see the README)
-test_metal_conformance = conformance_tests(MetalBackend(), xfail={
-    "int_exact-base": "a fused kernel with more than 31 arguments (no argument buffers yet)"})
+# every case and variant of the kit, float16 included (marked `metal` by conformance_tests)
+test_metal_conformance = conformance_tests(MetalBackend())
 
 
 @pytest.mark.metal

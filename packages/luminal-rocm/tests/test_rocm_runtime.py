@@ -278,3 +278,19 @@ def _chain(y):
     for _ in range(8):
         y = (y - y.amax(1, keepdim=True)).exp() + 1
     return y
+
+
+def test_rocm_splits_kernels_beyond_the_parameter_space(opencl_backend):
+    """More inputs summed than the device's kernel parameter space holds (8 bytes each):
+    the lowering splits the sum into kernels that fit, with the reference's result."""
+    limit = open_device(opencl_backend.device_spec).max_kernel_args
+    count = limit + 10
+
+    def build(g):
+        xs = [g.tensor((3,), name=f"x{i}") for i in range(count)]
+        total = xs[0]
+        for x in xs[1:]:
+            total = total + x
+        return xs, [total]
+
+    check(build, opencl_backend, [[normal(3) for _ in range(count)]], rtol=1e-4)

@@ -23,6 +23,7 @@ from .ir import (
     Program,
     QuantOperand,
     domain_size,
+    kernel_arguments,
     kernel_dims,
     top_reductions,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "dim_names",
     "domain_size",
     "helper_functions",
+    "kernel_arguments",
     "kernel_dims",
     "lower",
     "plan_memory",

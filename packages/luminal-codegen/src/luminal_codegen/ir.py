@@ -400,6 +400,11 @@ def kernel_dims(k: KernelLike) -> tuple[str, ...]:
     return tuple(sorted(n for n in names if not n.startswith("_")))
 
 
+def kernel_arguments(k: KernelLike) -> int:
+    """How many arguments a kernel is called with: its buffers and its symbolic dims."""
+    return len(k.params) + len(kernel_dims(k))
+
+
 def top_reductions(v: Value) -> list[Reduce]:
     """The reductions of a tree that are not inside another reduction's body (nor inside a
     `SoftmaxSum`, which is a reduction of its own kind)."""

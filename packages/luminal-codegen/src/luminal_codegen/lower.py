@@ -12,7 +12,11 @@ Fusion policy (decided once per node, in topological order):
 - views never copy: a read through a permute, broadcast, slice or pad becomes index and
   validity expressions; `Contiguous` is the identity, so it copies only when it materialises;
 - constants and iotas are always inlined; matmuls, quantized matmuls and one-hot gathers are
-  recognised (`patterns`) and become `Matmul` kernels or `Bind` gathers.
+  recognised (`patterns`) and become `Matmul` kernels or `Bind` gathers;
+- a backend that binds a bounded number of arguments per kernel (Metal: 31 buffers and dims
+  together; `Dialect.max_kernel_args`) passes that bound as `max_args`: a kernel that would
+  take more stores part of its fused region to a buffer (the inlined node taking the most
+  arguments that still fit one kernel) until it fits. Kernels within the bound are unchanged.
 
 A `Schedule` (`schedule.py`) overrides these decisions node by node: that is how a search
 compiler tries the other answers.
@@ -56,6 +60,7 @@ from .ir import (
     Unary,
     Value,
     Where,
+    kernel_arguments,
     kernel_dims,
     loop_var,
     reduce_var,
@@ -186,10 +191,14 @@ class Lowering:
     """Decides fusion for one graph and builds its `Program` (see the module docstring)."""
 
     def __init__(self, graph: Graph, schedule: Schedule | None = None,
-                 quant_kernels: Collection[str] = frozenset()):
+                 quant_kernels: Collection[str] = frozenset(), max_args: int | None = None):
+        if max_args is not None and max_args < 4:
+            raise ValueError(f"lower: max_args must be at least 4 (a primitive op with three "
+                             f"operands and its output, no dims), got {max_args}")
         self.graph = graph
         self.schedule = schedule or DEFAULT
         self.quant_kernels = frozenset(quant_kernels)
+        self.max_args = max_args
         self.order = graph.toposort()
         self.pos = {n.id: k for k, n in enumerate(self.order)}
         self.users = graph.consumers()
@@ -354,6 +363,46 @@ class Lowering:
         tuning = self.schedule.tuning.get(node.id)
         return (replace(kernel, tuning=tuning) if tuning else kernel), params
 
+    def fitting_kernel(self, node: Node) -> tuple[KernelLike, list[int]]:
+        """`build_kernel`, storing parts of the fused region to buffers until the kernel takes
+        at most `max_args` buffers and dims."""
+        kernel, params = self.build_kernel(node)
+        while self.max_args is not None and kernel_arguments(kernel) > self.max_args:
+            self._store_part_of(node, kernel_arguments(kernel))
+            kernel, params = self.build_kernel(node)
+        return kernel, params
+
+    def _store_part_of(self, root: Node, taken: int) -> None:
+        """Materialise one inlined node of `root`'s region so that its kernel takes fewer than
+        `taken` arguments: the candidate whose own kernel takes the most arguments within
+        `max_args` (it then fits, and replaces the most loads), else the next one."""
+        nodes, mat = self.graph.nodes, self.materialised
+        region, stack = [], [e.src for e in root.inputs]
+        seen: set[int] = set()
+        while stack:
+            nid = stack.pop()
+            if nid in seen or nid in mat:
+                continue
+            seen.add(nid)
+            node = nodes[nid]
+            stack.extend(e.src for e in node.inputs)
+            # a one-hot must stay inline to be seen as a gather; a constant reads nothing
+            if not (nid in self.one_hot or nid in self.gather_muls
+                    or isinstance(node.op, (ops.Constant, ops.Iota))):
+                region.append(node)
+        own = {n.id: kernel_arguments(self.build_kernel(n)[0]) for n in region}
+        fitting = sorted((n for n in region if own[n.id] <= self.max_args),
+                         key=lambda n: (-own[n.id], self.pos[n.id]))
+        for node in fitting:
+            mat.add(node.id)
+            if kernel_arguments(self.build_kernel(root)[0]) < taken:
+                return
+            mat.discard(node.id)
+        raise ValueError(
+            f"lower: the kernel of node {root.id} ({root.op.name}) takes {taken} buffers and "
+            f"dims, more than the backend's limit of {self.max_args}, and storing no part of "
+            f"it to a buffer brings that down")
+
     def _build_kernel(self, node: Node) -> tuple[Kernel, list[int]]:
         params = [node.id]
         builder = ValueBuilder(self.graph, self._has_buffer, params)
@@ -391,7 +440,7 @@ class Lowering:
             nid = todo.pop()
             if nid in built:
                 continue
-            kernel, params = self.build_kernel(nodes[nid])
+            kernel, params = self.fitting_kernel(nodes[nid])
             built[nid] = (kernel, params)
             todo.extend(p for p in params[1:] if p not in built and not isinstance(
                 nodes[p].op, ops.Input))
@@ -423,10 +472,12 @@ class Lowering:
 
 
 def lower(graph: Graph, schedule: Schedule | None = None,
-          quant_kernels: Collection[str] = frozenset()) -> Program:
+          quant_kernels: Collection[str] = frozenset(), max_args: int | None = None) -> Program:
     """Lower a graph of primitive ops to a `Program` (see the module docstring); `schedule`
     overrides the fusion and matmul heuristics node by node. `quant_kernels` names the
     `luminal.quant` formats (lower case) the backend has quantized matmul kernels for: products
     with weights dequantized from those become `Matmul`s with a `QuantOperand`; other formats
-    run their primitive decomposition."""
-    return Lowering(graph, schedule, quant_kernels).program()
+    run their primitive decomposition. `max_args` bounds the buffers plus dims of every kernel
+    (a backend passes its dialect's `max_kernel_args`): larger fused regions are split by
+    storing intermediates; None leaves them whole."""
+    return Lowering(graph, schedule, quant_kernels, max_args).program()

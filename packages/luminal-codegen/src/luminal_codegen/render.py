@@ -59,6 +59,9 @@ class Dialect:
     half_storage = "_Float16"
     # integer settings a kernel may override through `Kernel.tuning` (a searched schedule)
     tunable: tuple[str, ...] = ()
+    # most buffers plus symbolic dims one kernel may take (None: no bound); a backend passes
+    # it to `lower(..., max_args=)`, which splits larger fused kernels
+    max_kernel_args: int | None = None
 
     def tuned(self, settings: tuple[tuple[str, int], ...]) -> Dialect:
         """This dialect with `settings` (names from `tunable`) overridden."""

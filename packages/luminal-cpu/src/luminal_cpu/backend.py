@@ -9,6 +9,7 @@ from luminal.graph import Graph
 from luminal_codegen import lower, plan_memory
 
 from . import device, implicit_gemm, toolchain
+from .dialect import C
 from .runtime import CpuRuntime
 from .source import QUANT_KERNELS, program_source, runtime_source
 
@@ -50,7 +51,8 @@ class CpuBackend(Backend):
             raise RuntimeError(f"backend 'cpu' cannot compile: {status.reason}")
         cc = toolchain.compiler()
         t0 = time.perf_counter()
-        program = implicit_gemm.fuse(lower(graph, self.schedule, QUANT_KERNELS))
+        program = implicit_gemm.fuse(lower(graph, self.schedule, QUANT_KERNELS,
+                                           C.max_kernel_args))
         plan = plan_memory(program)
         t1 = time.perf_counter()
         source = program_source(program, toolchain.VECTOR_MATH if cc.vector_math else "")

@@ -39,12 +39,9 @@ class MetalBackend(Backend):
     def build(self, graph: Graph) -> tuple[Program, str, list[KernelSource]]:
         """Lower `graph`; return the program, its MSL library source and each kernel's
         functions and launches. Needs no Metal device."""
-        from luminal_codegen import lower
+        from .kernels import lower_for_metal, render_program
 
-        from .kernels import render_program
-        from .matmul import QUANT_KERNELS
-
-        program = lower(graph, self.schedule, QUANT_KERNELS)
+        program = lower_for_metal(graph, self.schedule)
         source, kernels = render_program(program)
         return program, source, kernels
 

@@ -83,6 +83,8 @@ class MetalDialect(GpuDialect):
     """Metal Shading Language; the thread position arrives as a kernel argument."""
 
     name = "metal"
+    # Metal's argument table holds 31 buffers per kernel (dims are bound like buffers)
+    max_kernel_args = 31
     helper_qualifier = "static inline"
     restrict = ""
     half_storage = "half"

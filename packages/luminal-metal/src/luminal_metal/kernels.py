@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from luminal.ir import Graph
 from luminal.symbolic import Expr
-from luminal_codegen import Kernel, Matmul, Program, kernel_dims
+from luminal_codegen import Kernel, Matmul, Program, Schedule, kernel_arguments, lower
 
 from .dialect import METAL, THREADS, render_metal_kernel
-from .matmul import QUANT_PRELUDE, render_matmul
+from .matmul import QUANT_KERNELS, QUANT_PRELUDE, render_matmul
 
 
 @dataclass(frozen=True)
@@ -60,19 +61,21 @@ def library_source(sources: list[KernelSource]) -> str:
     return METAL.prelude() + quant + "".join(s.body for s in sources)
 
 
-# Metal's argument table holds 31 buffers per kernel (dims are bound like buffers)
-MAX_ARGUMENTS = 31
+def lower_for_metal(graph: Graph, schedule: Schedule | None = None) -> Program:
+    """`graph` lowered as Metal runs it: quantized matmuls where Metal has kernels for the
+    format, and no kernel taking more arguments than Metal binds."""
+    return lower(graph, schedule, QUANT_KERNELS, METAL.max_kernel_args)
 
 
 def render_program(program: Program, cpu: bool = False) -> tuple[str, list[KernelSource]]:
     """The library source of `program` and kernel `i`'s functions (named `k{i}`) as entry i.
-    Raises ValueError for a kernel with more arguments than Metal can bind."""
+    Raises ValueError for a kernel with more arguments than Metal can bind (`program` was not
+    lowered with `max_args=METAL.max_kernel_args`)."""
     for i, k in enumerate(program.kernels):
-        dims = kernel_dims(k)
-        if len(k.params) + len(dims) > MAX_ARGUMENTS:
+        if kernel_arguments(k) > METAL.max_kernel_args:
             raise ValueError(
-                f"metal: fused kernel {i} takes {len(k.params)} buffers and {len(dims)} dims, "
-                f"more than the {MAX_ARGUMENTS} arguments Metal binds per kernel (argument "
-                "buffers are not implemented yet); run this graph on another backend")
+                f"metal: kernel {i} takes {kernel_arguments(k)} buffers and dims, more than the "
+                f"{METAL.max_kernel_args} arguments Metal binds per kernel; lower the graph "
+                f"with max_args=METAL.max_kernel_args")
     sources = [render_kernel_source(k, f"k{i}", cpu) for i, k in enumerate(program.kernels)]
     return library_source(sources), sources

@@ -134,6 +134,9 @@ class Device:
         # matmul kernel family (luminal_rocm.matmul): register-blocked vectors on CPU devices
         self.matmul_cpu = bool(self.device.type & cl.device_type.CPU)
         self.max_work_group = int(self.device.max_work_group_size)
+        # kernel arguments are buffer handles and `long` dims, 8 bytes each, within the
+        # device's parameter space (at least 1024 bytes: 128 arguments); `lower` splits larger
+        self.max_kernel_args = int(self.device.max_parameter_size) // 8
         # IEEE division and sqrt where the driver offers them: the reference computes both
         # exactly, and the default (2.5 ulp) would show up in comparisons
         exact = self.device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT

@@ -65,7 +65,7 @@ class OpenCLRuntime(Runtime):
         self.device = device
         self.cl = device.cl
         self.queue = device.queue
-        program = lower(graph, schedule, QUANT_KERNELS)
+        program = lower(graph, schedule, QUANT_KERNELS, device.max_kernel_args)
         plan = plan_memory(program)
         self.dims = program.dims
         sources = kernel_sources(program, device)
