@@ -62,11 +62,29 @@ def program(encoded: terms.Encoded, rulesets: Sequence[tuple[str, str]],
         parts += [f"(ruleset {name})", text]
     parts.append(encoded.text)
     if rulesets:
-        runs = " ".join(f"(run-with bo {name})" for name, _ in rulesets)
-        parts.append(f"(run-schedule (let-scheduler bo (back-off :match-limit "
-                     f"{limits.match_limit})) (repeat {limits.rounds} (seq {runs})))")
+        parts.append(run_schedule(rulesets, limits))
     parts.append(f"(extract {encoded.root})")
     return "\n".join(parts)
+
+
+def holds(program: str) -> bool:
+    """Whether an egglog program runs to its end: every `check` in it holds (how a rule's
+    test asks egglog to prove its two sides equal)."""
+    from egglog.bindings import EggSmolError, EGraph
+
+    egraph = EGraph()
+    try:
+        egraph.run_program(*egraph.parse_program(program))
+    except EggSmolError:
+        return False
+    return True
+
+
+def run_schedule(rulesets: Sequence[tuple[str, str]], limits: Limits) -> str:
+    """Every rule set in turn, `limits.rounds` times, under egglog's back-off scheduler."""
+    runs = " ".join(f"(run-with bo {name})" for name, _ in rulesets)
+    return (f"(run-schedule (let-scheduler bo (back-off :match-limit {limits.match_limit})) "
+            f"(repeat {limits.rounds} (seq {runs})))")
 
 
 def saturate(graph: Graph, region: Region, rulesets: Sequence[tuple[str, str]],

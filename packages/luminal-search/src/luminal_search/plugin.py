@@ -1,5 +1,6 @@
-"""The luminal plugin of luminal-search: the compiler "search" and its own rule set "algebra"
-(registered through `luminal_register_rulesets` like any third-party rule set)."""
+"""The luminal plugin of luminal-search: the compiler "search" and its own rule sets "algebra",
+"factoring" and "schedule" (registered through `luminal_register_rulesets` like any third-party
+rule set)."""
 
 from __future__ import annotations
 
@@ -31,3 +32,5 @@ def luminal_register_rulesets(register: Callable[..., None]) -> None:
     register("algebra", _rules("algebra"), "commutativity, associativity, exp2 and reciprocal "
              "products, sum reassociation")
     register("factoring", _rules("factoring"), "distributivity (factoring and expanding)")
+    register("schedule", _rules("schedule"), "kernel choices: matmul as generated loops, store "
+             "a recomputed node, the backend's tunable settings")

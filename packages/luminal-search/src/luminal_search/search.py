@@ -1,8 +1,9 @@
 """`Search(backend)`: the search compiler.
 
-For each region of the graph (a kernel of the default plan; identical regions once) it builds
-candidates: the default plan, schedule variants the backend honours (store a recomputed node,
-matmul as generated loops) and algebraic rewrites extracted from an e-graph. It checks every
+For each region of the graph (a kernel of the default plan; identical regions once) it extracts
+candidates from the region's schedule e-graph (`schedule.py`): the default plan, the variants
+the backend honours (store a recomputed node, matmul as generated loops, tunable settings) and
+algebraic rewrites extracted from the region's term e-graph (`egraph.py`). It checks every
 candidate against the reference backend on random inputs (and its NaN/inf behaviour against
 the default plan's), times the survivors on the device and keeps the fastest; the default plan
 is always timed, so a region never gets slower than its default in the region-alone timing. The
@@ -25,9 +26,9 @@ from luminal.passes import DeadCodeElimination
 from luminal.reference import ReferenceBackend
 from luminal_codegen import Schedule
 
-from . import cache, fusion, measure, plan, terms
+from . import cache, fusion, measure, plan, schedule, terms
 from .candidates import DEFAULT, Candidate, RegionResult, WholeGraph
-from .egraph import Limits, saturate
+from .egraph import Limits, Rewrite, saturate
 from .regions import Region, find_regions, leaves, subgraph, views_and_extents
 
 DEFAULT_DIM = 64  # value given to a symbolic dim the graph has not bound, for timing
@@ -216,19 +217,14 @@ class Search:
             label = (f"one kernel from the e-graph (cost {derived.inlined_cost} -> "
                      f"{derived.cost}, est. work {derived.work / derived.default_work:.2f}x)")
             return [DEFAULT, Candidate("fuse", label, derived=derived)], derived.seconds
-        out = [DEFAULT]
-        if region.matmul:
-            out.append(Candidate("loops", "matmul as generated loops"))
-        for n in region.recomputed[:MAX_STORE_VARIANTS]:
-            pos = region.nodes.index(n)
-            out.append(Candidate("store", f"store {graph.nodes[n].op.name} (node {pos})",
-                                 store=(pos,)))
-        sat = saturate(graph, region, rulesets, self.limits)
-        out += [Candidate("rewrite", f"rewrite ({r.profile}, cost {r.cost})", steps=r.steps)
-                for r in sat.rewrites]
-        if not region.matmul:
-            out += [Candidate("tune", f"{name}={value}", tuning=((name, value),))
-                    for name, values in self.backend.schedule_space.items() for value in values]
+        term_sets = [r for r in rulesets if not schedule.is_schedule_rules(r[1])]
+        schedule_sets = [r for r in rulesets if schedule.is_schedule_rules(r[1])]
+        sat = saturate(graph, region, term_sets, self.limits)
+        recomputed = [region.nodes.index(n) for n in region.recomputed[:MAX_STORE_VARIANTS]]
+        facts = schedule.Facts(region.matmul, recomputed, len(sat.rewrites),
+                               self.backend.schedule_space)
+        out = [_candidate(graph, region, c, sat.rewrites)
+               for c in schedule.choices(facts, schedule_sets, self.limits)]
         return out, sat.seconds
 
     def _search_region(self, graph: Graph, region: Region, rulesets, label: str,
@@ -362,6 +358,24 @@ class Search:
             DeadCodeElimination().compile(graph)
         return Schedule(store=frozenset(store), loop_matmuls=frozenset(loops), tuning=tuning,
                         kernels=kernels)
+
+
+def _candidate(graph: Graph, region: Region, choice: schedule.Choice,
+               rewrites: list[Rewrite]) -> Candidate:
+    """The candidate an extracted schedule choice stands for."""
+    if choice.kind == "loops":
+        return Candidate("loops", "matmul as generated loops")
+    if choice.kind == "store":
+        node = graph.nodes[region.nodes[choice.position]]
+        return Candidate("store", f"store {node.op.name} (node {choice.position})",
+                         store=(choice.position,))
+    if choice.kind == "rewrite":
+        r = rewrites[choice.position]
+        return Candidate("rewrite", f"rewrite ({r.profile}, cost {r.cost})", steps=r.steps)
+    if choice.kind == "tune":
+        name, value = choice.setting
+        return Candidate("tune", f"{name}={value}", tuning=(choice.setting,))
+    return DEFAULT
 
 
 def _clone(graph: Graph) -> Graph:
