@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from numbers import Integral
 
 from luminal.dtypes import DType, float32
 from luminal.symbolic import Expr
@@ -57,8 +59,9 @@ class Dialect:
     kernel_qualifier = "static"
     restrict = "restrict"
     half_storage = "_Float16"
-    # integer settings a kernel may override through `Kernel.tuning` (a searched schedule)
-    tunable: tuple[str, ...] = ()
+    # integer settings a kernel may override through `Kernel.tuning` (a searched schedule),
+    # each with the inclusive range of values the dialect renders
+    tunable: Mapping[str, tuple[int, int]] = {}
     # most buffers plus symbolic dims one kernel may take (None: no bound); a backend passes
     # it to `lower(..., max_args=)`, which splits larger fused kernels
     max_kernel_args: int | None = None
@@ -71,8 +74,29 @@ class Dialect:
                              f"{list(self.tunable)}")
         twin = copy.copy(self)
         for name, value in settings:
+            lo, hi = self.tunable[name]
+            if isinstance(value, bool) or not isinstance(value, Integral) or not lo <= value <= hi:
+                raise ValueError(f"dialect {self.name!r}: setting {name}={value!r} is outside "
+                                 f"its range [{lo}, {hi}] (integers)")
             setattr(twin, name, int(value))
         return twin
+
+    # >0: the axis this many places before the last runs innermost (a loop interchange: it
+    # moves to the end, the others keep their order); 0, or a kernel with no such axis, keeps
+    # the last axis innermost. Every order is legal: a kernel's points are independent.
+    loop_order = 0
+
+    def ordered(self, extents: list[str], names: list[str]) -> tuple[list[str], list[str]]:
+        """The domain's axes in the order `loop_order` picks (outermost first)."""
+        pick = len(names) - 1 - self.loop_order
+        if self.loop_order <= 0 or pick < 0:
+            return extents, names
+        order = [k for k in range(len(names)) if k != pick] + [pick]
+        return [extents[k] for k in order], [names[k] for k in order]
+
+    # >1: a kernel's one reduction is cut into this many chunks reduced by different threads,
+    # then combined in chunk order (`split_reduction`); dialects that cannot leave it at 1
+    split_k = 1
 
     # ----- types --------------------------------------------------------------------------
     def storage_type(self, dt: DType) -> str:
@@ -178,6 +202,15 @@ class Dialect:
         axis reads it contiguously: for each run of `lanes` outputs along the last axis, `reset`
         the accumulators (`declare`d as arrays indexed by `lm_j`), run `loop` (the reduction
         loop header) around `body` for every lane, then `final` per lane."""
+        raise NotImplementedError
+
+    def split_reduction(self, extents: list[str], names: list[str], scratch: list[str],
+                        partial: list[str], final: list[str]) -> list[str]:
+        """Code for a kernel whose one reduction is split into `split_k` chunks: `scratch`
+        declares the partial results (`split_k` per point, shared by every thread); `partial`
+        computes chunk `lm_s` of the point `lm_p` (its loop variables `names` declared) into
+        them, and `final` combines a point's chunks (in chunk order) and stores it, after
+        every partial is done."""
         raise NotImplementedError
 
     def reduce_pragma(self, op: str, dt: DType, acc: str) -> str | None:
@@ -559,6 +592,63 @@ def _render_lanes(kernel: Kernel, r: Reduce, dialect: Dialect, names: dict[str, 
                                 loop, body, final)
 
 
+# Most partial results a split reduction keeps (`split_k` per point, in static storage): a
+# split pays only where there are few points to share among the threads.
+SPLIT_SCRATCH = 1 << 16
+
+
+def splittable(kernel: Kernel, parts: int) -> Reduce | None:
+    """The reduction of a kernel that can be split into `parts` chunks: its only one, with
+    no reduction, online softmax or bound index inside the kernel besides it, over a domain
+    of known size with at most `SPLIT_SCRATCH` partial results."""
+    values = list(walk(kernel.out.value))
+    found = [v for v in values if isinstance(v, Reduce)]
+    if parts <= 1 or len(found) != 1 or any(isinstance(v, (Bind, SoftmaxSum)) for v in values):
+        return None
+    if not all(d.is_const for d in kernel.domain):
+        return None
+    if math.prod(d.value for d in kernel.domain) * parts > SPLIT_SCRATCH:
+        return None
+    return found[0]
+
+
+def _render_split(kernel: Kernel, r: Reduce, dialect: Dialect, names: dict[str, str],
+                  extents: list[str], loop_names: list[str]) -> list[str]:
+    """The domain of a kernel whose reduction `r` is split into `dialect.split_k` chunks
+    (see `Dialect.split_reduction`)."""
+    parts = dialect.split_k
+    partial = BodyWriter(dialect, names)
+    steps = Scope(1)
+    partial.scope_of[r.var.name] = steps
+    value = partial.emit(r.body)
+    acc = _Accumulator(r, "lm_acc")
+    part = _Accumulator(r, "lm_part", lane="lm_p * " + str(parts) + " + lm_s")
+    var, size = names.get(r.var.name, r.var.name), partial.expr(r.size)
+    pragma = dialect.reduce_pragma(r.op, r.dtype, acc.name)
+    nan = acc.kind == "max_nan"
+    partial_lines = [
+        *partial.root.lines, *acc.declare(),
+        f"const long lm_chunk = (({size}) + {parts - 1}) / {parts};",
+        f"const long lm_k1 = lm_s * lm_chunk + lm_chunk < ({size}) ? lm_s * lm_chunk + lm_chunk"
+        f" : ({size});",
+        *([pragma] if pragma else []),
+        f"for (long {var} = lm_s * lm_chunk; {var} < lm_k1; {var}++) {{",
+        *("  " + x for x in [*steps.lines, acc.update(value)]), "}",
+        f"{part.ref()} = {acc.name};", *([f"{part.ref('_nan')} = {acc.name}_nan;"] if nan else []),
+    ]
+    final = BodyWriter(dialect, names)
+    final.root.lines += [
+        *acc.declare(), f"for (long lm_s = 0; lm_s < {parts}; lm_s++) {{",
+        "  " + acc.update(part.ref()), *([f"  {acc.name}_nan |= {part.ref('_nan')};"] if nan else []),
+        "}",
+        f"{dialect.compute_type(r.dtype)} lm_red = {dialect.round(r.dtype, acc.result())};"]
+    final.root.names[r] = "lm_red"
+    store = final.emit_store(kernel)
+    points = math.prod(d.value for d in kernel.domain) * parts
+    return dialect.split_reduction(extents, loop_names, part.declare(points), partial_lines,
+                                   [*final.root.lines, store])
+
+
 def _strided_reduction(kernel: Kernel) -> bool:
     """Whether the kernel reduces along strided memory while its last domain axis walks memory
     contiguously (e.g. a sum over rows): then vectorising across outputs beats vectorising the
@@ -687,6 +777,10 @@ def render_kernel(kernel: Kernel, name: str, dialect: Dialect) -> str:
     lines = [dialect.signature(name, params, [names[d] for d in dims]) + " {"]
     if row_softmax(kernel) is not None:
         code = _render_row(kernel, dialect, names, extents, loop_names)
+        return "\n".join([*lines, *("  " + x for x in code), "}"]) + "\n"
+    split = splittable(kernel, dialect.split_k)
+    if split is not None:
+        code = _render_split(kernel, split, dialect, names, extents, loop_names)
         return "\n".join([*lines, *("  " + x for x in code), "}"]) + "\n"
     top = top_reductions(kernel.out.value)
     if simd_last and dialect.lanes and len(top) == 1:

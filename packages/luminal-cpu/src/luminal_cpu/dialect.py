@@ -54,6 +54,10 @@ static inline float lm_exp2(float x) {
 """
 
 
+# points of the last axis in one chunk of the team's loop when `split_axis` shares that axis
+SPLIT_BLOCK = 512
+
+
 class CDialect(Dialect):
     """C11 for gcc/clang, parallel through the runtime's thread team: the caller runs all
     kernels inside one `#pragma omp parallel` region, and each kernel's work-shared loop
@@ -68,25 +72,20 @@ class CDialect(Dialect):
     def domain(self, extents, names, body, simd_last=False):
         if not names:
             return _shared_loop("1", body)
+        ordered = self.ordered(extents, names)
+        simd_last = simd_last and ordered[1] == names  # it vectorises the original last axis
+        extents, names = ordered
         if len(names) == 1:
             return _shared_loop(extents[0], [f"const long {names[0]} = lm_i;", *body],
                                 simd=simd_last)
+        if self.split_axis == 1:
+            return self._blocks(extents, names, body, simd_last)
         last, n = names[-1], extents[-1]
         inner = [*(["#pragma omp simd"] if simd_last else []),
                  f"for (long {last} = 0; {last} < {n}; {last}++) {{", *("  " + b for b in body),
                  "}"]
-        # the fewest outer axes that give every thread rows to work on are one shared loop
-        # over their product; the axes inside them are plain loops, which the compiler
-        # unrolls and vectorises when they are short
         heads = [f"for (long {v} = 0; {v} < {e}; {v}++)" for v, e in zip(names, extents)][:-1]
-        shared, rows = 0, 1
-        for e in extents[:-1]:
-            shared += 1
-            if not e.isdigit():
-                break  # a symbolic extent: assume it is large
-            rows *= int(e)
-            if rows >= self.parallel_rows:
-                break
+        shared = self._shared_axes(extents)
         product = " * ".join(f"({e})" for e in extents[:shared])
         start, step = odometer(extents[:shared], names[:shared])
         return _shared_loop(product, [
@@ -96,12 +95,64 @@ class CDialect(Dialect):
             step,
         ], chunk_start=tuple(start))
 
+    def _shared_axes(self, extents: list[str]) -> int:
+        """How many outer axes (not the last) one work-shared loop collapses: those outside
+        the axis `split_axis` names, with it; by default the fewest that give every thread
+        rows to work on (the axes inside are plain loops, which the compiler unrolls and
+        vectorises when they are short)."""
+        if 1 < self.split_axis <= len(extents):
+            return len(extents) - self.split_axis + 1
+        shared, rows = 0, 1
+        for e in extents[:-1]:
+            shared += 1
+            if not e.isdigit():
+                break  # a symbolic extent: assume it is large
+            rows *= int(e)
+            if rows >= self.parallel_rows:
+                break
+        return shared
+
+    def _blocks(self, extents, names, body, simd_last):
+        """The team shares every axis, the last in blocks of `SPLIT_BLOCK` points (a few
+        long rows, or one, still keep every thread busy)."""
+        last, n, block = names[-1], extents[-1], SPLIT_BLOCK
+        return [
+            f"const long lm_nblk = (({n}) + {block - 1}) / {block};",
+            *_shared_loop(" * ".join(f"({e})" for e in extents[:-1]) + " * lm_nblk", [
+                "const long lm_row = lm_i / lm_nblk;",
+                *unravel_declarations("lm_row", extents[:-1], names[:-1]),
+                f"const long lm_j0 = lm_i % lm_nblk * {block};",
+                f"const long lm_j1 = ({n}) - lm_j0 < {block} ? ({n}) : lm_j0 + {block};",
+                *(["#pragma omp simd"] if simd_last else []),
+                f"for (long {last} = lm_j0; {last} < lm_j1; {last}++) {{",
+                *("  " + b for b in body), "}"]),
+        ]
+
+    def split_reduction(self, extents, names, scratch, partial, final):
+        # static: every thread of the team sees the one copy (a kernel runs once at a time)
+        points = " * ".join(f"({e})" for e in extents) or "1"
+        return [
+            *(f"static {x}" for x in scratch),
+            *_shared_loop(f"{points} * {self.split_k}", [
+                f"const long lm_p = lm_i / {self.split_k}, lm_s = lm_i % {self.split_k};",
+                *unravel_declarations("lm_p", extents, names), *partial]),
+            *_shared_loop(points, [
+                "const long lm_p = lm_i;", *unravel_declarations("lm_p", extents, names),
+                *final]),
+        ]
+
     # rows (points of the outer axes) a work-shared loop should split among the threads
     parallel_rows = 256
+    # which axis, counted from the last (1), the team partitions: every axis outside it is
+    # shared with it and the axes inside it are plain loops; the last axis is shared in
+    # blocks. 0, or more than the kernel's axes: by `parallel_rows`
+    split_axis = 0
 
     lanes = 64
-    # both are heuristics a searched schedule may override per kernel (`Kernel.tuning`)
-    tunable = ("parallel_rows", "lanes")
+    # heuristics a searched schedule may override per kernel (`Kernel.tuning`), with the
+    # values they render; `loop_order` and `split_k` are the base dialect's (see `Dialect`)
+    tunable = {"parallel_rows": (1, 1 << 30), "lanes": (1, 1024), "loop_order": (0, 8),
+               "split_axis": (0, 8), "split_k": (1, 64)}
 
     def reduce_lanes(self, extents, names, declare, reset, loop, body, final):
         last, n, lanes = names[-1], extents[-1], self.lanes
