@@ -24,9 +24,23 @@ class GpuDialect(Dialect):
     global_id = ""
     kernel_qualifier = ""
     buffer_qualifier = ""
+    # the expression of the number of threads launched; a dialect that sets it may make each
+    # thread compute `points` points (`points` above 1, launched with that many times fewer
+    # threads): its own, then the one as many threads on, and so on
+    global_count = ""
+    points = 1
 
     def domain(self, extents, names, body, simd_last=False):
         total = " * ".join(f"({e})" for e in extents) or "1"
+        extents, names = self.ordered(extents, names)
+        if self.points > 1:
+            return [
+                f"for (long lm_q = 0; lm_q < {self.points}; lm_q++) {{",
+                f"  const long lm_gid = {self.global_id} + lm_q * {self.global_count};",
+                f"  if (lm_gid >= {total}) break;",
+                *("  " + x for x in [*unravel_declarations("lm_gid", extents, names), *body]),
+                "}",
+            ]
         return [
             f"const long lm_gid = {self.global_id};",
             f"if (lm_gid >= {total}) return;",

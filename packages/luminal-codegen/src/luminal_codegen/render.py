@@ -622,7 +622,7 @@ def _render_split(kernel: Kernel, r: Reduce, dialect: Dialect, names: dict[str, 
     partial.scope_of[r.var.name] = steps
     value = partial.emit(r.body)
     acc = _Accumulator(r, "lm_acc")
-    part = _Accumulator(r, "lm_part", lane="lm_p * " + str(parts) + " + lm_s")
+    part = _Accumulator(r, "lm_part", lane=f"lm_p * {parts} + lm_s")
     var, size = names.get(r.var.name, r.var.name), partial.expr(r.size)
     pragma = dialect.reduce_pragma(r.op, r.dtype, acc.name)
     nan = acc.kind == "max_nan"
@@ -637,10 +637,10 @@ def _render_split(kernel: Kernel, r: Reduce, dialect: Dialect, names: dict[str, 
         f"{part.ref()} = {acc.name};", *([f"{part.ref('_nan')} = {acc.name}_nan;"] if nan else []),
     ]
     final = BodyWriter(dialect, names)
+    merge_nan = [f"  {acc.name}_nan |= {part.ref('_nan')};"] if nan else []
     final.root.lines += [
         *acc.declare(), f"for (long lm_s = 0; lm_s < {parts}; lm_s++) {{",
-        "  " + acc.update(part.ref()), *([f"  {acc.name}_nan |= {part.ref('_nan')};"] if nan else []),
-        "}",
+        "  " + acc.update(part.ref()), *merge_nan, "}",
         f"{dialect.compute_type(r.dtype)} lm_red = {dialect.round(r.dtype, acc.result())};"]
     final.root.names[r] = "lm_red"
     store = final.emit_store(kernel)

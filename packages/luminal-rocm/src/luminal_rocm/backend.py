@@ -26,6 +26,9 @@ class OpenCLBackend(Backend):
     schedulable = True
     cpu_device_priority = 50
     dtypes = ("float32", "float16", "bfloat16", "int32", "bool", "uint8")
+    # DeviceDialect's settings (README "Schedule space"): work-items per group, points per
+    # work-item, and which axis consecutive work-items walk
+    schedule_space = {"group_size": (64, 1024), "points": (4,), "loop_order": (1,)}
 
     def __init__(self, device: str | None = None):
         self.device_spec = device

@@ -12,6 +12,8 @@ from __future__ import annotations
 from luminal.dtypes import DType
 from luminal_codegen import Dialect, GpuDialect
 
+from .launch import ELEMENTWISE_GROUP
+
 _ROUND_HALF = (
     "inline float lm_round_half(float x) { ushort h; vstore_half_rte(x, 0, (__private half *)&h);"
     " return vload_half(0, (const __private half *)&h); }\n"
@@ -29,6 +31,11 @@ class DeviceDialect(GpuDialect):
     buffer_qualifier = "__global "
     half_storage = "half"
     math_functions = {"log2": "log2", "exp2": "exp2", "sin": "sin", "sqrt": "sqrt", "fmod": "fmod"}
+    global_count = "(long)get_global_size(0)"
+    # work-items per work-group of a generated kernel (the launch caps it at the device's
+    # limit); the other settings are `GpuDialect`'s (`points`) and `Dialect`'s (`loop_order`)
+    group_size = ELEMENTWISE_GROUP
+    tunable = {"group_size": (1, 1 << 16), "points": (1, 64), "loop_order": (0, 8)}
 
     def __init__(self, fp16: bool):
         self.fp16 = fp16

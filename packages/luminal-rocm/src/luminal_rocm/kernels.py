@@ -19,7 +19,7 @@ from luminal_codegen.matmul import MatmulCtx
 
 from . import matmul_cpu, matmul_gpu
 from .dialect import DeviceDialect
-from .launch import ELEMENTWISE_GROUP, LaunchSpec, ceil_to
+from .launch import LaunchSpec, ceil_to
 from .matmul import GEMV_MAX_ROWS, QUANT_PRELUDE
 
 
@@ -42,11 +42,15 @@ class KernelSource:
         return "".join(self.prelude) + self.body
 
 
-def _elementwise(kernel: Kernel, dialect: DeviceDialect, group: int) -> KernelSource:
+def _elementwise(kernel: Kernel, dialect: DeviceDialect, max_group: int) -> KernelSource:
+    if kernel.tuning:
+        dialect = dialect.tuned(kernel.tuning)
+    group = min(dialect.group_size, max_group)
     total = Expr.const(1)
     for d in kernel.domain:
         total = total * d
-    spec = LaunchSpec("k", kernel_dims(kernel), (ceil_to(total, group),), (group,))
+    threads = (total + (dialect.points - 1)) // dialect.points
+    spec = LaunchSpec("k", kernel_dims(kernel), (ceil_to(threads, group),), (group,))
     return KernelSource((dialect.prelude(),), render_kernel(kernel, "k", dialect), (spec,),
                         lambda names: render_kernel(kernel, names["k"], dialect))
 
@@ -76,8 +80,7 @@ def render_program(program: Program, dialect: DeviceDialect, cpu: bool,
                    max_group: int) -> list[KernelSource]:
     """`program.kernels[i]` as `KernelSource` number i. `cpu` selects the matmul kernels made
     for CPU devices (see `luminal_rocm.matmul`); `max_group` is the device's work-group limit."""
-    group = min(ELEMENTWISE_GROUP, max_group)
     return [
-        _matmul(k, dialect, cpu) if isinstance(k, Matmul) else _elementwise(k, dialect, group)
+        _matmul(k, dialect, cpu) if isinstance(k, Matmul) else _elementwise(k, dialect, max_group)
         for k in program.kernels
     ]
