@@ -1,11 +1,12 @@
 """Every value of the cpu backend's schedule space: lowered with it, random graphs
 (elementwise with NaN/inf, sums and maxima over each axis, matmul-shaped reductions as
-generated loops, row softmax) give the reference backend's results, and the setting changes
+generated loops, softmax, a pooling window and a concatenation) give the reference backend's results, and the setting changes
 the rendered code where it applies."""
 
 from __future__ import annotations
 
 import luminal as lm
+import luminal_nn.functional as F
 import numpy as np
 import pytest
 from luminal.reference import ReferenceBackend
@@ -54,7 +55,15 @@ def _softmax(g, rng):
     return [x.softmax(2), x.softmax(0)]
 
 
-GRAPHS = {"elementwise": _elementwise, "reductions": _reductions, "matmul": _matmul,
+def _windows(g, rng):
+    """Kernels `rows.py` renders a row at a time: a pooling window, a concatenation."""
+    x = g.tensor((2, 3, 12, 20), name="x").set(_specials(rng.standard_normal((2, 3, 12, 20)),
+                                                          rng))
+    pooled = F.max_pool2d(x, 3, stride=1, padding=1)
+    return [pooled, lm.cat([x, pooled * 2.0], 1)]
+
+
+GRAPHS = {"windows": _windows, "elementwise": _elementwise, "reductions": _reductions, "matmul": _matmul,
           "softmax": _softmax}
 
 
@@ -65,9 +74,7 @@ def _run(build, backend, settings):
     outs = [o.retrieve() for o in build(g, np.random.default_rng(7))]
     lm.GenericCompiler().compile(g)
     if settings is not None:
-        ids = frozenset(g.nodes)
-        backend = backend.with_schedule(Schedule(loop_matmuls=ids,
-                                                 tuning={n: settings for n in ids}))
+        backend = backend.with_schedule(Schedule.uniform(g.nodes, settings, loop_matmuls=True))
     g.compile(backend)
     g.execute()
     return [np.array(o.numpy()) for o in outs], g
@@ -88,8 +95,7 @@ def _sources(graph, settings):
     g = lm.Graph()
     [o.retrieve() for o in GRAPHS[graph](g, np.random.default_rng(7))]
     lm.GenericCompiler().compile(g)
-    ids = frozenset(g.nodes)
-    program = lower(g, Schedule(loop_matmuls=ids, tuning={n: settings for n in ids}))
+    program = lower(g, Schedule.uniform(g.nodes, settings, loop_matmuls=True))
     return [kernel_source(k, "k") for k in program.kernels if isinstance(k, Kernel)]
 
 

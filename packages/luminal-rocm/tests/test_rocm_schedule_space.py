@@ -35,9 +35,7 @@ def _run(backend, settings):
     outs = [o.retrieve() for o in _graph(g)]
     lm.GenericCompiler().compile(g)
     if settings is not None:
-        ids = frozenset(g.nodes)
-        backend = backend.with_schedule(Schedule(loop_matmuls=ids,
-                                                 tuning={n: settings for n in ids}))
+        backend = backend.with_schedule(Schedule.uniform(g.nodes, settings, loop_matmuls=True))
     g.compile(backend)
     g.execute()
     return [np.array(o.numpy()) for o in outs]
@@ -55,8 +53,7 @@ def _rendered(settings):
     g = lm.Graph()
     [o.retrieve() for o in _graph(g)]
     lm.GenericCompiler().compile(g)
-    ids = frozenset(g.nodes)
-    program = lower(g, Schedule(loop_matmuls=ids, tuning={n: settings for n in ids}))
+    program = lower(g, Schedule.uniform(g.nodes, settings, loop_matmuls=True))
     sources = render_program(program, DeviceDialect(fp16=False), cpu=True, max_group=4096)
     return [(s.body, s.launches) for s, k in zip(sources, program.kernels)
             if isinstance(k, Kernel)]
@@ -73,7 +70,7 @@ def test_group_size_is_capped_at_the_device_limit():
     g = lm.Graph()
     (g.tensor((3000,), name="x").set(np.ones(3000, np.float32)) + 1.0).retrieve()
     lm.GenericCompiler().compile(g)
-    program = lower(g, Schedule(tuning={n: (("group_size", 1024),) for n in g.nodes}))
+    program = lower(g, Schedule.uniform(g.nodes, (("group_size", 1024),)))
     (source,) = render_program(program, DeviceDialect(fp16=False), cpu=True, max_group=128)
     assert source.launches[0].local_size == (128,)
 
@@ -87,6 +84,6 @@ def test_bad_settings_are_refused(setting, match):
     g = lm.Graph()
     (g.tensor((8,), name="x").set(np.ones(8, np.float32)) * 2.0).retrieve()
     lm.GenericCompiler().compile(g)
-    program = lower(g, Schedule(tuning={n: (setting,) for n in g.nodes}))
+    program = lower(g, Schedule.uniform(g.nodes, (setting,)))
     with pytest.raises(ValueError, match=match):
         render_program(program, DeviceDialect(fp16=False), cpu=True, max_group=256)

@@ -15,7 +15,7 @@ Backends that lower through `lower()` accept a schedule with `Backend.with_sched
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .ir import Kernel
@@ -56,6 +56,16 @@ class Schedule:
             if self.inline & set(params):
                 raise ValueError(f"Schedule: nodes {sorted(self.inline & set(params))} are read "
                                  f"by a scheduled kernel and inlined")
+
+    @classmethod
+    def uniform(cls, nodes: Iterable[int], settings: tuple[tuple[str, int], ...],
+                loop_matmuls: bool = False) -> Schedule:
+        """The kernel of every node in `nodes` rendered with the same `settings` (and, with
+        `loop_matmuls`, every matmul as generated loops, so that it takes them too): how a
+        backend's schedule space is tested and measured one setting at a time."""
+        ids = frozenset(nodes)
+        return cls(loop_matmuls=ids if loop_matmuls else frozenset(),
+                   tuning=dict.fromkeys(ids, settings))
 
     @property
     def is_default(self) -> bool:
