@@ -7,7 +7,9 @@ Search tries one setting per region and keeps it only where it measures faster; 
 what each setting does on a whole graph (matmuls stay micro-kernels: settings tune the
 generated loops). Ratios are default time / tuned time (above 1: the setting wins), the median
 of the per-round ratios of interleaved rounds (each round runs every variant for about
-`--round-s` seconds); the machine may be shared, so only ratios of one run are reported.
+`--round-s` seconds, starting from a different one each round); "default again" is the
+default plan compiled twice, the noise floor of the run. The machine may be shared: only
+ratios of one run are reported.
 """
 
 from __future__ import annotations
@@ -73,14 +75,15 @@ def interleaved_ratios(graphs: list, rounds: int, round_s: float) -> list[float]
     graphs[0][0].execute()
     reps = max(1, int(round_s / max(time.perf_counter() - t0, 1e-6)))
     ratios: list[list[float]] = [[] for _ in graphs[1:]]
-    for _ in range(rounds):
-        times = []
-        for g, _, prepare in graphs:
+    for k in range(rounds):
+        times = [0.0] * len(graphs)
+        for i in [*range(k % len(graphs), len(graphs)), *range(k % len(graphs))]:  # rotated
+            g, _, prepare = graphs[i]
             t0 = time.perf_counter()
             for _ in range(reps):
                 prepare()
                 g.execute()
-            times.append(time.perf_counter() - t0)
+            times[i] = time.perf_counter() - t0
         for r, t in zip(ratios, times[1:]):
             r.append(times[0] / t)
     return [statistics.median(r) for r in ratios]
@@ -95,14 +98,15 @@ def main() -> None:
     args = parser.parse_args()
     space = lm.backend("cpu").schedule_space
     settings = [(name, v) for name, values in space.items() for v in values]
-    print("| graph | " + " | ".join(f"{n}={v}" for n, v in settings) + " |")
-    print("|---|" + "---|" * len(settings))
+    # the default plan compiled a second time: how far apart identical programs measure
+    print("| graph | default again | " + " | ".join(f"{n}={v}" for n, v in settings) + " |")
+    print("|---|---|" + "---|" * len(settings))
     for name, build in GRAPHS.items():
         if args.only and name not in args.only:
             continue
-        graphs = [tuned(build, None), *(tuned(build, s) for s in settings)]
+        graphs = [tuned(build, None), tuned(build, None), *(tuned(build, s) for s in settings)]
         ratios = interleaved_ratios(graphs, args.rounds, args.round_s)
-        for (_, outs, _), setting in zip(graphs[1:], settings):
+        for (_, outs, _), setting in zip(graphs[2:], settings):
             for got, want in zip(outs, graphs[0][1]):
                 np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4,
                                            err_msg=f"{name} with {setting}")

@@ -1,7 +1,7 @@
 """Every value of the cpu backend's schedule space: lowered with it, random graphs
 (elementwise with NaN/inf, sums and maxima over each axis, matmul-shaped reductions as
-generated loops, softmax, a pooling window and a concatenation) give the reference backend's results, and the setting changes
-the rendered code where it applies."""
+generated loops, softmax, a pooling window and a concatenation) give the reference
+backend's results, and the setting changes the rendered code where it applies."""
 
 from __future__ import annotations
 
@@ -63,8 +63,8 @@ def _windows(g, rng):
     return [pooled, lm.cat([x, pooled * 2.0], 1)]
 
 
-GRAPHS = {"windows": _windows, "elementwise": _elementwise, "reductions": _reductions, "matmul": _matmul,
-          "softmax": _softmax}
+GRAPHS = {"windows": _windows, "elementwise": _elementwise, "reductions": _reductions,
+          "matmul": _matmul, "softmax": _softmax}
 
 
 def _run(build, backend, settings):
