@@ -204,13 +204,14 @@ class Dialect:
         loop header) around `body` for every lane, then `final` per lane."""
         raise NotImplementedError
 
-    def split_reduction(self, extents: list[str], names: list[str], scratch: list[str],
-                        partial: list[str], final: list[str]) -> list[str]:
-        """Code for a kernel whose one reduction is split into `split_k` chunks: `scratch`
-        declares the partial results (`split_k` per point, shared by every thread); `partial`
-        computes chunk `lm_s` of the point `lm_p` (its loop variables `names` declared) into
-        them, and `final` combines a point's chunks (in chunk order) and stores it, after
-        every partial is done."""
+    def split_reduction(self, extents: list[str], names: list[str],
+                        arrays: list[tuple[str, str]], count: int, partial: list[str],
+                        final: list[str]) -> list[str]:
+        """Code for a kernel whose one reduction is split into `split_k` chunks: `arrays`
+        (element type, name) of `count` partial results each (`split_k` per point), which
+        every thread of the kernel must see; `partial` computes chunk `lm_s` of the point
+        `lm_p` (its loop variables `names` declared) into them, and `final` combines a
+        point's chunks (in chunk order) and stores it, after every partial is done."""
         raise NotImplementedError
 
     def reduce_pragma(self, op: str, dt: DType, acc: str) -> str | None:
@@ -592,9 +593,9 @@ def _render_lanes(kernel: Kernel, r: Reduce, dialect: Dialect, names: dict[str, 
                                 loop, body, final)
 
 
-# Most partial results a split reduction keeps (`split_k` per point, in static storage): a
-# split pays only where there are few points to share among the threads.
-SPLIT_SCRATCH = 1 << 16
+# Most partial results a split reduction keeps (`split_k` per point; on a CPU in a thread's
+# stack): a split pays only where there are few points to share among the threads.
+SPLIT_SCRATCH = 1 << 14
 
 
 def splittable(kernel: Kernel, parts: int) -> Reduce | None:
@@ -644,8 +645,9 @@ def _render_split(kernel: Kernel, r: Reduce, dialect: Dialect, names: dict[str, 
         f"{dialect.compute_type(r.dtype)} lm_red = {dialect.round(r.dtype, acc.result())};"]
     final.root.names[r] = "lm_red"
     store = final.emit_store(kernel)
+    arrays = [(part.ctype, part.name)] + ([("int", f"{part.name}_nan")] if nan else [])
     points = math.prod(d.value for d in kernel.domain) * parts
-    return dialect.split_reduction(extents, loop_names, part.declare(points), partial_lines,
+    return dialect.split_reduction(extents, loop_names, arrays, points, partial_lines,
                                    [*final.root.lines, store])
 
 

@@ -128,11 +128,17 @@ class CDialect(Dialect):
                 *("  " + b for b in body), "}"]),
         ]
 
-    def split_reduction(self, extents, names, scratch, partial, final):
-        # static: every thread of the team sees the one copy (a kernel runs once at a time)
+    def split_reduction(self, extents, names, arrays, count, partial, final):
+        # The partials live in the stack of one thread of the team, which hands their address
+        # to the others (`single copyprivate`: this kernel's one barrier) and returns only
+        # once the combining loop is complete; not in static storage, which two runs of the
+        # same library (identical graphs executed from two Python threads) would share.
         points = " * ".join(f"({e})" for e in extents) or "1"
+        pointers = ", ".join(name for _, name in arrays)
         return [
-            *(f"static {x}" for x in scratch),
+            *(f"{t} {name}_own[{count}], *{name} = {name}_own;" for t, name in arrays),
+            f"#pragma omp single copyprivate({pointers})",
+            f"{{ {' '.join(f'{name} = {name}_own;' for _, name in arrays)} }}",
             *_shared_loop(f"{points} * {self.split_k}", [
                 f"const long lm_p = lm_i / {self.split_k}, lm_s = lm_i % {self.split_k};",
                 *unravel_declarations("lm_p", extents, names), *partial]),
