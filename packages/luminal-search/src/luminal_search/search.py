@@ -26,7 +26,7 @@ from luminal.passes import DeadCodeElimination
 from luminal.reference import ReferenceBackend
 from luminal_codegen import Schedule
 
-from . import cache, fusion, measure, plan, schedule, terms
+from . import cache, fusion, inlining, measure, plan, schedule, terms
 from .candidates import DEFAULT, Candidate, RegionResult, WholeGraph
 from .egraph import Limits, Rewrite, saturate
 from .regions import Region, find_regions, leaves, subgraph, views_and_extents
@@ -117,8 +117,13 @@ class Search:
             results, regions, whole = loaded
             path = str(cache.cache_dir() / f"{key}.json")
         else:
-            regions, fused = self._fuse(graph, find_regions(graph))
-            results = self._search(graph, regions, rulesets, fused)
+            regions = find_regions(graph)
+            merged: dict[str, RegionResult] = {}
+            regions = self._absorb(graph, regions, fusion.find_fusions(graph, regions), (),
+                                   merged)
+            regions = self._absorb(graph, regions, inlining.find_groups(graph, regions),
+                                   rulesets, merged)
+            results = self._search(graph, regions, rulesets, merged)
             whole = self._check_whole(graph, regions, results)
             if not whole.kept:
                 regions = []
@@ -164,27 +169,27 @@ class Search:
     def _dims(graph: Graph) -> dict[str, int]:
         return {d: graph.dims.get(d, DEFAULT_DIM) for d in graph.free_dims()}
 
-    def _fuse(self, graph: Graph, regions: list[Region]
-              ) -> tuple[list[Region], dict[str, RegionResult]]:
-        """`regions` with each fused region (`fusion.py`) whose derived kernel beats the
-        default plan in place of the regions it absorbs, and the fused regions' results."""
-        results: dict[str, RegionResult] = {}
+    def _absorb(self, graph: Graph, regions: list[Region], merged: list[Region], rulesets,
+                results: dict[str, RegionResult]) -> list[Region]:
+        """`regions` with each of the `merged` regions (fusions, groups: largest first, they
+        may overlap) whose search beat the default plan in place of the regions it absorbs;
+        their results go to `results`."""
         covered: set[int] = set()
-        for fused in fusion.find_fusions(graph, regions):
-            inside = set(fused.nodes) - set(fused.inputs)
+        for region in merged:
+            inside = set(region.nodes) - set(region.inputs)
             if inside & covered:
                 continue
-            result = results.get(fused.signature)
+            result = results.get(region.signature)
             if result is None:
-                result = results[fused.signature] = self._search_region(
-                    graph, fused, (), fused.label(graph), 1)
+                result = results[region.signature] = self._search_region(
+                    graph, region, rulesets, region.label(graph), 1)
             else:
                 result.instances += 1
-            if result.choice.kind == "fuse":
+            if result.choice.kind != "default":
                 covered |= inside
-                regions = [r for r in regions if r.root not in inside] + [fused]
+                regions = [r for r in regions if r.root not in inside] + [region]
         order = {n.id: k for k, n in enumerate(graph.toposort())}
-        return sorted(regions, key=lambda r: order[r.root]), results
+        return sorted(regions, key=lambda r: order[r.root])
 
     # ----- searching ----------------------------------------------------------------------
     def _search(self, graph: Graph, regions: list[Region], rulesets,
@@ -222,9 +227,9 @@ class Search:
         sat = saturate(graph, region, term_sets, self.limits)
         recomputed = [region.nodes.index(n) for n in region.recomputed[:MAX_STORE_VARIANTS]]
         facts = schedule.Facts(region.matmul, recomputed, len(sat.rewrites),
-                               self.backend.schedule_space)
-        out = [_candidate(graph, region, c, sat.rewrites)
-               for c in schedule.choices(facts, schedule_sets, self.limits)]
+                               self.backend.schedule_space, region.cheap)
+        out = [_candidate(graph, region, plan, sat.rewrites)
+               for plan in schedule.choices(facts, schedule_sets, self.limits)]
         return out, sat.seconds
 
     def _search_region(self, graph: Graph, region: Region, rulesets, label: str,
@@ -241,31 +246,49 @@ class Search:
         data = measure.random_inputs(reference, rng)
         special = measure.random_inputs(reference, rng, specials=True)
         want = measure.run(reference, data, _root(reference))
-        default_special = None
-        survivors: list[tuple[Candidate, Graph]] = []
-        # candidates in cost order until `top` pass the check (at most twice that many tried:
-        # each try compiles the region)
-        for cand in candidates[: 1 + 2 * self.top]:
-            if len(survivors) > self.top:
-                break
-            try:
-                sub, root = self._instance(graph, region, cand, dims, None)
-                got = measure.run(sub, data, root)
-                odd = measure.run(sub, special, root)
-            except Exception as e:  # a candidate that fails to build is dropped, with why
-                result.rejected.append(f"{cand.label}: {type(e).__name__}: {e}"[:200])
-                continue
-            if cand.kind == "default":
-                default_special = odd
-            elif not measure.agrees(got, want) or (
-                    default_special is not None and not measure.agrees(odd, default_special)):
-                result.rejected.append(f"{cand.label}: disagrees with the reference")
-                continue
-            survivors.append((cand, sub))
+        default_special: list[np.ndarray] = []
+
+        def check(cands: list[Candidate], limit: int) -> list[tuple[Candidate, Graph]]:
+            """The first `limit` of `cands` that build and agree with the reference (and with
+            the default plan's NaN/inf pattern), at most twice that many tried: each try
+            compiles the region."""
+            passed: list[tuple[Candidate, Graph]] = []
+            for cand in cands[: 2 * limit]:
+                if len(passed) >= limit:
+                    break
+                try:
+                    sub, root = self._instance(graph, region, cand, dims, None)
+                    got = measure.run(sub, data, root)
+                    odd = measure.run(sub, special, root)
+                except Exception as e:  # a candidate that fails to build is dropped, with why
+                    result.rejected.append(f"{cand.label}: {type(e).__name__}: {e}"[:200])
+                    continue
+                if cand.kind == "default":
+                    default_special.append(odd)
+                elif not measure.agrees(got, want) or (
+                        default_special and not measure.agrees(odd, default_special[0])):
+                    result.rejected.append(f"{cand.label}: disagrees with the reference")
+                    continue
+                passed.append((cand, sub))
+            return passed
+
+        # the default plan and the cheapest candidates (single choices first) until `top` pass
+        survivors = check(candidates[:1], 1) + check(candidates[1:], self.top)
         if not survivors or survivors[0][0].kind != "default":
             return result  # the default plan itself failed: nothing to compare against
+        timing_data = _with_weights(graph, region, data)
         result.timed = len(survivors)
-        self._time(graph, survivors, _with_weights(graph, region, data), rng, result)
+        self._time(graph, survivors, timing_data, rng, result)
+        # then the plans that compose more choices on top of the winner, in cost order, timed
+        # against it and the default plan again
+        winner = next((s for s in survivors if s[0] is result.choice), None)
+        tried = {id(c) for c, _ in survivors}
+        more = [c for c in candidates if id(c) not in tried and winner is not None
+                and c.extends(winner[0])]
+        extended = check(more, self.top) if more else []
+        if extended:
+            result.timed += len(extended)
+            self._time(graph, [survivors[0], winner, *extended], timing_data, rng, result)
         return result
 
     @staticmethod
@@ -283,6 +306,9 @@ class Search:
                 for d in unbound:
                     sub.set_dim(d, 1)
             times.append(measure.time_interleaved(subs, measure.random_inputs(subs[0], rng)))
+            for sub in subs:  # back to the dims `data` was drawn for
+                for d in unbound:
+                    sub.set_dim(d, DEFAULT_DIM)
         result.default_s = result.best_s = times[0][0]
         result.timings = [(cand.label, t) for (cand, _), t in zip(survivors, times[0])]
         best = MARGIN
@@ -335,16 +361,17 @@ class Search:
     def _apply(graph: Graph, regions: list[Region], choices: dict[str, Candidate],
                by_signature: bool = True) -> Schedule:
         """Rewrite the regions whose choice is a rewrite; the schedule for the others."""
-        store, loops, tuning, kernels = set(), set(), {}, {}
+        store, inline, loops, tuning, kernels = set(), set(), set(), {}, {}
         rewritten = False
         for region in regions:
             cand = choices.get(region.signature if by_signature else "", DEFAULT)
-            if cand.kind == "store":
+            if cand.kind == "schedule":
                 store.update(region.nodes[p] for p in cand.store)
-            elif cand.kind == "loops":
-                loops.add(region.root)
-            elif cand.kind == "tune":
-                tuning[region.root] = cand.tuning
+                inline.update(region.nodes[p] for p in cand.inline)
+                if cand.loops:
+                    loops.add(region.root)
+                if cand.tuning:
+                    tuning[region.root] = cand.tuning
             elif cand.kind == "fuse":
                 params = tuple(graph.resolve(region.nodes[p]) for p in cand.derived.params)
                 kernels[params[0]] = (cand.derived.kernel, params)
@@ -356,26 +383,30 @@ class Search:
                 rewritten = True
         if rewritten:
             DeadCodeElimination().compile(graph)
-        return Schedule(store=frozenset(store), loop_matmuls=frozenset(loops), tuning=tuning,
-                        kernels=kernels)
+        return Schedule(store=frozenset(store), inline=frozenset(inline),
+                        loop_matmuls=frozenset(loops), tuning=tuning, kernels=kernels)
 
 
-def _candidate(graph: Graph, region: Region, choice: schedule.Choice,
+def _candidate(graph: Graph, region: Region, plan: schedule.Plan,
                rewrites: list[Rewrite]) -> Candidate:
-    """The candidate an extracted schedule choice stands for."""
-    if choice.kind == "loops":
-        return Candidate("loops", "matmul as generated loops")
-    if choice.kind == "store":
-        node = graph.nodes[region.nodes[choice.position]]
-        return Candidate("store", f"store {node.op.name} (node {choice.position})",
-                         store=(choice.position,))
-    if choice.kind == "rewrite":
-        r = rewrites[choice.position]
+    """The candidate an extracted schedule plan stands for."""
+    if not plan:
+        return DEFAULT
+    if plan[0].kind == "rewrite":  # the rules compose nothing on top of a rewrite
+        r = rewrites[plan[0].position]
         return Candidate("rewrite", f"rewrite ({r.profile}, cost {r.cost})", steps=r.steps)
-    if choice.kind == "tune":
-        name, value = choice.setting
-        return Candidate("tune", f"{name}={value}", tuning=(choice.setting,))
-    return DEFAULT
+
+    def node(c: schedule.Choice) -> str:
+        return f"{graph.nodes[region.nodes[c.position]].op.name} (node {c.position})"
+
+    labels = {"loops": lambda c: "matmul as generated loops",
+              "store": lambda c: f"store {node(c)}", "inline": lambda c: f"inline {node(c)}",
+              "tune": lambda c: f"{c.setting[0]}={c.setting[1]}"}
+    return Candidate("schedule", " + ".join(labels[c.kind](c) for c in plan),
+                     store=tuple(c.position for c in plan if c.kind == "store"),
+                     tuning=tuple(c.setting for c in plan if c.kind == "tune"),
+                     inline=tuple(c.position for c in plan if c.kind == "inline"),
+                     loops=any(c.kind == "loops" for c in plan))
 
 
 def _clone(graph: Graph) -> Graph:
