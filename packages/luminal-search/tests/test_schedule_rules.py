@@ -102,7 +102,7 @@ def test_rule_sets_split_between_the_two_e_graphs():
     assert not schedule.is_schedule_rules("(rewrite (Add a b) (Add b a) :ruleset mine)")
 
 
-def Tune(name, value):  # noqa: N802 - reads like the egglog constructor
+def tune(name, value):
     return schedule.Choice("tune", setting=(name, value))
 
 
@@ -115,7 +115,7 @@ def test_candidates_come_from_the_backend_in_cost_order():
     store = [schedule.Choice("store", p) for p in (4, 2)]
     inline = schedule.Choice("inline", 7)
     rewrites = [schedule.Choice("rewrite", k) for k in range(2)]
-    settings = [Tune(n, v) for n, vs in space.items() for v in vs]
+    settings = [tune(n, v) for n, vs in space.items() for v in vs]
     got = schedule.choices(schedule.Facts(False, (4, 2), 2, space, (7,)), rulesets(), Limits())
     singles = [(c,) for c in [*store, inline, *rewrites, *settings]]
     assert got[: 1 + len(singles)] == [(), *singles]
@@ -135,7 +135,7 @@ def test_matmul_candidates_take_settings_only_as_loops():
     loops, store = schedule.Choice("loops"), schedule.Choice("store", 1)
     assert got[:4] == [(), (loops,), (store,), (loops, store)]
     name, values = next(iter(space.items()))
-    assert (loops, Tune(name, values[0])) in got
+    assert (loops, tune(name, values[0])) in got
     assert all(loops in p for p in got if any(c.kind == "tune" for c in p))
 
 
@@ -169,5 +169,5 @@ def test_a_plugin_rule_set_adds_choices_from_its_own_conditions():
     facts = schedule.Facts(True, (), 0, {"lanes": (16,)})
     loops = schedule.Choice("loops")
     assert schedule.choices(facts, [*rulesets(), mine, stores], Limits()) == [
-        (), (loops,), (Tune("lanes", 16),),
-        (schedule.Choice("store", 7), schedule.Choice("store", 9)), (loops, Tune("lanes", 16))]
+        (), (loops,), (tune("lanes", 16),),
+        (schedule.Choice("store", 7), schedule.Choice("store", 9)), (loops, tune("lanes", 16))]
