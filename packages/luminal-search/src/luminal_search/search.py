@@ -36,6 +36,8 @@ MAX_STORE_VARIANTS = 2
 # A candidate replaces the default plan only when it is at least this much faster: timings on a
 # busy machine jitter by a few percent, and a tie is not worth a different plan.
 MARGIN = 0.97
+# regions whose choice is tried alone in the whole graph when the choices together lose
+WHOLE_ALONE = 3
 
 
 @dataclass
@@ -310,6 +312,7 @@ class Search:
                 for d in unbound:
                     sub.set_dim(d, DEFAULT_DIM)
         result.default_s = result.best_s = times[0][0]
+        result.choice = survivors[0][0]  # a later timing of the same candidates decides anew
         result.timings = [(cand.label, t) for (cand, _), t in zip(survivors, times[0])]
         best = MARGIN
         for k, (cand, _) in enumerate(survivors[1:], start=1):
@@ -334,14 +337,36 @@ class Search:
     def _check_whole(self, graph: Graph, regions: list[Region],
                      results: dict[str, RegionResult]) -> WholeGraph:
         """Time the whole graph with the default plan and with every region's choice; the
-        choices are kept only if they agree with the default plan and are faster together."""
-        if all(r.choice.kind == "default" for r in results.values()):
+        choices are kept only if they agree with the default plan and are faster together.
+        When they lose together, the choices of the (at most `WHOLE_ALONE`) regions that gained
+        most alone are tried one at a time, and the fastest that wins is kept alone (the
+        others go back to the default plan)."""
+        chosen = [sig for sig, r in results.items() if r.choice.kind != "default"]
+        if not chosen:
             return WholeGraph()
+        whole = self._compare_whole(graph, regions, {s: results[s].choice for s in chosen})
+        if whole.kept or len(chosen) == 1:
+            return whole
+        best: tuple[WholeGraph, str] | None = None
+        for sig in sorted(chosen, key=lambda s: -results[s].gain)[:WHOLE_ALONE]:
+            alone = self._compare_whole(graph, regions, {sig: results[sig].choice})
+            if alone.kept and (best is None or alone.gain > best[0].gain):
+                best = alone, sig
+        if best is None:
+            return whole
+        for sig in chosen:
+            if sig != best[1]:
+                r = results[sig]
+                r.rejected.append(f"{r.choice.label}: its own best, slower in the whole graph")
+                r.choice = DEFAULT
+        return best[0]
+
+    def _compare_whole(self, graph: Graph, regions: list[Region],
+                       choices: dict[str, Candidate]) -> WholeGraph:
         default, searched = _clone(graph), _clone(graph)
         for g in (default, searched):
             for d in graph.free_dims() - graph.dims.keys():
                 g.set_dim(d, DEFAULT_DIM)
-        choices = {sig: r.choice for sig, r in results.items()}
         default.compile(self.backend)
         searched.compile(self.backend.with_schedule(self._apply(searched, regions, choices)))
         rng = np.random.default_rng(self.seed)
@@ -351,8 +376,9 @@ class Search:
         outputs = sorted(graph.retrieved)
         want = [measure.run(default, data, default.resolve(n)) for n in outputs]
         got = [measure.run(searched, data, searched.resolve(n)) for n in outputs]
-        # the verdict on the whole plan: more rounds than a region gets
-        times = measure.time_interleaved([default, searched], data, budget_s=2.0, rounds=15)
+        # the verdict on the whole plan: more rounds and longer samples than a region gets
+        times = measure.time_interleaved([default, searched], data, budget_s=2.0, rounds=15,
+                                         sample_s=0.01)
         agree = all(measure.agrees(a, b) for a, b in zip(got, want))
         return WholeGraph(times[0], times[1], agree and times[1] < times[0] * MARGIN)
 
