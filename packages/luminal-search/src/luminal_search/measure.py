@@ -80,9 +80,9 @@ def time_interleaved(graphs: list[Graph], data: dict, budget_s: float = 0.3,
     each per round, the order alternating between rounds) so that a machine-wide slowdown hits
     every candidate alike. A sample is a batch of calls lasting about `sample_s` (the same
     count for every graph), so that kernels of a few microseconds are not timed one call at a
-    time; a graph that assigns its inputs (a KV cache, which would otherwise grow) is timed one
-    call per sample, its inputs bound before every run. Each graph runs `warmup` times first
-    (thread pools, caches)."""
+    time; a graph that assigns or writes its inputs (a KV cache, which would otherwise grow)
+    is timed one call per sample, its inputs bound before every run. Each graph runs `warmup`
+    times first (thread pools, caches)."""
     single = []
     for g in graphs:
         for _ in range(warmup):
@@ -91,7 +91,7 @@ def time_interleaved(graphs: list[Graph], data: dict, budget_s: float = 0.3,
         t0 = time.perf_counter()
         g.execute()
         single.append(time.perf_counter() - t0)
-    stateless = not any(g.assignments for g in graphs)
+    stateless = not any(g.assignments or g.writes for g in graphs)
     calls = max(1, min(1000, int(sample_s / max(max(single), 1e-7)))) if stateless else 1
     times: list[list[float]] = [[] for _ in graphs]
     deadline = time.perf_counter() + budget_s
