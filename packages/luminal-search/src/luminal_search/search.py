@@ -1,14 +1,16 @@
 """`Search(backend)`: the search compiler.
 
-For each region of the graph (a kernel of the default plan; identical regions once) it extracts
-candidates from the region's schedule e-graph (`schedule.py`): the default plan, the variants
-the backend honours (store a recomputed node, matmul as generated loops, tunable settings) and
-algebraic rewrites extracted from the region's term e-graph (`egraph.py`). It checks every
-candidate against the reference backend on random inputs (and its NaN/inf behaviour against
-the default plan's), times the survivors on the device and keeps the fastest; the default plan
-is always timed, so a region never gets slower than its default in the region-alone timing. The
-chosen plan is cached on disk; the backend then compiles the rewritten graph with the chosen
-`luminal_codegen.Schedule`.
+For each region of the graph (a kernel of the default plan; identical regions once), and for
+groups of regions where a cheap stored producer may be inlined (`inlining.py`) and fusions
+(`fusion.py`), it extracts candidate plans from the region's schedule e-graph (`schedule.py`):
+the default plan, the choices the backend honours (store a recomputed node, inline a cheap
+stored one, matmul as generated loops, tunable settings) alone and composed, and algebraic
+rewrites extracted from the region's term e-graph (`egraph.py`). It checks every candidate
+against the reference backend on random inputs (and its NaN/inf behaviour against the default
+plan's), times the survivors on the device and keeps the fastest; the default plan is always
+timed, so a region never gets slower than its default in the region-alone timing. The whole
+graph is then timed with and without the choices. The chosen plan is cached on disk; the
+backend then compiles the rewritten graph with the chosen `luminal_codegen.Schedule`.
 """
 
 from __future__ import annotations
