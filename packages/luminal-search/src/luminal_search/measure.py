@@ -83,14 +83,13 @@ def time_interleaved(graphs: list[Graph], data: dict, budget_s: float = 0.3,
     time; a graph that assigns or writes its inputs (a KV cache, which would otherwise grow)
     is timed one call per sample, its inputs bound before every run. Each graph runs `warmup`
     times first (thread pools, caches)."""
-    single = []
+    single = [0.0]
     for g in graphs:
         for _ in range(warmup):
             bind(g, data)
+            t0 = time.perf_counter()
             g.execute()
-        t0 = time.perf_counter()
-        g.execute()
-        single.append(time.perf_counter() - t0)
+        single.append(time.perf_counter() - t0)  # the last warm-up run
     stateless = not any(g.assignments or g.writes for g in graphs)
     calls = max(1, min(1000, int(sample_s / max(max(single), 1e-7)))) if stateless else 1
     times: list[list[float]] = [[] for _ in graphs]
