@@ -136,10 +136,9 @@ def time_interleaved(graphs: list[Built], rounds: int, batch_s: float = 0.05) ->
     for g, _, prepare in graphs:
         for _ in range(3):  # warm up: thread pools, caches
             prepare()
+            t0 = time.perf_counter()
             g.execute()
-        t0 = time.perf_counter()
-        g.execute()
-        single.append(time.perf_counter() - t0)
+        single.append(time.perf_counter() - t0)  # the last warm-up run
     calls = max(1, math.ceil(batch_s / max(single))) if stateless else 1
     times: list[list[float]] = [[] for _ in graphs]
     for r in range(rounds):

@@ -85,7 +85,7 @@ def time_interleaved(graphs: list[Graph], data: dict, budget_s: float = 0.3,
     times first (thread pools, caches)."""
     single = [0.0]
     for g in graphs:
-        for _ in range(warmup):
+        for _ in range(max(1, warmup)):
             bind(g, data)
             t0 = time.perf_counter()
             g.execute()

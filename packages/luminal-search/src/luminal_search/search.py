@@ -315,7 +315,7 @@ class Search:
                     sub.set_dim(d, DEFAULT_DIM)
         result.default_s = result.best_s = times[0][0]
         result.choice = survivors[0][0]  # a later timing of the same candidates decides anew
-        result.timings = [(cand.label, t) for (cand, _), t in zip(survivors, times[0])]
+        result.timings += [(cand.label, t) for (cand, _), t in zip(survivors, times[0])]
         best = MARGIN
         for k, (cand, _) in enumerate(survivors[1:], start=1):
             ratios = [t[k] / t[0] for t in times]
