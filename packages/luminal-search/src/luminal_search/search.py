@@ -38,6 +38,8 @@ MAX_STORE_VARIANTS = 2
 # A candidate replaces the default plan only when it is at least this much faster: timings on a
 # busy machine jitter by a few percent, and a tie is not worth a different plan.
 MARGIN = 0.97
+# composed plans extending a region's winning choice that are timed (each compiles the region)
+MAX_EXTENSIONS = 2
 # regions whose choice is tried alone in the whole graph when the choices together lose
 WHOLE_ALONE = 3
 
@@ -289,7 +291,7 @@ class Search:
         tried = {id(c) for c, _ in survivors}
         more = [c for c in candidates if id(c) not in tried and winner is not None
                 and c.extends(winner[0])]
-        extended = check(more, self.top) if more else []
+        extended = check(more, min(self.top, MAX_EXTENSIONS)) if more else []
         if extended:
             result.timed += len(extended)
             self._time(graph, [survivors[0], winner, *extended], timing_data, rng, result)
