@@ -380,10 +380,14 @@ class Search:
         outputs = sorted(graph.retrieved)
         want = [measure.run(default, data, default.resolve(n)) for n in outputs]
         got = [measure.run(searched, data, searched.resolve(n)) for n in outputs]
-        # the verdict on the whole plan: more rounds and longer samples than a region gets
-        times = measure.time_interleaved([default, searched], data, budget_s=2.0, rounds=15,
-                                         sample_s=0.01)
         agree = all(measure.agrees(a, b) for a, b in zip(got, want))
+        # the verdict on the whole plan: more rounds and longer samples than a region gets, and
+        # a win must hold in a second timing too (a busy machine makes single verdicts flip)
+        for _ in range(2):
+            times = measure.time_interleaved([default, searched], data, budget_s=2.0,
+                                             rounds=15, sample_s=0.01)
+            if not agree or times[1] >= times[0] * MARGIN:
+                break
         return WholeGraph(times[0], times[1], agree and times[1] < times[0] * MARGIN)
 
     # ----- applying -----------------------------------------------------------------------
