@@ -96,7 +96,8 @@ def main() -> None:
     parser.add_argument("--round-s", type=float, default=0.02,
                         help="seconds of the default graph's runs in one round")
     args = parser.parse_args()
-    space = lm.backend("cpu").schedule_space
+    cpu = lm.backend("cpu")
+    space = {**cpu.schedule_space, **cpu.more_settings}
     settings = [(name, v) for name, values in space.items() for v in values]
     # the default plan compiled a second time: how far apart identical programs measure
     print("| graph | default again | " + " | ".join(f"{n}={v}" for n, v in settings) + " |")

@@ -15,7 +15,8 @@ from luminal_cpu import CpuBackend
 from luminal_cpu.dialect import C
 from luminal_cpu.source import kernel_source
 
-SETTINGS = [(name, v) for name, values in CpuBackend.schedule_space.items() for v in values]
+SPACE = {**CpuBackend.schedule_space, **CpuBackend.more_settings}
+SETTINGS = [(name, v) for name, values in SPACE.items() for v in values]
 
 
 def _specials(a: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -128,7 +129,7 @@ def test_bad_settings_are_refused(setting, match):
 
 
 def test_space_values_are_in_range():
-    for name, values in CpuBackend.schedule_space.items():
+    for name, values in SPACE.items():
         C.tuned(tuple((name, v) for v in values))  # raises on a value out of range
 
 
