@@ -15,7 +15,7 @@ from luminal_cpu import CpuBackend
 from luminal_cpu.dialect import C
 from luminal_cpu.source import kernel_source
 
-SPACE = {**CpuBackend.schedule_space, **CpuBackend.more_settings}
+SPACE = CpuBackend.schedule_space
 SETTINGS = [(name, v) for name, values in SPACE.items() for v in values]
 
 

@@ -108,7 +108,8 @@ class KnobBackend(Backend):
 
     name = "cpu-knobs"
     schedulable = True
-    schedule_space = {**lm.backend("cpu").schedule_space, "unroll": (2, 4)}
+    # two of the cpu dialect's settings (fixed here, so the cpu space may grow) and "unroll"
+    schedule_space = {"parallel_rows": (1, 4096), "lanes": (16, 256), "unroll": (2, 4)}
 
     def __init__(self):
         self.cpu = lm.backend("cpu")

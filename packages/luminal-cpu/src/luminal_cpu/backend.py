@@ -28,14 +28,12 @@ class CpuBackend(Backend):
     priority = 100
     schedulable = True
     in_place_writes = True  # the runtime computes written rows straight into the input
-    # CDialect's settings search tries (README "Schedule space"): how many outer axes one
-    # work-shared loop collapses (by rows per split), and how many outputs a strided
-    # reduction computes side by side
-    schedule_space = {"parallel_rows": (1, 4096), "lanes": (16, 256)}
-    # the dialect's other settings (a reduction split among the threads, the axis the threads
-    # partition, a loop interchange), with the values worth trying; not in `schedule_space`
-    # yet: luminal-search's composed-plan test assumes the space above
-    more_settings = {"split_k": (4,), "split_axis": (1,), "loop_order": (1,)}
+    # CDialect's settings search tries (README "Schedule space"), with the values worth
+    # trying: how many outer axes one work-shared loop collapses (by rows per split), how
+    # many outputs a strided reduction computes side by side, a reduction split among the
+    # threads, the axis the threads partition, and a loop interchange
+    schedule_space = {"parallel_rows": (1, 4096), "lanes": (16, 256), "split_k": (4,),
+                      "split_axis": (1,), "loop_order": (1,)}
     dtypes = ("float32", "float16", "bfloat16", "int32", "bool")
 
     def probe(self) -> BackendStatus:
