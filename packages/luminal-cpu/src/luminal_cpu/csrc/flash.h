@@ -1,9 +1,10 @@
 /* Micro-kernels of tiled attention (flash.py renders the kernels that call them): a tile is
  * LM_FQ queries against LM_FK keys. The scores of LM_FR queries are one register-blocked
  * product (as lm_ukernel in runtime.c: a broadcast of the left operand times a row of the right
- * one, accumulators in registers), and so is their weighted sum of values. Included only in
- * programs holding such a kernel; explicit fmaf, since programs are built with
- * -ffp-contract=off. */
+ * one, accumulators in registers), and so is their weighted sum of values; between them, the
+ * rows' online-softmax step (lm_fa_softmax), whose row maxima and sums are reduced in
+ * registers. Included only in programs holding such a kernel, after the prelude (lm_exp2);
+ * explicit fmaf, since programs are built with -ffp-contract=off. */
 #include <stdlib.h>
 #include <string.h>
 #define LM_FQ 32  /* queries of a tile */
@@ -80,6 +81,28 @@ static inline void lm_fa_values(long dp, const float *restrict w, const float *r
     }
   }
 }
+/* the largest of m and row x[0..LM_FK) (NaNs ignored: max_ps returns its second operand when
+ * one is NaN, and the running maximum never is); *nan set when the row holds a NaN */
+static inline float lm_fa_rowmax(const float *restrict x, float m, int *restrict nan) {
+  __m512 r = _mm512_set1_ps(m);
+  __mmask16 unordered = 0;
+  for (int j = 0; j < LM_FK; j += 16) {
+    const __m512 v = _mm512_load_ps(x + j);
+    r = _mm512_max_ps(v, r);
+    unordered |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  }
+  *nan |= unordered != 0;
+  return _mm512_reduce_max_ps(r);
+}
+
+/* the sum of row w[0..LM_FK), pairwise in registers */
+static inline float lm_fa_rowsum(const float *restrict w) {
+  __m512 r[LM_FK / 16];
+  for (int j = 0; j < LM_FK / 16; j++) r[j] = _mm512_load_ps(w + 16 * j);
+  for (int n = LM_FK / 16; n > 1; n /= 2)
+    for (int j = 0; j < n / 2; j++) r[j] = _mm512_add_ps(r[j], r[j + n / 2]);
+  return _mm512_reduce_add_ps(r[0]);
+}
 #else
 static inline void lm_fa_scores(long kc, const float *restrict q, const float *restrict kt,
                                 float *restrict s) {
@@ -100,4 +123,73 @@ static inline void lm_fa_values(long dp, const float *restrict w, const float *r
       acc[i * dp + d] = r;
     }
 }
+
+static inline float lm_fa_rowmax(const float *restrict x, float m, int *restrict nan) {
+  int unordered = 0;
+  for (int j = 0; j < LM_FK; j++) {
+    m = x[j] > m ? x[j] : m;
+    unordered |= x[j] != x[j];
+  }
+  *nan |= unordered;
+  return m;
+}
+
+static inline float lm_fa_rowsum(const float *restrict w) {
+  float sum = 0.0f;
+  for (int j = 0; j < LM_FK; j++) sum += w[j];
+  return sum;
+}
 #endif
+
+/* w[j] = lm_exp2(x[j] - mx) for j < LM_FK, lm_exp2's arithmetic in three loops: written as one,
+ * gcc if-converts its scaling of arguments below -126 into two vector exp2f calls per 16
+ * lanes (one for each side of the select), which doubled the cost of the exponentials */
+static inline void lm_fa_exp2_row(const float *restrict x, float mx, float *restrict w) {
+  _Alignas(64) float arg[LM_FK], low[LM_FK];
+  #pragma omp simd
+  for (int j = 0; j < LM_FK; j++) {
+    const float d = x[j] - mx;
+    float t = d > -150.0f ? d : -150.0f;
+    t = d != d ? d : t;
+    low[j] = (float)(t < -126.0f);
+    arg[j] = t + 24.0f * low[j];
+  }
+  #pragma omp simd
+  for (int j = 0; j < LM_FK; j++) w[j] = exp2f(arg[j]);
+  #pragma omp simd
+  for (int j = 0; j < LM_FK; j++) w[j] *= 1.0f - low[j] * (1.0f - 0x1p-24f);
+}
+
+/* The online-softmax step of rows 0..nq of a block (the arithmetic of core's OnlineSoftmax
+ * block step): row i's logits x[i][0..LM_FK) (-inf past the last key) become its weights
+ * w[i][:] against the new running max m[i], c[i] the factor rescaling what the row summed
+ * before, l[i] its new sum of weights; nan[i] set once a logit of the row is NaN. A max of
+ * -inf weights nothing and rescales by 1. Returns whether any weight is not 0 (weights are 0,
+ * positive or NaN, so a row's sum is 0 only when all of them are). */
+static inline int lm_fa_softmax(long nq, const float *restrict x, float *restrict w,
+                                float *restrict m, float *restrict l, float *restrict c,
+                                int *restrict nan) {
+  float mn[LM_FQ], sums[LM_FQ];
+  for (long i = 0; i < nq; i++) {
+    const float *restrict xi = x + i * LM_FK;
+    float *restrict wi = w + i * LM_FK;
+    const float mx = lm_fa_rowmax(xi, m[i], nan + i);
+    mn[i] = mx;
+    if (mx == -INFINITY) {
+      memset(wi, 0, sizeof(float) * LM_FK);
+      sums[i] = 0.0f;
+      continue;
+    }
+    lm_fa_exp2_row(xi, mx, wi);
+    sums[i] = lm_fa_rowsum(wi);
+  }
+  int any = 0;
+  #pragma omp simd reduction(|:any)
+  for (long i = 0; i < nq; i++) {
+    c[i] = mn[i] == -INFINITY ? 1.0f : lm_exp2(m[i] - mn[i]);
+    l[i] = l[i] * c[i] + sums[i];
+    m[i] = mn[i];
+    any |= sums[i] != 0.0f;
+  }
+  return any;
+}
