@@ -103,6 +103,27 @@ static inline float lm_fa_rowsum(const float *restrict w) {
     for (int j = 0; j < n / 2; j++) r[j] = _mm512_add_ps(r[j], r[j + n / 2]);
   return _mm512_reduce_add_ps(r[0]);
 }
+/* w[j] = lm_exp2(x[j] - mx) for j < LM_FK: lm_exp2's clamp at -150 (NaN kept: max_ps returns
+ * its second operand when one is NaN) and its scaling of arguments below -126 by 2^24 around
+ * one vector exp2f call per 16 lanes; written as one loop of lm_exp2 calls, gcc if-converts
+ * that scaling into two calls (one for each side of the select), doubling the exponentials'
+ * cost */
+static inline void lm_fa_exp2_row(const float *restrict x, float mx, float *restrict w) {
+  __mmask16 low[LM_FK / 16];
+  const __m512 m = _mm512_set1_ps(mx);
+  for (int j = 0; j < LM_FK / 16; j++) {
+    const __m512 t = _mm512_max_ps(_mm512_set1_ps(-150.0f),
+                                   _mm512_sub_ps(_mm512_load_ps(x + 16 * j), m));
+    low[j] = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.0f), _CMP_LT_OQ);
+    _mm512_store_ps(w + 16 * j, _mm512_mask_add_ps(t, low[j], t, _mm512_set1_ps(24.0f)));
+  }
+  #pragma omp simd
+  for (int j = 0; j < LM_FK; j++) w[j] = exp2f(w[j]);
+  for (int j = 0; j < LM_FK / 16; j++) {
+    const __m512 e = _mm512_load_ps(w + 16 * j);
+    _mm512_store_ps(w + 16 * j, _mm512_mask_mul_ps(e, low[j], e, _mm512_set1_ps(0x1p-24f)));
+  }
+}
 #else
 static inline void lm_fa_scores(long kc, const float *restrict q, const float *restrict kt,
                                 float *restrict s) {
@@ -139,11 +160,8 @@ static inline float lm_fa_rowsum(const float *restrict w) {
   for (int j = 0; j < LM_FK; j++) sum += w[j];
   return sum;
 }
-#endif
 
-/* w[j] = lm_exp2(x[j] - mx) for j < LM_FK, lm_exp2's arithmetic in three loops: written as one,
- * gcc if-converts its scaling of arguments below -126 into two vector exp2f calls per 16
- * lanes (one for each side of the select), which doubled the cost of the exponentials */
+/* lm_exp2's arithmetic in three loops, for the reason given in the AVX-512 version */
 static inline void lm_fa_exp2_row(const float *restrict x, float mx, float *restrict w) {
   _Alignas(64) float arg[LM_FK], low[LM_FK];
   #pragma omp simd
@@ -159,6 +177,7 @@ static inline void lm_fa_exp2_row(const float *restrict x, float mx, float *rest
   #pragma omp simd
   for (int j = 0; j < LM_FK; j++) w[j] *= 1.0f - low[j] * (1.0f - 0x1p-24f);
 }
+#endif
 
 /* The online-softmax step of rows 0..nq of a block (the arithmetic of core's OnlineSoftmax
  * block step): row i's logits x[i][0..LM_FK) (-inf past the last key) become its weights
