@@ -150,7 +150,8 @@ def test_softmax_step_follows_the_decomposition(flash, nq):
     m[::3] = -np.inf
     x[:, 50:] = -np.inf
     x[0, 1], x[0, 2] = -1e9, -20.0
-    specials = {1: (4, np.nan), 2: (6, np.inf), 3: (8, -1e9), 4: (None, -np.inf)}
+    specials = {1: (4, np.nan), 2: (6, np.inf), 3: (8, -1e9), 4: (None, -np.inf),
+                6: (49, np.nan)}  # a NaN in the last 16 lanes of a row
     for row, (col, value) in specials.items():
         if row < nq:
             x[row, slice(None) if col is None else col] = value
