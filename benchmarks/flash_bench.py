@@ -7,7 +7,9 @@ in, rendered by `luminal_cpu.flash`) against the default plan and PyTorch's
 Shapes as in `search_bench.py`: batch 1, 4 heads, head size 64, queries = keys = seq. The
 causal mask is an additive -1e9 above the diagonal (luminal), `is_causal=True` (PyTorch).
 Every round times each contender once, in turn (interleaved); the table has medians and
-ratios. The machine may be shared: only ratios measured in the same run mean anything.
+ratios. The machine may be shared: only ratios measured in the same run mean anything, and
+on a loaded machine `--threads 1 --cpu-time` (CPU time of the process, so time spent waiting
+for a core is not counted) is the steadier measure.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def torch_attention(arrays: dict) -> tuple[Callable[[], None], Callable]:
     return run, lambda: got["out"].numpy()
 
 
-def bench(seq: int, causal: bool, rounds: int) -> dict[str, float]:
+def bench(seq: int, causal: bool, rounds: int, clock: Callable[[], float]) -> dict[str, float]:
     import numpy as np
 
     arrays = inputs(seq, causal)
@@ -88,9 +90,9 @@ def bench(seq: int, causal: bool, rounds: int) -> dict[str, float]:
     times: dict[str, list[float]] = {n: [] for n in contenders}
     for _ in range(rounds):
         for name, (run, _) in contenders.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             run()
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(clock() - t0)
     return {n: statistics.median(ts) * 1e3 for n, ts in times.items()}
 
 
@@ -101,16 +103,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=11, help="interleaved rounds (median)")
     parser.add_argument("--threads", type=int, default=2,
                         help="threads for luminal (OMP_NUM_THREADS) and PyTorch")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time by the process's CPU time (all threads) instead of wall time")
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
 
     torch.set_num_threads(args.threads)
+    print(f"{'CPU' if args.cpu_time else 'wall'} time, {args.threads} thread(s)")
     print("| attention | seq | default ms | tiled ms | torch sdpa ms | tiled vs default "
           "| tiled vs torch |\n|---|---|---|---|---|---|---|")
     for seq in args.seq:
         for causal in (False, True):
-            r = bench(seq, causal, args.rounds)
+            r = bench(seq, causal, args.rounds,
+                      time.process_time if args.cpu_time else time.perf_counter)
             print(f"| {'causal' if causal else 'dense'} | {seq} | {r['default']:.2f} | "
                   f"{r['tiled']:.2f} | {r['torch']:.2f} | {r['default'] / r['tiled']:.2f}x | "
                   f"{r['torch'] / r['tiled']:.2f}x |", flush=True)

@@ -129,14 +129,14 @@ def test_values_weigh_every_value_so_zero_times_inf_is_nan(flash):
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
 
 
-def softmax_step(x, m, l):  # noqa: E741
+def softmax_step(x, m, total):
     """float64 reference of one online-softmax block step (core's `OnlineSoftmax`)."""
     with np.errstate(invalid="ignore", over="ignore"):
         mx = np.maximum(m, np.nanmax(np.where(np.isnan(x), -np.inf, x), axis=1))
         low = mx == -np.inf
         w = np.where(low[:, None], 0.0, np.exp2(x - np.where(low, 0.0, mx)[:, None]))
         c = np.where(low, 1.0, np.exp2(m - np.where(low, 0.0, mx)))
-    return w, mx, l * c + w.sum(1), c, np.isnan(x).any(1)
+    return w, mx, total * c + w.sum(1), c, np.isnan(x).any(1)
 
 
 @pytest.mark.parametrize("nq", [1, 5, 13, 16, 17, 32])
