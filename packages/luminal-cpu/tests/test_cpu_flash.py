@@ -8,6 +8,7 @@ attention (derived by luminal-search) is tested in `tests/test_flash_attention.p
 from __future__ import annotations
 
 import ctypes
+import re
 import subprocess
 from importlib.resources import files
 
@@ -16,7 +17,9 @@ import pytest
 from luminal_cpu import toolchain
 from luminal_cpu.dialect import C
 
-FQ, FK, FR, FV = 32, 64, 8, 32  # LM_FQ, LM_FK, LM_FR, LM_FV of flash.h
+HEADER = files("luminal_cpu").joinpath("csrc", "flash.h").read_text()
+FQ, FK, FR = (int(re.search(rf"#define LM_{name} (\d+)", HEADER).group(1))
+              for name in ("FQ", "FK", "FR"))  # queries, keys of a tile; queries of a panel
 
 WRAPPERS = """
 void t_scores(long kc, const float *q, const float *kt, float *s) { lm_fa_scores(kc, q, kt, s); }
@@ -49,7 +52,7 @@ def flash(request, tmp_path_factory):
         pytest.skip("the host build is the portable one here (no AVX-512)")
     extra = ("-mno-avx512f",) if request.param == "portable" else ()
     source = (C.prelude() + (toolchain.VECTOR_MATH if cc.vector_math else "")
-              + files("luminal_cpu").joinpath("csrc", "flash.h").read_text() + WRAPPERS)
+              + HEADER + WRAPPERS)
     so = tmp_path_factory.mktemp(request.param) / "flash.so"
     subprocess.run([*cc.argv, *cc.flags, *extra, "-x", "c", "-", "-o", str(so), *cc.libs],
                    input=source, text=True, check=True)
@@ -101,7 +104,7 @@ def test_scores_carry_nan_and_infinities(flash):
 def test_values_rescale_the_rows_and_add_the_weighted_values(flash, dp):
     rng = np.random.default_rng(dp)
     w = rng.uniform(0, 1, (FR, FK)).astype(np.float32)
-    w[:, 50:] = 0.0  # the tail of a ragged block
+    w[:, FK - 14:] = 0.0  # the tail of a ragged block
     v = rng.standard_normal((FK, dp)).astype(np.float32)
     scale = rng.uniform(0, 1, FR).astype(np.float32)
     scale[1] = 1.0
@@ -148,10 +151,10 @@ def test_softmax_step_follows_the_decomposition(flash, nq):
     x = (rng.standard_normal((nq, FK)) * 4).astype(np.float32)
     m = (rng.standard_normal(nq) * 4).astype(np.float32)
     m[::3] = -np.inf
-    x[:, 50:] = -np.inf
+    x[:, FK - 14:] = -np.inf  # the tail of a ragged block
     x[0, 1], x[0, 2] = -1e9, -20.0
     specials = {1: (4, np.nan), 2: (6, np.inf), 3: (8, -1e9), 4: (None, -np.inf),
-                6: (49, np.nan)}  # a NaN in the last 16 lanes of a row
+                6: (FK - 15, np.nan)}  # a NaN in the last 16 lanes of a row
     for row, (col, value) in specials.items():
         if row < nq:
             x[row, slice(None) if col is None else col] = value

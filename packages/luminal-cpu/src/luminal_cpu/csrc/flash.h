@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #define LM_FQ 32  /* queries of a tile */
-#define LM_FK 64  /* keys of a tile (the width of a score row; a multiple of 32) */
+#define LM_FK 128 /* keys of a tile (the width of a score row; a multiple of 32) */
 #define LM_FR 8   /* queries of one micro-kernel call */
 #define LM_FV 32  /* value columns of one micro-kernel pass (the rows are padded to it) */
 /* a float sum of up to 256 magnitudes of a query, and the largest magnitude of a block's
