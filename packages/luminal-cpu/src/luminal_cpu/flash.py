@@ -16,9 +16,11 @@ its body (the values) does not read the query, the kernel is rendered here, per 
    zero weights and an unchanged max (a causal mask's upper triangle);
 3. the block's scores by a register-blocked micro-kernel (`csrc/flash.h`);
 4. the rest of the logit (scale, mask: whatever the IR computes from the dot product, the
-   query and the key) elementwise over the block, with each row's max;
-5. the rows' online-softmax step (the arithmetic of core's `OnlineSoftmax`, so NaN and
-   infinities behave as in the primitive decomposition), vectorised across keys and rows;
+   query and the key) elementwise over the block, -inf past the last key;
+5. the rows' online-softmax step (`lm_fa_softmax`: the arithmetic of core's `OnlineSoftmax`,
+   so NaN and infinities behave as in the primitive decomposition), each row's max and sum
+   reduced in registers, its weights `lm_exp2`'s arithmetic around one vector exp2f call per
+   16 lanes;
 6. the weighted values added by a second micro-kernel, the rows rescaled in the same pass
    (skipped too when every weight is zero and the values are finite).
 
