@@ -81,6 +81,7 @@ static inline void lm_fa_values(long dp, const float *restrict w, const float *r
     }
   }
 }
+
 /* the largest of m and row x[0..LM_FK) (NaNs ignored: max_ps returns its second operand when
  * one is NaN, and the running maximum never is); *nan set when the row holds a NaN */
 static inline float lm_fa_rowmax(const float *restrict x, float m, int *restrict nan) {
@@ -95,20 +96,12 @@ static inline float lm_fa_rowmax(const float *restrict x, float m, int *restrict
   return _mm512_reduce_max_ps(r);
 }
 
-/* the sum of row w[0..LM_FK), pairwise in registers */
-static inline float lm_fa_rowsum(const float *restrict w) {
-  __m512 r[LM_FK / 16];
-  for (int j = 0; j < LM_FK / 16; j++) r[j] = _mm512_load_ps(w + 16 * j);
-  for (int n = LM_FK / 16; n > 1; n /= 2)
-    for (int j = 0; j < n / 2; j++) r[j] = _mm512_add_ps(r[j], r[j + n / 2]);
-  return _mm512_reduce_add_ps(r[0]);
-}
-/* w[j] = lm_exp2(x[j] - mx) for j < LM_FK: lm_exp2's clamp at -150 (NaN kept: max_ps returns
- * its second operand when one is NaN) and its scaling of arguments below -126 by 2^24 around
- * one vector exp2f call per 16 lanes; written as one loop of lm_exp2 calls, gcc if-converts
- * that scaling into two calls (one for each side of the select), doubling the exponentials'
- * cost */
-static inline void lm_fa_exp2_row(const float *restrict x, float mx, float *restrict w) {
+/* w[j] = lm_exp2(x[j] - mx) for j < LM_FK, and their sum (pairwise): lm_exp2's clamp at -150
+ * (NaN kept: max_ps returns its second operand when one is NaN) and its scaling of arguments
+ * below -126 by 2^24 around one vector exp2f call per 16 lanes; written as one loop of
+ * lm_exp2 calls, gcc if-converts that scaling into two calls (one for each side of the
+ * select), doubling the exponentials' cost */
+static inline float lm_fa_exp2_row(const float *restrict x, float mx, float *restrict w) {
   __mmask16 low[LM_FK / 16];
   const __m512 m = _mm512_set1_ps(mx);
   for (int j = 0; j < LM_FK / 16; j++) {
@@ -119,10 +112,15 @@ static inline void lm_fa_exp2_row(const float *restrict x, float mx, float *rest
   }
   #pragma omp simd
   for (int j = 0; j < LM_FK; j++) w[j] = exp2f(w[j]);
+  __m512 sum[LM_FK / 16];
   for (int j = 0; j < LM_FK / 16; j++) {
     const __m512 e = _mm512_load_ps(w + 16 * j);
-    _mm512_store_ps(w + 16 * j, _mm512_mask_mul_ps(e, low[j], e, _mm512_set1_ps(0x1p-24f)));
+    sum[j] = _mm512_mask_mul_ps(e, low[j], e, _mm512_set1_ps(0x1p-24f));
+    _mm512_store_ps(w + 16 * j, sum[j]);
   }
+  for (int n = LM_FK / 16; n > 1; n /= 2)
+    for (int j = 0; j < n / 2; j++) sum[j] = _mm512_add_ps(sum[j], sum[j + n / 2]);
+  return _mm512_reduce_add_ps(sum[0]);
 }
 #else
 static inline void lm_fa_scores(long kc, const float *restrict q, const float *restrict kt,
@@ -155,14 +153,8 @@ static inline float lm_fa_rowmax(const float *restrict x, float m, int *restrict
   return m;
 }
 
-static inline float lm_fa_rowsum(const float *restrict w) {
-  float sum = 0.0f;
-  for (int j = 0; j < LM_FK; j++) sum += w[j];
-  return sum;
-}
-
 /* lm_exp2's arithmetic in three loops, for the reason given in the AVX-512 version */
-static inline void lm_fa_exp2_row(const float *restrict x, float mx, float *restrict w) {
+static inline float lm_fa_exp2_row(const float *restrict x, float mx, float *restrict w) {
   _Alignas(64) float arg[LM_FK], low[LM_FK];
   #pragma omp simd
   for (int j = 0; j < LM_FK; j++) {
@@ -174,8 +166,13 @@ static inline void lm_fa_exp2_row(const float *restrict x, float mx, float *rest
   }
   #pragma omp simd
   for (int j = 0; j < LM_FK; j++) w[j] = exp2f(arg[j]);
-  #pragma omp simd
-  for (int j = 0; j < LM_FK; j++) w[j] *= 1.0f - low[j] * (1.0f - 0x1p-24f);
+  float sum = 0.0f;
+  #pragma omp simd reduction(+:sum)
+  for (int j = 0; j < LM_FK; j++) {
+    w[j] *= 1.0f - low[j] * (1.0f - 0x1p-24f);
+    sum += w[j];
+  }
+  return sum;
 }
 #endif
 
@@ -199,8 +196,7 @@ static inline int lm_fa_softmax(long nq, const float *restrict x, float *restric
       sums[i] = 0.0f;
       continue;
     }
-    lm_fa_exp2_row(xi, mx, wi);
-    sums[i] = lm_fa_rowsum(wi);
+    sums[i] = lm_fa_exp2_row(xi, mx, wi);
   }
   int any = 0;
   #pragma omp simd reduction(|:any)
