@@ -1,8 +1,8 @@
 """The micro-kernels of tiled attention (`csrc/flash.h`) against float64 NumPy, each on its
 own: the scores product, the weighted values with the rows' rescale, and the rows'
-online-softmax step (NaN and infinities as in the primitive decomposition). Both builds are
-checked: the host's (AVX-512 intrinsics where it has them) and the portable C one
-(`-mno-avx512f`), so a machine without AVX-512 runs the code it would use. End-to-end tiled
+online-softmax step (NaN and infinities as in the primitive decomposition). Every build is
+checked: the host's (AVX-512 intrinsics where it has them), AVX2 (`-mno-avx512f`) and plain
+C (`-mno-avx2`), so a machine without AVX-512 runs here the code it would use. End-to-end tiled
 attention (derived by luminal-search) is tested in `tests/test_flash_attention.py`."""
 
 from __future__ import annotations
@@ -42,15 +42,18 @@ def host_has_avx512() -> bool:
     return "__AVX512F__" in out
 
 
-@pytest.fixture(scope="module", params=["host", "portable"])
+BUILDS = {"host": (), "avx2": ("-mno-avx512f",), "plain": ("-mno-avx512f", "-mno-avx2")}
+
+
+@pytest.fixture(scope="module", params=list(BUILDS))
 def flash(request, tmp_path_factory):
-    """flash.h built as the backend builds it (host), or without AVX-512 (portable)."""
+    """flash.h built as the backend builds it (host), or with fewer instruction sets."""
     cc = toolchain.compiler()
     if cc is None or cc.error:
         pytest.skip("no working C compiler")
     if request.param == "host" and not host_has_avx512():
-        pytest.skip("the host build is the portable one here (no AVX-512)")
-    extra = ("-mno-avx512f",) if request.param == "portable" else ()
+        pytest.skip("the host build is one of the others here (no AVX-512)")
+    extra = BUILDS[request.param]
     source = (C.prelude() + (toolchain.VECTOR_MATH if cc.vector_math else "")
               + HEADER + WRAPPERS)
     so = tmp_path_factory.mktemp(request.param) / "flash.so"

@@ -122,6 +122,56 @@ static inline float lm_fa_exp2_row(const float *restrict x, float mx, float *res
     for (int j = 0; j < n / 2; j++) sum[j] = _mm512_add_ps(sum[j], sum[j + n / 2]);
   return _mm512_reduce_add_ps(sum[0]);
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+/* Without AVX-512 (16 vector registers of 8 floats): the same broadcast x row products, a
+ * panel of LM_FR rows in passes of 4 rows x 16 columns (8 accumulators) */
+static inline __attribute__((always_inline)) void lm_fa_fma8(
+    long n, const float *restrict a, long as, long ai, const float *restrict b, long bs,
+    __m256 r[4][2]) {
+  for (long k = 0; k < n; k++) {
+    const __m256 b0 = _mm256_loadu_ps(b + k * bs), b1 = _mm256_loadu_ps(b + k * bs + 8);
+    for (int i = 0; i < 4; i++) {
+      const __m256 ak = _mm256_broadcast_ss(a + k * as + i * ai);
+      r[i][0] = _mm256_fmadd_ps(ak, b0, r[i][0]);
+      r[i][1] = _mm256_fmadd_ps(ak, b1, r[i][1]);
+    }
+  }
+}
+
+static inline void lm_fa_scores(long kc, const float *restrict q, const float *restrict kt,
+                                float *restrict s) {
+  for (int i0 = 0; i0 < LM_FR; i0 += 4)
+    for (int h = 0; h < LM_FK; h += 16) {
+      __m256 r[4][2];
+      for (int i = 0; i < 4; i++) r[i][0] = r[i][1] = _mm256_setzero_ps();
+      lm_fa_fma8(kc, q + i0, LM_FR, 1, kt + h, LM_FK, r);
+      for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(s + (i0 + i) * LM_FK + h, r[i][0]);
+        _mm256_storeu_ps(s + (i0 + i) * LM_FK + h + 8, r[i][1]);
+      }
+    }
+}
+
+static inline void lm_fa_values(long dp, const float *restrict w, const float *restrict v,
+                                const float *restrict scale, float *restrict acc) {
+  for (int i0 = 0; i0 < LM_FR; i0 += 4)
+    for (long d = 0; d < dp; d += 16) {
+      __m256 r[4][2];
+      for (int i = 0; i < 4; i++) {
+        const __m256 c = _mm256_set1_ps(scale[i0 + i]);
+        float *row = acc + (i0 + i) * dp + d;
+        r[i][0] = _mm256_mul_ps(_mm256_loadu_ps(row), c);
+        r[i][1] = _mm256_mul_ps(_mm256_loadu_ps(row + 8), c);
+      }
+      lm_fa_fma8(LM_FK, w + i0 * LM_FK, 1, LM_FK, v + d, dp, r);
+      for (int i = 0; i < 4; i++) {
+        _mm256_storeu_ps(acc + (i0 + i) * dp + d, r[i][0]);
+        _mm256_storeu_ps(acc + (i0 + i) * dp + d + 8, r[i][1]);
+      }
+    }
+}
 #else
 static inline void lm_fa_scores(long kc, const float *restrict q, const float *restrict kt,
                                 float *restrict s) {
@@ -143,8 +193,12 @@ static inline void lm_fa_values(long dp, const float *restrict w, const float *r
     }
 }
 
+#endif
+
+#if !defined(__AVX512F__)
 static inline float lm_fa_rowmax(const float *restrict x, float m, int *restrict nan) {
   int unordered = 0;
+  #pragma omp simd reduction(max:m) reduction(|:unordered)
   for (int j = 0; j < LM_FK; j++) {
     m = x[j] > m ? x[j] : m;
     unordered |= x[j] != x[j];
