@@ -192,7 +192,6 @@ static inline void lm_fa_values(long dp, const float *restrict w, const float *r
       acc[i * dp + d] = r;
     }
 }
-
 #endif
 
 #if !defined(__AVX512F__)
