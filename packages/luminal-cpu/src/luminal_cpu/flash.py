@@ -16,9 +16,11 @@ its body (the values) does not read the query, the kernel is rendered here, per 
    zero weights and an unchanged max (a causal mask's upper triangle);
 3. the block's scores by a register-blocked micro-kernel (`csrc/flash.h`);
 4. the rest of the logit (scale, mask: whatever the IR computes from the dot product, the
-   query and the key) elementwise over the block, with each row's max;
-5. the rows' online-softmax step (the arithmetic of core's `OnlineSoftmax`, so NaN and
-   infinities behave as in the primitive decomposition), vectorised across keys and rows;
+   query and the key) elementwise over the block, -inf past the last key;
+5. the rows' online-softmax step (`lm_fa_softmax`: the arithmetic of core's `OnlineSoftmax`,
+   so NaN and infinities behave as in the primitive decomposition), each row's max and sum
+   reduced in registers, its weights `lm_exp2`'s arithmetic around one vector exp2f call per
+   16 lanes;
 6. the weighted values added by a second micro-kernel, the rows rescaled in the same pass
    (skipped too when every weight is zero and the values are finite).
 
@@ -214,7 +216,7 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "const long lm_q0 = lm_t % lm_qblocks * LM_FQ;",
         f"const long lm_nq = ({nq}) - lm_q0 < LM_FQ ? ({nq}) - lm_q0 : LM_FQ;",
         "const long lm_panels = (lm_nq + LM_FR - 1) / LM_FR;",
-        "float lm_m[LM_FQ], lm_l[LM_FQ], lm_c[LM_FQ], lm_mn[LM_FQ], lm_sums[LM_FQ];",
+        "float lm_m[LM_FQ], lm_l[LM_FQ], lm_c[LM_FQ];",
         "int lm_nan[LM_FQ];",
         "float lm_qn[LM_FQ];  /* the queries' sums of magnitudes, rounded up */",
         "for (long lm_i = 0; lm_i < LM_FQ; lm_i++) {",
@@ -281,45 +283,20 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "  for (long lm_p = 0; lm_p < lm_panels; lm_p++)",
         "    lm_fa_scores(LM_HEAD, lm_qp + lm_p * LM_HEAD * LM_FR, lm_kt, "
         "lm_s + lm_p * LM_FR * LM_FK);",
-        # the logits and each row's online-softmax step; past the last key the weight is 0
-        # the online-softmax step of every row, in phases vectorised across keys or rows:
-        # the same arithmetic as `OnlineSoftmax.block_step` (a max of -inf weights nothing
-        # and rescales by 1), its per-row scalars computed 16 rows at a time
+        # the logits, elementwise (-inf past the last key: a weight of 0), then the rows'
+        # online-softmax step
         "  for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
         f"    const long {query} = lm_q0 + lm_i;",
         "    float *lm_x = lm_s + lm_i * LM_FK;",
-        "    float lm_mx = lm_m[lm_i]; int lm_xnan = 0;",
-        "    #pragma omp simd reduction(max:lm_mx) reduction(|:lm_xnan)",
+        "    #pragma omp simd",
         "    for (long lm_j = 0; lm_j < lm_nk; lm_j++) {",
         f"      const long {key_var} = lm_k0 + lm_j;",
         "      const float lm_dot = lm_x[lm_j];",
-        *indent([*x_lines, f"lm_x[lm_j] = {x_val};",
-                 f"lm_mx = {x_val} > lm_mx ? {x_val} : lm_mx;",
-                 f"lm_xnan |= {x_val} != {x_val};"], 3),
+        *indent([*x_lines, f"lm_x[lm_j] = {x_val};"], 3),
         "    }",
-        "    lm_mn[lm_i] = lm_mx; lm_nan[lm_i] |= lm_xnan;",
+        "    for (long lm_j = lm_nk; lm_j < LM_FK; lm_j++) lm_x[lm_j] = -INFINITY;",
         "  }",
-        "  for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
-        "    const float *lm_x = lm_s + lm_i * LM_FK, lm_mx = lm_mn[lm_i];",
-        "    float *lm_w = lm_ws + lm_i * LM_FK, lm_sum = 0.0f;",
-        "    #pragma omp simd reduction(+:lm_sum)",
-        "    for (long lm_j = 0; lm_j < lm_nk; lm_j++) {",
-        f"      lm_w[lm_j] = lm_mx == -INFINITY ? 0.0f : {C.unary('exp2', 'lm_x[lm_j] - lm_mx')};",
-        "      lm_sum += lm_w[lm_j];",
-        "    }",
-        "    for (long lm_j = lm_nk; lm_j < LM_FK; lm_j++) lm_w[lm_j] = 0.0f;",
-        "    lm_sums[lm_i] = lm_sum;",
-        "  }",
-        # weights are 0, positive or NaN: a row's sum is 0 only when all of them are
-        "  int lm_any = 0;",
-        "  #pragma omp simd reduction(|:lm_any)",
-        "  for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
-        "    const float lm_mx = lm_mn[lm_i];",
-        f"    lm_c[lm_i] = lm_mx == -INFINITY ? 1.0f : {C.unary('exp2', 'lm_m[lm_i] - lm_mx')};",
-        "    lm_l[lm_i] = lm_l[lm_i] * lm_c[lm_i] + lm_sums[lm_i];",
-        "    lm_m[lm_i] = lm_mx;",
-        "    lm_any |= lm_sums[lm_i] != 0.0f;",
-        "  }",
+        "  const int lm_any = lm_fa_softmax(lm_nq, lm_s, lm_ws, lm_m, lm_l, lm_c, lm_nan);",
         # all weights zero: every row's max is unchanged (scale 1), so a finite block adds
         # nothing; values that are not finite must still make 0 * inf = NaN
         "  if (!lm_any && !lm_kbad[lm_b]) continue;",
