@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from luminal.symbolic import (
     Expr,
     UnboundDimError,
+    add,
     evaluator,
     floordiv,
     logical_and,
@@ -55,6 +56,10 @@ def _combine(children):
             lambda p: (p[0][0] % p[1], lambda e, p=p: p[0][1](e) % p[1])),
         children.map(lambda c: (c[0] // N, lambda e, c=c: c[1](e) // e["n"])),
         children.map(lambda c: (c[0] % N, lambda e, c=c: c[1](e) % e["n"])),
+        # a digit sum, which the simplifier recombines: k*c*(x // c) + k*(x % c) == k*x
+        st.tuples(children, st.integers(1, 5), nonzero).map(lambda p: (
+            p[0][0] // p[1] * (p[1] * p[2]) + p[0][0] % p[1] * p[2],
+            lambda e, p=p: (p[0][1](e) // p[1] * p[1] + p[0][1](e) % p[1]) * p[2])),
         pairs.map(lambda p: (smin(p[0][0], p[1][0]), lambda e, p=p: min(p[0][1](e), p[1][1](e)))),
         pairs.map(lambda p: (smax(p[0][0], p[1][0]), lambda e, p=p: max(p[0][1](e), p[1][1](e)))),
         pairs.map(lambda p: (lt(p[0][0], p[1][0]), lambda e, p=p: int(p[0][1](e) < p[1][1](e)))),
@@ -137,6 +142,32 @@ def test_simplifier_identities(expr, simplified):
     assert expr is simplified
     for env in envs():
         assert expr.evaluate(env) == simplified.evaluate(env)
+
+
+X = Expr.var("x", -40, 40)
+
+
+@pytest.mark.parametrize(("c", "d", "k"), [(1, 1, 1), (2, 3, 1), (4, 4, -2), (7, 3, 3),
+                                           (16, 16, 1), (3, 50, 1)])
+def test_digit_sums_recombine(c, d, k):
+    """What reshapes and transposes write, c*(x // c) + x % c, folds back into x, in any
+    term order, scaled, nested in a larger sum or with a middle digit; checked by brute force
+    over a range of x that crosses zero and every digit boundary."""
+    x = X + N
+    two = [k * c * (x // c), k * (x % c), N * 3, Expr.const(5)]
+    three = [k * c * d * (x // (c * d)), k * c * ((x // c) % d), k * (x % c)]
+    for terms in itertools.permutations(two):
+        assert add(*terms) is k * x + N * 3 + 5
+    for terms in itertools.permutations(three):
+        assert add(*terms) is k * x
+    middle = k * c * ((x // c) % d) + k * (x % c)
+    assert middle is k * (x % (c * d))
+    unequal = k * (c + 1) * (x // c) + k * (x % c)  # coefficients that do not match stay
+    for xv, n in itertools.product(range(-40, 41), range(1, 4)):
+        xn = xv + n
+        env = {"x": xv, "n": n}
+        assert middle.evaluate(env) == k * (xn // c % d * c + xn % c)
+        assert unequal.evaluate(env) == k * ((c + 1) * (xn // c) + xn % c)
 
 
 def test_hash_consing_and_equality():

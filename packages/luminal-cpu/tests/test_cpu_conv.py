@@ -9,7 +9,7 @@ import luminal_nn.functional as F
 import numpy as np
 import pytest
 import torch
-from luminal_cpu import CpuBackend, rows
+from luminal_cpu import CpuBackend, direct_conv, rows
 from luminal_cpu.implicit_gemm import GatherMatmul
 
 rng = np.random.default_rng(7)
@@ -73,6 +73,40 @@ def test_conv2d_matches_torch(x_shape, w_shape, stride, padding, dilation, group
     np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, bs, silu, **kw),
                                rtol=1e-4, atol=1e-4)
     assert (gather_matmuls(g) > 0) == implicit
+
+
+def direct_convs(g) -> int:
+    return sum(isinstance(k, GatherMatmul) and direct_conv.match(k) is not None
+               for k in g.runtime.program.kernels)
+
+
+DIRECT = [
+    # (N, C, H, W), (O, C, kh, kw), stride, padding, dilation, direct: convolutions whose
+    # input the micro-kernel loads straight (luminal_cpu.direct_conv), and ones it does not
+    ((1, 16, 20, 37), (13, 16, 3, 3), 1, 1, 1, True),   # rows past one tile, 13 = 8 + 5 channels
+    ((1, 5, 9, 64), (8, 5, 3, 3), 1, 0, 1, True),       # no padding: 62 columns
+    ((1, 3, 11, 47), (40, 3, 5, 5), 1, 2, 1, True),     # many channels, a small input
+    ((1, 4, 6, 5), (9, 4, 3, 2), 1, (1, 0), 1, True),   # narrower than a vector
+    ((1, 2, 4, 70), (3, 2, 2, 3), 1, (3, 4), 1, True),  # rows and columns wholly in the padding
+    ((1, 5, 12, 9), (7, 5, 3, 3), (2, 1), 0, 1, True),  # stride 2 down the columns only
+    ((1, 72, 64, 64), (40, 72, 1, 3), 1, (0, 1), 1, False),  # many channels, input past 1 MiB
+    ((1, 3, 33, 131), (16, 3, 3, 3), 2, 1, 1, False),   # stride 2 along rows (YOLO's stem)
+    ((1, 4, 15, 15), (6, 4, 3, 3), 1, 2, 2, False),     # dilation
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding,dilation,direct", DIRECT)
+def test_direct_conv_matches_torch_with_nan_and_inf(x_shape, w_shape, stride, padding,
+                                                    dilation, direct):
+    kw = dict(stride=stride, padding=padding, dilation=dilation)
+    g, (x, w, b), y = conv_graph(x_shape, w_shape, True, False, **kw)
+    xs, ws, bs = randn(*x_shape), randn(*w_shape), randn(w_shape[0])
+    xs[0, 0, 0, 0], xs[0, -1, -1, -1], xs[0, 0, x_shape[2] // 2, 2] = np.nan, np.inf, -np.inf
+    x.set(xs), w.set(ws), b.set(bs)
+    g.execute()
+    np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, bs, False, **kw),
+                               rtol=1e-4, atol=1e-4)
+    assert direct_convs(g) == direct
 
 
 def test_conv_chain_stores_the_activation_once():

@@ -320,6 +320,11 @@ def add(*terms: ExprLike) -> Expr:
         else:
             c, rest = _split_coeff(t)
             coeffs[rest] = coeffs.get(rest, 0) + c
+    fold = _fold_div_mod(coeffs) if any(t.op == "mod" for t in coeffs) else None
+    if fold is not None:
+        pair, whole = fold
+        return add(constant, whole, *(_scale(rest, c) for rest, c in coeffs.items()
+                                      if c != 0 and rest not in pair))
     parts = [_scale(rest, c) for rest, c in coeffs.items() if c != 0]
     parts.sort(key=lambda p: p._sort_key)
     if constant:
@@ -329,6 +334,25 @@ def add(*terms: ExprLike) -> Expr:
     if len(parts) == 1:
         return parts[0]
     return Expr("add", tuple(parts))
+
+
+def _fold_div_mod(coeffs: dict[Expr, int]) -> tuple[tuple[Expr, Expr], Expr] | None:
+    """A pair of terms of a sum that recombine what a division split, with what replaces it:
+    k*c*(x // c) + k*(x % c) == k*x and k*c*((x // c) % d) + k*(x % c) == k*(x % (c*d)) for
+    constants c, d > 0. Reshapes and transposes write indices as such digit sums; folded, a
+    gather over them becomes a contiguous copy. None when the sum has no such pair."""
+    for m, k in coeffs.items():
+        if k == 0 or m.op != "mod" or not m.args[1].is_const or m.args[1].args[0] <= 0:
+            continue
+        x, c = m.args[0], m.args[1].args[0]
+        q = floordiv(x, c)
+        if coeffs.get(q) == k * c:
+            return (m, q), mul(k, x)
+        for digit, kd in coeffs.items():
+            if (kd == k * c and digit.op == "mod" and digit.args[0] is q
+                    and digit.args[1].is_const and digit.args[1].args[0] > 0):
+                return (m, digit), mul(k, mod(x, c * digit.args[1].args[0]))
+    return None
 
 
 def _scale(e: Expr, c: int) -> Expr:

@@ -35,6 +35,7 @@ from luminal_codegen import (
 from luminal_codegen.indexing import flat_index
 from luminal_codegen.ir import Binary, Const, Load, Value, Where, exprs_of, map_exprs, walk
 
+from . import direct_conv
 from .dialect import C, odometer
 from .masks import case_chain, case_intervals, edge_atoms, without_atoms
 
@@ -291,14 +292,24 @@ def render(g: GatherMatmul, name: str, dtype_code: dict[str, str]) -> str:
            f"{{{', '.join(names[d] for d in gather_dims) or '0'}}}}}")
     a_dt = dtype_code[mm.params[1].dtype.name]
     c_dt = dtype_code[mm.params[0].dtype.name]
-    return "\n".join([
-        *_render_pack(g, name),
-        C.signature(name, params, [names[d] for d in dims]) + " {",
+    packed = [
         f"  const {name}_ctx lm_ctx = {ctx};",
         f"  const long lm_co = {ex(mm.out_offset)};",
         f"  lm_gemm_packed({ex(mm.m)}, {ex(mm.n)}, {ex(mm.k)}, "
         f"(lm_mat){{p1 + {ex(mm.a.offset)}, {a_dt}, {ex(mm.a.stride_row)}, {ex(mm.a.stride_k)}}}, "
         f"(lm_packer){{{name}_pack, &lm_ctx}}, "
         f"(lm_out){{p0, {c_dt}, &lm_co, {ex(mm.out_stride)}}});",
+    ]
+    conv = direct_conv.match(g)
+    include = []
+    if conv is not None:  # the packed GEMM stays for compilers without AVX-512
+        include = ["#if defined(__AVX512F__)", "#include <immintrin.h>", "#endif"]
+        packed = ["#if defined(__AVX512F__)", *direct_conv.render(g, conv, name), "#else",
+                  *packed, "#endif"]
+    return "\n".join([
+        *include,
+        *_render_pack(g, name),
+        C.signature(name, params, [names[d] for d in dims]) + " {",
+        *packed,
         "}",
     ]) + "\n"
