@@ -78,6 +78,8 @@ def test_cache_key_depends_on_source_and_compiler():
     other = toolchain.Compiler(cc.argv, cc.version + " (patched)", cc.openmp)
     assert toolchain.cache_key("int x;", cc) != toolchain.cache_key("int y;", cc)
     assert toolchain.cache_key("int x;", cc) != toolchain.cache_key("int x;", other)
+    flagged = toolchain.Compiler((*cc.argv, "-mno-avx512f"), cc.version, cc.openmp)
+    assert toolchain.cache_key("int x;", cc) != toolchain.cache_key("int x;", flagged)
 
 
 def _fresh_process_cached() -> list[str]:

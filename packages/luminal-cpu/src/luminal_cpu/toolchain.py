@@ -126,7 +126,8 @@ def _digest(data: bytes) -> str:
 
 
 def cache_key(source: str, cc: Compiler, links: tuple[Path, ...] = ()) -> str:
-    ident = "\0".join((cc.version, " ".join(cc.flags + cc.libs), cpu_signature(),
+    # argv too: $CC may carry flags of its own ("gcc -mno-avx512f" builds other code)
+    ident = "\0".join((cc.version, " ".join(cc.argv + cc.flags + cc.libs), cpu_signature(),
                        *map(str, links)))
     return _digest(f"{ident}\0{source}".encode())[:40]
 
