@@ -16,13 +16,14 @@
  * 127 / max would overflow), has no such rounding: the whole call then returns 0 and the
  * caller runs the float kernels, so NaN and infinities propagate as in the float product.
  *
- * Rows of W are processed LM_Q8_ROWS / M at a time (several independent accumulator chains,
- * x's blocks loaded once for all of them); horizontal sums once per output. */
+ * Each row of W is read front to back (the hardware prefetchers follow one stream; four rows
+ * side by side, each a short stream, measured 3.6x slower for Q8_0 at 576 columns), its blocks
+ * going to LM_Q8_CHAINS independent accumulators; horizontal sums once per output. */
 #if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
 #include <immintrin.h>
 #include <math.h>
 #define LM_Q8X_TINY 1e-30f
-#define LM_Q8_ROWS 4
+#define LM_Q8_CHAINS 4
 
 /* one row of x as int8 blocks: q[K], d[K / block] (dx), bs[K / 16] (sums of q over 16 values),
  * and for 32-value blocks s[K / 32] = dx * (sum of q over the block) */
@@ -220,57 +221,53 @@ static inline __attribute__((always_inline)) void lm_q8_block256(
   }
 }
 
-/* out[r * M + m] = row r of W . x[m], for R rows of W side by side (R, M compile-time) */
-static inline __attribute__((always_inline)) void lm_q8_rows(
-    const unsigned char *restrict w, long row_bytes, long K, const lm_q8x *x, int q, int M,
-    int R, float *out) {
-  __m256 acc[LM_Q8_ROWS][LM_GEMV_MAX_M];
-  float offset[LM_Q8_ROWS][LM_GEMV_MAX_M];
-  for (int r = 0; r < R; r++)
-    for (int m = 0; m < M; m++) acc[r][m] = _mm256_setzero_ps(), offset[r][m] = 0.0f;
-  if (q >= LM_Q4_K) {
-    const long bb = lm_kq_block_bytes(q);
-    for (long j = 0; j < K / 256; j++)
-      for (int r = 0; r < R; r++) lm_q8_block256(w + r * row_bytes + j * bb, j, x, q, M, acc[r]);
-  } else {
-    const long bb = lm_block_bytes(q);
-    for (long j = 0; j < K / 32; j++)
-      for (int r = 0; r < R; r++)
-        lm_q8_block32(w + r * row_bytes + j * bb, j, x, q, M, acc[r], offset[r]);
+/* out[m] = one row of W . x[m]; LM_Q8_CHAINS blocks go to separate accumulators */
+static inline __attribute__((always_inline)) void lm_q8_row(
+    const unsigned char *restrict w, long K, const lm_q8x *x, int q, int M, float *out) {
+  __m256 acc[LM_Q8_CHAINS][LM_GEMV_MAX_M];
+  float offset[LM_Q8_CHAINS][LM_GEMV_MAX_M];
+  for (int u = 0; u < LM_Q8_CHAINS; u++)
+    for (int m = 0; m < M; m++) acc[u][m] = _mm256_setzero_ps(), offset[u][m] = 0.0f;
+  const long block = q >= LM_Q4_K ? 256 : 32, blocks = K / block;
+  const long bb = q >= LM_Q4_K ? lm_kq_block_bytes(q) : lm_block_bytes(q);
+  long j = 0;
+  for (; j + LM_Q8_CHAINS <= blocks; j += LM_Q8_CHAINS)
+    for (int u = 0; u < LM_Q8_CHAINS; u++) {
+      if (q >= LM_Q4_K) lm_q8_block256(w + (j + u) * bb, j + u, x, q, M, acc[u]);
+      else lm_q8_block32(w + (j + u) * bb, j + u, x, q, M, acc[u], offset[u]);
+    }
+  for (; j < blocks; j++) {
+    if (q >= LM_Q4_K) lm_q8_block256(w + j * bb, j, x, q, M, acc[0]);
+    else lm_q8_block32(w + j * bb, j, x, q, M, acc[0], offset[0]);
   }
-  for (int r = 0; r < R; r++)
-    for (int m = 0; m < M; m++) out[r * M + m] = lm_hsum8(acc[r][m]) + offset[r][m];
+  for (int m = 0; m < M; m++) {
+    __m256 total = acc[0][m];
+    float off = offset[0][m];
+    for (int u = 1; u < LM_Q8_CHAINS; u++) total = _mm256_add_ps(total, acc[u][m]), off += offset[u][m];
+    out[m] = lm_hsum8(total) + off;
+  }
 }
 
 static inline __attribute__((always_inline)) void lm_q8_gemv_qm(
-    long nb, long M, long N, long K, const lm_q8x *xs, const lm_qmat *W, const lm_out *C, int q,
-    int MM) {
-  const int R = MM == 1 ? LM_Q8_ROWS : MM == 2 ? 2 : 1;
+    long nb, long N, long K, const lm_q8x *xs, const lm_qmat *W, const lm_out *C, int q, int M) {
   const long row_bytes = q >= LM_Q4_K ? K / 256 * lm_kq_block_bytes(q) : K / 32 * lm_block_bytes(q);
-  const long groups = (N + R - 1) / R;
-  lm_for_begin(nb * groups);
+  lm_for_begin(nb * N);
   for (long lo, hi; lm_for_next(&lo, &hi);)
   for (long t = lo; t < hi; t++) {
-    const long b = t / groups, n0 = t % groups * R;
-    const lm_q8x *x = xs + b * M;
-    const unsigned char *w = W->w + n0 * row_bytes;
-    float out[LM_Q8_ROWS * LM_GEMV_MAX_M];
-    const long rows = N - n0 < R ? N - n0 : R;
-    if (rows == R) lm_q8_rows(w, row_bytes, K, x, q, MM, R, out);
-    else /* the last rows of W, one at a time */
-      for (long r = 0; r < rows; r++) lm_q8_rows(w + r * row_bytes, row_bytes, K, x, q, MM, 1, out + r * MM);
-    for (long r = 0; r < rows; r++)
-      for (int m = 0; m < MM; m++) lm_put(C->p, C->dt, C->off[b] + m * C->rs + n0 + r, out[r * MM + m]);
+    const long b = t / N, n = t % N;
+    float out[LM_GEMV_MAX_M];
+    lm_q8_row(W->w + n * row_bytes, K, xs + b * M, q, M, out);
+    for (int m = 0; m < M; m++) lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, out[m]);
   }
 }
 
 static inline __attribute__((always_inline)) void lm_q8_gemv_q(
     long nb, long M, long N, long K, const lm_q8x *xs, const lm_qmat *W, const lm_out *C, int q) {
   switch (M) {
-    case 1: lm_q8_gemv_qm(nb, M, N, K, xs, W, C, q, 1); break;
-    case 2: lm_q8_gemv_qm(nb, M, N, K, xs, W, C, q, 2); break;
-    case 3: lm_q8_gemv_qm(nb, M, N, K, xs, W, C, q, 3); break;
-    default: lm_q8_gemv_qm(nb, M, N, K, xs, W, C, q, 4); break;
+    case 1: lm_q8_gemv_qm(nb, N, K, xs, W, C, q, 1); break;
+    case 2: lm_q8_gemv_qm(nb, N, K, xs, W, C, q, 2); break;
+    case 3: lm_q8_gemv_qm(nb, N, K, xs, W, C, q, 3); break;
+    default: lm_q8_gemv_qm(nb, N, K, xs, W, C, q, 4); break;
   }
 }
 
