@@ -103,3 +103,23 @@ def test_rows_without_int8_rounding_take_the_float_kernels(qtype, bad):
         if np.isnan(bad):
             assert np.isnan(got[0]).all()
         assert np.all(np.abs(got[1] - exact[1]) <= 1e-5 * scale[1] + 1e-30)
+
+
+@pytest.mark.parametrize("qtype", ["q4_1", "q6_k"])
+def test_float_activations_on_request(qtype, monkeypatch):
+    """LUMINAL_CPU_QUANT_ACTIVATIONS=float keeps x in float32: the exact product up to
+    float32 rounding (1e-5) where int8 activations are about 1e-3 away."""
+    monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "float")
+    raw, w = weight(qtype, 6, 512)
+    x = rng.standard_normal((1, 512)).astype(np.float32)
+    got = matvec(raw, qtype, (6, 512), x)
+    scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
+    assert np.all(np.abs(got - x @ w.T) <= 1e-5 * scale + 1e-30)
+
+
+def test_unknown_activation_setting_is_refused(monkeypatch):
+    monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "int4")
+    raw, _ = weight("q8_0", 4, 64)
+    with pytest.raises(ValueError, match="LUMINAL_CPU_QUANT_ACTIVATIONS must be 'int8' or "
+                                         "'float', not 'int4'"):
+        matvec(raw, "q8_0", (4, 64), np.ones((1, 64), np.float32))

@@ -13,6 +13,7 @@ which is built once into a library of its own, so a graph's build compiles only 
 
 from __future__ import annotations
 
+import os
 from importlib.resources import files
 
 from luminal.symbolic import Expr
@@ -37,6 +38,17 @@ _QTYPE_CODE = {"q8_0": "LM_Q8_0", "q4_0": "LM_Q4_0", "q4_1": "LM_Q4_1", "q5_0": 
 QUANT_KERNELS = frozenset(_QTYPE_CODE)
 # Batches whose operand offsets fit on the stack; more are rare (and go to the heap).
 _STACK_BATCHES = 256
+
+
+def int8_activations() -> bool:
+    """Whether decode's quantized matvec rounds x to int8 blocks (csrc/qgemv.c: llama.cpp's
+    numerics, about 1e-3 relative to sum |x w|; the default) or keeps it in float32 (exact
+    up to summation order, slower): `LUMINAL_CPU_QUANT_ACTIVATIONS=int8|float`, read when a
+    graph is compiled."""
+    value = os.environ.get("LUMINAL_CPU_QUANT_ACTIVATIONS", "int8")
+    if value not in ("int8", "float"):
+        raise ValueError(f"LUMINAL_CPU_QUANT_ACTIVATIONS must be 'int8' or 'float', not {value!r}")
+    return value == "int8"
 
 
 def _csrc(name: str) -> str:
@@ -88,7 +100,7 @@ def _render_matmul(mm: Matmul, name: str) -> str:
     shape = f"{ex(mm.m)}, {ex(mm.n)}, {ex(mm.k)}"
     if isinstance(b, QuantOperand):
         w = (f"(lm_qmat){{p{b.buf}, {_QTYPE_CODE[b.qtype]}, {int(b.k_contiguous)}, "
-             f"{ex(b.rows)}, {ex(b.cols)}}}")
+             f"{ex(b.rows)}, {ex(b.cols)}, {int(not int8_activations())}}}")
         lines.append(f"  lm_qgemm(lm_nb, lm_ao, {shape}, {a}, {w}, {out});")
     else:
         b_dt = _DTYPE_CODE[mm.params[b.buf].dtype.name]
