@@ -155,7 +155,7 @@ def bench_gemv(values: int, reps: int, copy_gbs: float) -> None:
         assert np.all(np.abs(out.numpy() - x @ w.T) <= 1e-2 * scale + 1e-30), qtype
         gbs = data.nbytes / lm_t[0] / 1e9
         if qtype == "f32":
-            np_t = timeit(lambda: x @ w.T, reps)
+            np_t = timeit(lambda x=x, w=data: x @ w.T, reps)  # float32, as luminal reads it
             other = f"NumPy {data.nbytes / np_t[0] / 1e9:.1f} GB/s"
         else:
             other = "-"
