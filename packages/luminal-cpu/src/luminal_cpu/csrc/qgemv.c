@@ -23,11 +23,25 @@
 #include <immintrin.h>
 #include <math.h>
 #define LM_Q8X_TINY 1e-30f
+/* two 32-value blocks per 512-bit vector */
+#if defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
+#define LM_Q8_PAIRS 1
+#else
+#define LM_Q8_PAIRS 0
+#endif
 #define LM_Q8_CHAINS 4
 
 /* one row of x as int8 blocks: q[K], d[K / block] (dx), bs[K / 16] (sums of q over 16 values),
  * and for 32-value blocks s[K / 32] = dx * (sum of q over the block) */
-typedef struct { signed char *q; float *d, *s; short *bs; } lm_q8x;
+typedef struct {
+  signed char *q;
+  float *d, *s;
+  short *bs;
+  /* 32-value blocks with AVX-512 (lm_q8_pair32): per block 8 lanes, of which lane 0 holds -(sum
+   * of q) (zero), s (s8), and all hold d (d8), so that two adjacent blocks load as one vector */
+  int *zero;
+  float *s8, *d8;
+} lm_q8x;
 
 /* rounds x[0..K) to int8 blocks of `block` values; 0 when x has no such rounding (above) */
 static int lm_q8x_quantize(const float *restrict x, long K, long block, lm_q8x *out) {
@@ -51,7 +65,17 @@ static int lm_q8x_quantize(const float *restrict x, long K, long block, lm_q8x *
     out->bs[g] = (short)s;
   }
   if (block == 32)
-    for (long j = 0; j < K / 32; j++) out->s[j] = out->d[j] * (float)(out->bs[2 * j] + out->bs[2 * j + 1]);
+    for (long j = 0; j < K / 32; j++) {
+      const int sum = out->bs[2 * j] + out->bs[2 * j + 1];
+      out->s[j] = out->d[j] * (float)sum;
+#if LM_Q8_PAIRS
+      for (int l = 0; l < 8; l++) {
+        out->zero[8 * j + l] = l ? 0 : -sum;
+        out->s8[8 * j + l] = l ? 0.0f : out->s[j];
+        out->d8[8 * j + l] = out->d[j];
+      }
+#endif
+    }
   return 1;
 }
 
@@ -134,6 +158,44 @@ static inline __attribute__((always_inline)) void lm_q8_block32(
                              acc[m]);
   }
 }
+
+#if LM_Q8_PAIRS
+/* blocks j and j + 1 (Q4_0, Q4_1, Q5_0) of one row of W times those of each row of x: the work
+ * of lm_q8_block32 on 512-bit vectors, half the operations per block */
+static inline __attribute__((always_inline)) void lm_q8_pair32(
+    const unsigned char *restrict blk, long j, const lm_q8x *x, int q, int M, __m512 *acc) {
+  const long bb = lm_block_bytes(q), at = lm_nibbles_at(q);
+  /* values 0..15 of each block from its low nibbles, 16..31 from its high ones */
+  const __m512i b = _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + at)))),
+      _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(blk + bb + at))), 1);
+  __m512i u = _mm512_and_si512(_mm512_srlv_epi64(b, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)),
+                               _mm512_set1_epi8(15));
+  if (q == LM_Q5_0) {
+    unsigned int h0, h1;
+    memcpy(&h0, blk + 2, 4), memcpy(&h1, blk + bb + 2, 4);
+    u = _mm512_mask_add_epi8(u, (__mmask64)h0 | (__mmask64)h1 << 32, u, _mm512_set1_epi8(16));
+  }
+  /* the two blocks' f16 scales (and Q4_1's offsets), each over its block's 8 lanes */
+  const __m256i head = _mm256_loadu_si256((const __m256i *)blk);
+  const __m512 dw = _mm512_cvtph_ps(_mm256_permutexvar_epi16(
+      _mm256_setr_m128i(_mm_set1_epi16(0), _mm_set1_epi16((short)(bb / 2))), head));
+  __m512 mw = _mm512_setzero_ps();
+  if (q == LM_Q4_1)
+    mw = _mm512_cvtph_ps(_mm256_permutexvar_epi16(
+        _mm256_setr_m128i(_mm_set1_epi16(1), _mm_set1_epi16((short)(bb / 2 + 1))), head));
+  for (int m = 0; m < M; m++) {
+    const __m512i s = _mm512_loadu_si512(x[m].q + 32 * j);
+    __m512i start = _mm512_setzero_si512();
+    if (q != LM_Q4_1) /* (q - 8) or (q - 16): the offset times the block's sum of x */
+      start = _mm512_slli_epi32(_mm512_loadu_si512(x[m].zero + 8 * j), q == LM_Q4_0 ? 3 : 4);
+    const __m512i sum = _mm512_dpbusd_epi32(start, u, s);
+    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_loadu_ps(x[m].d8 + 8 * j)),
+                             acc[m]);
+    if (q == LM_Q4_1) acc[m] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(x[m].s8 + 8 * j), acc[m]);
+  }
+}
+#endif
 
 /* ----- the K-quants (256-value blocks, one dx per block) ---------------------------------- */
 /* int16 lane j of each 128-bit half of v (holding 8 int16), broadcast over that half */
@@ -231,6 +293,17 @@ static inline __attribute__((always_inline)) void lm_q8_row(
   const long block = q >= LM_Q4_K ? 256 : 32, blocks = K / block;
   const long bb = q >= LM_Q4_K ? lm_kq_block_bytes(q) : lm_block_bytes(q);
   long j = 0;
+#if LM_Q8_PAIRS
+  __m512 wide[LM_Q8_CHAINS][LM_GEMV_MAX_M];
+  const int pairs = q == LM_Q4_0 || q == LM_Q4_1 || q == LM_Q5_0;
+  if (pairs) {
+    for (int u = 0; u < LM_Q8_CHAINS; u++)
+      for (int m = 0; m < M; m++) wide[u][m] = _mm512_setzero_ps();
+    for (; j + 2 * LM_Q8_CHAINS <= blocks; j += 2 * LM_Q8_CHAINS)
+      for (int u = 0; u < LM_Q8_CHAINS; u++) lm_q8_pair32(w + (j + 2 * u) * bb, j + 2 * u, x, q, M, wide[u]);
+    for (; j + 2 <= blocks; j += 2) lm_q8_pair32(w + j * bb, j, x, q, M, wide[0]);
+  }
+#endif
   for (; j + LM_Q8_CHAINS <= blocks; j += LM_Q8_CHAINS)
     for (int u = 0; u < LM_Q8_CHAINS; u++) {
       if (q >= LM_Q4_K) lm_q8_block256(w + (j + u) * bb, j + u, x, q, M, acc[u]);
@@ -244,6 +317,13 @@ static inline __attribute__((always_inline)) void lm_q8_row(
     __m256 total = acc[0][m];
     float off = offset[0][m];
     for (int u = 1; u < LM_Q8_CHAINS; u++) total = _mm256_add_ps(total, acc[u][m]), off += offset[u][m];
+#if LM_Q8_PAIRS
+    if (pairs) {
+      __m512 t = wide[0][m];
+      for (int u = 1; u < LM_Q8_CHAINS; u++) t = _mm512_add_ps(t, wide[u][m]);
+      total = _mm256_add_ps(total, _mm256_add_ps(_mm512_castps512_ps256(t), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1))));
+    }
+#endif
     out[m] = lm_hsum8(total) + off;
   }
 }
@@ -278,7 +358,8 @@ static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const l
                       const lm_qmat *W, const lm_out *C) {
   const long block = W->q >= LM_Q4_K ? 256 : 32, rows = nb * M;
   float *buf = lm_scratch(A, M, K);
-  char *mem = (char *)malloc((size_t)rows * (K + sizeof(float) * (K / block + K / 32) + sizeof(short) * (K / 16)) + 1);
+  const long lanes = block == 32 && LM_Q8_PAIRS ? K / 32 * 8 : 0; /* of zero, s8 and d8 */
+  char *mem = (char *)malloc((size_t)rows * (K + sizeof(float) * (K / block + K / 32 + 3 * lanes) + sizeof(short) * (K / 16)) + 1);
   lm_q8x *xs = (lm_q8x *)malloc(sizeof(lm_q8x) * rows);
   int ok = 1;
   char *at = mem;
@@ -290,6 +371,9 @@ static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const l
       r->d = (float *)at, at += sizeof(float) * (K / block);
       r->s = (float *)at, at += sizeof(float) * (K / 32);
       r->bs = (short *)at, at += sizeof(short) * (K / 16);
+      r->zero = (int *)at, at += sizeof(int) * lanes;
+      r->s8 = (float *)at, at += sizeof(float) * lanes;
+      r->d8 = (float *)at, at += sizeof(float) * lanes;
       r->q = (signed char *)at, at += K;
       ok = lm_q8x_quantize(x[m], K, block, r);
     }
