@@ -21,6 +21,12 @@ FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")
 rng = np.random.default_rng(11)
 
 
+@pytest.fixture(autouse=True)
+def int8_path(monkeypatch):
+    """The int8 path is opt-in (LUMINAL_CPU_QUANT_ACTIVATIONS=int8): on for these tests."""
+    monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "int8")
+
+
 def weight(qtype: str, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
     """Random GGUF bytes of `qtype` and the float64 matrix gguf decodes them to."""
     raw = random_blocks(qtype, rows, cols, rng)
@@ -107,8 +113,8 @@ def test_rows_without_int8_rounding_take_the_float_kernels(qtype, bad):
 
 @pytest.mark.parametrize("qtype", ["q4_1", "q6_k"])
 def test_float_activations_on_request(qtype, monkeypatch):
-    """LUMINAL_CPU_QUANT_ACTIVATIONS=float keeps x in float32: the exact product up to
-    float32 rounding (1e-5) where int8 activations are about 1e-3 away."""
+    """LUMINAL_CPU_QUANT_ACTIVATIONS=float (the default) keeps x in float32: the exact
+    product up to float32 rounding (1e-5) where int8 activations are about 1e-3 away."""
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "float")
     raw, w = weight(qtype, 6, 512)
     x = rng.standard_normal((1, 512)).astype(np.float32)

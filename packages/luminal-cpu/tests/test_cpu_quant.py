@@ -72,13 +72,14 @@ def test_quantized_matvec_any_row_count(qtype, n):
 @pytest.mark.parametrize("blocks", [1, 3, 4, 5, 9])
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
 @pytest.mark.parametrize("path", ["int8", "float"])
-def test_quantized_matvec_block_counts(qtype, blocks, m, path):
+def test_quantized_matvec_block_counts(qtype, blocks, m, path, monkeypatch):
     """Both decode matvecs accumulate four blocks side by side: block counts below, at and
     past a multiple of four, every row count they handle, against float64 NumPy on gguf's
     dequantization (1e-5: rounding only). The int8 one (csrc/qgemv.c) multiplies x rounded to
     int8 blocks; the float one (applying each block's scale once: d * sum x q + m * sum x)
-    runs when some block of x is too small for that rounding (1e-35 here). Scales include
-    zero and the largest half."""
+    runs by default and when some block of x is too small for that rounding (1e-35 here,
+    with the int8 path requested). Scales include zero and the largest half."""
+    monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "int8")
     k = 32 * blocks
     raw, w = quantized(qtype, 7, k)
     bb = raw.shape[1] // blocks

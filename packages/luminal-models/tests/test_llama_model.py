@@ -106,11 +106,7 @@ def test_llama_prompt_ids_match_transformers_tokenizer(oracle, hf_tokenizer):
 
 
 @pytest.mark.parametrize("backend_name", ["reference", "cpu"])
-def test_llama_first_forward_logits_match_transformers(request, oracle, backend_name,
-                                                       monkeypatch):
-    # 4 tokens take the cpu backend's decode matvec, whose int8 activations (llama.cpp's
-    # numerics; the greedy tests cover them) move logits by up to about 1: float32 here
-    monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "float")
+def test_llama_first_forward_logits_match_transformers(request, oracle, backend_name):
     backend = _backend(backend_name)
     g = lm.Graph()
     tokens = g.tensor((1, "seq"), dtype=lm.int32)
@@ -145,15 +141,9 @@ def test_llama_greedy_generation_matches_transformers(generator: Generator, orac
 
 
 def test_llama_kv_cache_decode_equals_full_recompute(generator: Generator, smollm2: Llama,
-                                                    oracle, request, monkeypatch):
+                                                    oracle):
     """Logits of cached decode steps == the last rows of one uncached forward (on the
-    reference backend, float32 weights: the same values the quantized ones decode to). The
-    cpu backend's decode keeps x in float32 here (its default int8 activations move logits
-    by up to about 1: the greedy tests cover them)."""
-    if generator.backend.name == "cpu":
-        monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "float")
-        generator = Generator(request.getfixturevalue("smollm2_quantized"),
-                              generator.tokenizer, cpu_backend())
+    reference backend, float32 weights: the same values the quantized ones decode to)."""
     ids = oracle["story_ids"] + oracle["story_greedy"][0][:4]
     g = lm.Graph()
     tokens = g.tensor((1, len(ids)), dtype=lm.int32).set([ids])

@@ -42,10 +42,11 @@ _STACK_BATCHES = 256
 
 def int8_activations() -> bool:
     """Whether decode's quantized matvec rounds x to int8 blocks (csrc/qgemv.c: llama.cpp's
-    numerics, about 1e-3 relative to sum |x w|; the default) or keeps it in float32 (exact
-    up to summation order, slower): `LUMINAL_CPU_QUANT_ACTIVATIONS=int8|float`, read when a
-    graph is compiled."""
-    value = os.environ.get("LUMINAL_CPU_QUANT_ACTIVATIONS", "int8")
+    numerics, about 1e-3 relative to sum |x w|, faster) or keeps it in float32 (exact up to
+    summation order; the default, since int8 moved SmolLM2's greedy tokens away from
+    transformers'): `LUMINAL_CPU_QUANT_ACTIVATIONS=int8|float`, read when a graph is
+    compiled."""
+    value = os.environ.get("LUMINAL_CPU_QUANT_ACTIVATIONS", "float")
     if value not in ("int8", "float"):
         raise ValueError(f"LUMINAL_CPU_QUANT_ACTIVATIONS must be 'int8' or 'float', not {value!r}")
     return value == "int8"
