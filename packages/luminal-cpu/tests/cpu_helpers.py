@@ -36,3 +36,17 @@ def check_vs_reference(build: Callable, datas, atol: float = 1e-5, rtol: float =
             assert g_out.shape == w_out.shape and g_out.dtype == w_out.dtype
             np.testing.assert_allclose(g_out.astype(np.float64), w_out.astype(np.float64),
                                        atol=atol, rtol=rtol)
+
+
+def quant_matmul_activations(x: np.ndarray, block: int, transposed: bool) -> np.ndarray:
+    """What the cpu backend's quantized matmul multiplies the weights by, as float64: `x`
+    rounded to int8 blocks (with LUMINAL_CPU_QUANT_ACTIVATIONS=int8, csrc/qgemv.c: decode's
+    x @ W.T with at most 4 rows of x in all, batch axes folded into the rows) or `x` itself
+    (every other product)."""
+    from luminal.testing.quant import int8_activations
+    from luminal_cpu.source import int8_activations as int8_enabled
+
+    rows = x.size // x.shape[-1]
+    if transposed and rows <= 4 and int8_enabled():
+        return int8_activations(x, 256 if block == 256 else 32)
+    return x.astype(np.float64)

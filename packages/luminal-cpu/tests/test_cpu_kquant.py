@@ -7,6 +7,7 @@ from __future__ import annotations
 import luminal as lm
 import numpy as np
 import pytest
+from cpu_helpers import quant_matmul_activations
 from luminal.quant import BLOCK_FORMATS, dequantize
 from luminal.testing.quant import random_blocks
 from luminal_codegen import Matmul, QuantOperand
@@ -43,8 +44,9 @@ def test_kquant_matmul_matches_gguf(qtype, m, transposed):
     k = cols if transposed else rows
     x = rng.standard_normal((2, m, k)).astype(np.float32)
     got, g = run_product(raw, qtype, (rows, cols), x, transposed)
-    want = x.astype(np.float64) @ (w.T if transposed else w)
-    scale = np.abs(x).astype(np.float64) @ np.abs(w.T if transposed else w)
+    xr = quant_matmul_activations(x, fmt.block_size, transposed)
+    want = xr @ (w.T if transposed else w)
+    scale = np.abs(xr) @ np.abs(w.T if transposed else w)
     assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-30), qtype
     # one kernel, reading the raw bytes: the float decomposition is dead code
     (kernel,) = g.runtime.program.kernels

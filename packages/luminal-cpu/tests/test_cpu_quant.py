@@ -6,6 +6,7 @@ from __future__ import annotations
 import luminal as lm
 import numpy as np
 import pytest
+from cpu_helpers import quant_matmul_activations
 from luminal.quant import dequantize
 from luminal_codegen import Matmul, QuantOperand
 from luminal_codegen.ir import Bind, walk
@@ -43,7 +44,8 @@ def test_quantized_matmul_matches_numpy(qtype, m, n, k, transposed):
     xt.set(x)
     rt.set(raw)
     g.execute()
-    np.testing.assert_allclose(y.numpy(), x @ (w.T if transposed else w), atol=1e-4, rtol=1e-4)
+    xr = quant_matmul_activations(x, 32, transposed)
+    np.testing.assert_allclose(y.numpy(), xr @ (w.T if transposed else w), atol=1e-4, rtol=1e-4)
     # one kernel, reading the raw bytes: the float decomposition is dead code
     (kernel,) = g.runtime.program.kernels
     assert isinstance(kernel, Matmul) and isinstance(kernel.b, QuantOperand)
@@ -61,31 +63,40 @@ def test_quantized_matvec_any_row_count(qtype, n):
     y = (xt @ dequantize(rt, qtype, (n, 64)).T).retrieve()
     g.compile((lm.GenericCompiler(), CpuBackend()))
     g.execute()
-    np.testing.assert_allclose(y.numpy(), x @ w.T, atol=1e-4, rtol=1e-4)
+    # a single row of W is decoded by generated code and multiplied in float
+    xr = quant_matmul_activations(x, 32, True) if n > 1 else x
+    np.testing.assert_allclose(y.numpy(), xr @ w.T, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("qtype", sorted(QTYPES))
 @pytest.mark.parametrize("blocks", [1, 3, 4, 5, 9])
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
-def test_quantized_matvec_block_counts(qtype, blocks, m):
-    """The decode matvec applies each block's scale once (d * sum x q + m * sum x) and
-    accumulates four blocks side by side: block counts below, at and past a multiple of four,
-    every row count it handles, against float64 NumPy on gguf's dequantization (1e-5: the
-    rewrite changes rounding only). Scales include zero and the largest half."""
+@pytest.mark.parametrize("path", ["int8", "float"])
+def test_quantized_matvec_block_counts(qtype, blocks, m, path, monkeypatch):
+    """Both decode matvecs accumulate four blocks side by side: block counts below, at and
+    past a multiple of four, every row count they handle, against float64 NumPy on gguf's
+    dequantization (1e-5: rounding only). The int8 one (csrc/qgemv.c) multiplies x rounded to
+    int8 blocks; the float one (applying each block's scale once: d * sum x q + m * sum x)
+    runs by default and when some block of x is too small for that rounding (1e-35 here,
+    with the int8 path requested). Scales include zero and the largest half."""
+    monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "int8")
     k = 32 * blocks
     raw, w = quantized(qtype, 7, k)
     bb = raw.shape[1] // blocks
     raw[0, :2] = 0  # a zero scale
     raw[1, -bb:-bb + 2] = np.frombuffer(np.float16(65504).tobytes(), np.uint8)
     w = gguf_quants.dequantize(raw, QTYPES[qtype]).astype(np.float64)
-    x = rng.standard_normal((2, m, k)).astype(np.float32)
+    x = rng.standard_normal((1, m, k)).astype(np.float32)
+    if path == "float":
+        x[0, 0, :32] *= np.float32(1e-35)
     g = lm.Graph()
-    xt, rt = g.tensor((2, m, k)).set(x), g.tensor(raw.shape, dtype=lm.uint8).set(raw)
+    xt, rt = g.tensor((1, m, k)).set(x), g.tensor(raw.shape, dtype=lm.uint8).set(raw)
     y = (xt @ dequantize(rt, qtype, (7, k)).T).retrieve()
     g.compile((lm.GenericCompiler(), CpuBackend()))
     g.execute()
-    expected = x.astype(np.float64) @ w.T
-    scale = np.abs(x).astype(np.float64) @ np.abs(w).T  # no cancellation: rounding's scale
+    xr = quant_matmul_activations(x, 32, True) if path == "int8" else x.astype(np.float64)
+    expected = xr @ w.T
+    scale = np.abs(xr) @ np.abs(w).T  # no cancellation: rounding's scale
     np.testing.assert_array_less(np.abs(y.numpy() - expected), 1e-5 * scale + 1e-30)
 
 

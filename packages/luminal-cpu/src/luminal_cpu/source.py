@@ -13,6 +13,7 @@ which is built once into a library of its own, so a graph's build compiles only 
 
 from __future__ import annotations
 
+import os
 from importlib.resources import files
 
 from luminal.symbolic import Expr
@@ -39,13 +40,26 @@ QUANT_KERNELS = frozenset(_QTYPE_CODE)
 _STACK_BATCHES = 256
 
 
+def int8_activations() -> bool:
+    """Whether decode's quantized matvec rounds x to int8 blocks (csrc/qgemv.c: llama.cpp's
+    numerics, about 1e-3 relative to sum |x w|, faster) or keeps it in float32 (exact up to
+    summation order; the default, since int8 moved SmolLM2's greedy tokens away from
+    transformers'): `LUMINAL_CPU_QUANT_ACTIVATIONS=int8|float`, read when a graph is
+    compiled."""
+    value = os.environ.get("LUMINAL_CPU_QUANT_ACTIVATIONS", "float")
+    if value not in ("int8", "float"):
+        raise ValueError(f"LUMINAL_CPU_QUANT_ACTIVATIONS must be 'int8' or 'float', not {value!r}")
+    return value == "int8"
+
+
 def _csrc(name: str) -> str:
     return files("luminal_cpu").joinpath("csrc", name).read_text()
 
 
 def runtime_source() -> str:
     """The complete C source of the runtime library (GEMM, GEMV, quantized kernels)."""
-    return "\n".join((C.prelude(), _csrc("runtime.h"), _csrc("runtime.c"), _csrc("kquant.c")))
+    return "\n".join((C.prelude(), _csrc("runtime.h"), _csrc("runtime.c"), _csrc("kquant.c"),
+                      _csrc("qgemv.c")))
 
 
 def _render_matmul(mm: Matmul, name: str) -> str:
@@ -87,7 +101,7 @@ def _render_matmul(mm: Matmul, name: str) -> str:
     shape = f"{ex(mm.m)}, {ex(mm.n)}, {ex(mm.k)}"
     if isinstance(b, QuantOperand):
         w = (f"(lm_qmat){{p{b.buf}, {_QTYPE_CODE[b.qtype]}, {int(b.k_contiguous)}, "
-             f"{ex(b.rows)}, {ex(b.cols)}}}")
+             f"{ex(b.rows)}, {ex(b.cols)}, {int(not int8_activations())}}}")
         lines.append(f"  lm_qgemm(lm_nb, lm_ao, {shape}, {a}, {w}, {out});")
     else:
         b_dt = _DTYPE_CODE[mm.params[b.buf].dtype.name]

@@ -834,9 +834,15 @@ static void lm_qgemv_axpy(long nb, const long *aoff, long M, long N, long K, con
   LM_PER_FORMAT(lm_qgemv_axpy_q, nb, aoff, M, N, K, A, W, C)
 }
 
+/* qgemv.c: x @ W.T through int8 activations; 0 when the float kernels must run instead */
+static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+                      const lm_qmat *W, const lm_out *C);
+
 /* C[b] (M x N) = A[b] * B^T with B decoded from the quantized W (shared by every batch) */
 void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W,
               lm_out C) {
+  if (M <= LM_GEMV_MAX_M && W.k_contig && !W.float_x && lm_q8_gemv(nb, aoff, M, N, K, &A, &W, &C))
+    return; /* decode's matvec through int8 activations (qgemv.c) */
   if (W.q >= LM_Q4_K) { /* the K-quants: kquant.c */
     lm_kq_gemm(nb, aoff, M, N, K, A, W, C);
     return;
