@@ -117,12 +117,14 @@ def bench_luminal(model_path: Path, backend_name: str) -> None:
 
     runtime = generator.graph.runtime
     host: list[float] = []  # per run: decode seconds outside the compiled program
+    prefill_threads: list[int] = []  # per run: the threads luminal's governor gave the prefill
 
     def run_once() -> tuple[float, float]:
         generator.reset()
         t0 = time.perf_counter()
         token = int(generator.forward(ids).argmax())
         t1 = time.perf_counter()
+        prefill_threads.append(getattr(runtime, "last_threads", 0))
         native0 = getattr(runtime, "native_s", 0.0)
         for _ in range(DECODE_TOKENS):
             token = int(generator.forward([token]).argmax())
@@ -136,6 +138,8 @@ def bench_luminal(model_path: Path, backend_name: str) -> None:
         note = f"backend {backend_name}; load + compile {setup_s:.1f} s"
         if runtime_stats.get("cached"):
             note += " (kernels from the disk cache)"
+        if any(prefill_threads):
+            note += "; prefill threads per run " + ",".join(map(str, prefill_threads[1:]))
         extra = {"host_s": host[-1] / DECODE_TOKENS} if host else {}
         return {"notes": note, **extra}
 

@@ -59,6 +59,25 @@ def test_governor_hysteresis_keeps_a_borderline_load_from_flapping(machine):
     assert counts == [2, 1, 1, 1, 2, 2]
 
 
+def test_governor_ignores_what_others_did_while_this_process_idled(machine):
+    # a benchmark's interleaved rounds: our run, then another program keeps both cores busy
+    # for 2 s while we wait, then a quiet second; the next run must not see a loaded machine
+    machine.cpus = 2
+    gov = threads.ThreadGovernor(cores=2, interval=0.2, stale=1.0)
+    gov.threads()
+    machine.advance(0.3, others=0.0, own=2.0)
+    assert gov.threads() == 2
+    machine.advance(2.0, others=2.0, own=0.0)
+    machine.advance(1.0, others=0.0, own=0.0)
+    assert gov.threads() == 2  # the gap is stale: last count kept, a new window opened
+    machine.advance(0.3, others=1.0, own=1.0)
+    assert gov.threads() == 1  # real contention in a recent window still counts
+    machine.advance(5.0, others=0.0, own=0.0)
+    assert gov.threads() == 1  # after an idle gap: the last count, until measured again
+    machine.advance(0.3, others=0.0, own=2.0)
+    assert gov.threads() == 2
+
+
 def test_governor_always_leaves_one_thread(machine):
     machine.cpus = 2
     gov = threads.ThreadGovernor(cores=2, interval=0.1)

@@ -358,30 +358,85 @@ static void lm_pack_b_rows(const lm_mat *B, long off, long n0, long nc, long k0,
   }
 }
 
-/* the same panel decoded from a quantized matrix W (rows x cols, blocks along rows) */
-/* Panels start on block boundaries: k0 and n0 are multiples of 32 (LM_KC and LM_NR are), and
+/* Panels of a quantized matrix start on block boundaries: k0 and n0 are multiples of 32 (LM_KC and LM_NR are), and
  * so are K (k_contig) or N (otherwise), the lengths of quantized rows. The K-quants (blocks of
  * 256, decoded by kquant.c) come here only along k (k_contig): k0 is a multiple of LM_KC = 256
  * and K of 256, so a panel holds whole blocks. */
 _Static_assert(LM_KC % 256 == 0, "a K panel must hold whole K-quant blocks");
 static void lm_kq_decode_block(const unsigned char *restrict b, int q, float *restrict out);
 static long lm_kq_block_bytes(int q);
-static void lm_pack_bq(const lm_qmat *W, long n0, long nr, long k0, long kc, float *restrict bp) {
+#if defined(__AVX512F__)
+/* r[i] := column i of the 16 x 16 matrix whose rows are r[0..16) (4 shuffle stages) */
+static inline __attribute__((always_inline)) void lm_transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {  /* per 128-bit lane: [a0 b0 a1 b1], [a2 b2 a3 b3] */
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  __m512 u[16];
+  for (int i = 0; i < 16; i += 4) {  /* u[i + c], lane l: column 4 l + c of rows i .. i + 3 */
+    const __m512d t0 = _mm512_castps_pd(t[i]), t1 = _mm512_castps_pd(t[i + 1]);
+    const __m512d t2 = _mm512_castps_pd(t[i + 2]), t3 = _mm512_castps_pd(t[i + 3]);
+    u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  for (int c = 0; c < 4; c++) {  /* gather lane l of u[c], u[4 + c], u[8 + c], u[12 + c] */
+    const __m512 s0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+    const __m512 s1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+    const __m512 s2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512 s3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_f32x4(s0, s2, 0x88);
+    r[4 + c] = _mm512_shuffle_f32x4(s0, s2, 0xDD);
+    r[8 + c] = _mm512_shuffle_f32x4(s1, s3, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(s1, s3, 0xDD);
+  }
+}
+#endif
+
+/* one row of W decoded: B(n, k0 .. k0 + kc) for a k-contiguous W */
+static inline void lm_decode_row(const lm_qmat *W, long n, long k0, long kc, float *restrict out) {
   const int kq = W->q >= LM_Q4_K;
   const long be = kq ? 256 : 32, bb = kq ? lm_kq_block_bytes(W->q) : lm_block_bytes(W->q);
-  const long row_bytes = W->cols / be * bb;
-  float blk[256] __attribute__((aligned(64)));
-  if (W->k_contig) { /* B(n, k) = W[n, k]: decode along k, transpose into the panel */
+  const unsigned char *row = W->w + n * (W->cols / be * bb);
+  for (long k = 0; k < kc; k += be) {
+    if (kq) lm_kq_decode_block(row + (k0 + k) / be * bb, W->q, out + k);
+    else lm_dequant_block(row + (k0 + k) / be * bb, W->q, out + k);
+  }
+}
+
+/* the panel of lm_pack_b decoded from a quantized matrix W (rows x cols, blocks along rows) */
+static void lm_pack_bq(const lm_qmat *W, long n0, long nr, long k0, long kc, float *restrict bp) {
+  if (W->k_contig) { /* B(n, k) = W[n, k]: decode rows along k, transpose into the panel */
     if (nr < LM_NR) memset(bp, 0, sizeof(float) * kc * LM_NR);
-    for (long j = 0; j < nr; j++) {
-      const unsigned char *row = W->w + (n0 + j) * row_bytes;
-      for (long k = 0; k < kc; k += be) {
-        if (kq) lm_kq_decode_block(row + (k0 + k) / be * bb, W->q, blk);
-        else lm_dequant_block(row + (k0 + k) / be * bb, W->q, blk);
-        for (long t = 0; t < be; t++) bp[(k + t) * LM_NR + j] = blk[t];
+#if defined(__AVX512F__)
+    /* 16 rows at a time: decoded whole into `rows`, then moved into the panel 16 x 16
+     * values at a time through registers (one scalar store per value was half the cost of
+     * packing, measured) */
+    float rows[16][LM_KC] __attribute__((aligned(64)));
+    for (long j0 = 0; j0 < nr; j0 += 16) {
+      const long rn = nr - j0 < 16 ? nr - j0 : 16;
+      for (long j = 0; j < 16; j++) {
+        if (j < rn) lm_decode_row(W, n0 + j0 + j, k0, kc, rows[j]);
+        else memset(rows[j], 0, sizeof(float) * kc);
+      }
+      for (long k = 0; k < kc; k += 16) {  /* kc is a multiple of 32 (module note above) */
+        __m512 r[16];
+        for (int j = 0; j < 16; j++) r[j] = _mm512_load_ps(rows[j] + k);
+        lm_transpose16(r);
+        for (int t = 0; t < 16; t++) _mm512_storeu_ps(bp + (k + t) * LM_NR + j0, r[t]);
       }
     }
+#else
+    float row[LM_KC];
+    for (long j = 0; j < nr; j++) {
+      lm_decode_row(W, n0 + j, k0, kc, row);
+      for (long k = 0; k < kc; k++) bp[k * LM_NR + j] = row[k];
+    }
+#endif
   } else { /* B(n, k) = W[k, n]: one decoded block is a row of the panel */
+    const long bb = lm_block_bytes(W->q), row_bytes = W->cols / 32 * bb;
     for (long k = 0; k < kc; k++)
       lm_dequant_block(W->w + (k0 + k) * row_bytes + n0 / 32 * bb, W->q, bp + k * LM_NR);
   }
