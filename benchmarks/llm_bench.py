@@ -105,6 +105,7 @@ def _serve_runs(run_once: Callable[[], tuple[float, float]], notes: Callable[[],
 def bench_luminal(model_path: Path, backend_name: str) -> None:
     import luminal as lm
     from luminal_models.causal_lm import open_causal_lm
+    from luminal_models.cli_options import exempt_from_gc
     from luminal_models.generate import Generator
 
     start = time.perf_counter()
@@ -112,6 +113,7 @@ def bench_luminal(model_path: Path, backend_name: str) -> None:
     model, tokenizer = open_causal_lm(model_path, quantized=backend.name != "reference",
                                       progress=False)
     generator = Generator(model, tokenizer, backend)
+    exempt_from_gc()  # as `luminal generate` / `serve` do
     setup_s = time.perf_counter() - start
     ids = _prompt_ids(tokenizer)
 
