@@ -293,6 +293,36 @@ static inline void lm_ukernel(long kc, const float *restrict a, const float *res
 #endif
 
 /* ----- packing ---------------------------------------------------------------------------- */
+#if defined(__AVX512F__)
+/* r[i] := column i of the 16 x 16 matrix whose rows are r[0..16) (4 shuffle stages) */
+static inline __attribute__((always_inline)) void lm_transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {  /* per 128-bit lane: [a0 b0 a1 b1], [a2 b2 a3 b3] */
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  __m512 u[16];
+  for (int i = 0; i < 16; i += 4) {  /* u[i + c], lane l: column 4 l + c of rows i .. i + 3 */
+    const __m512d t0 = _mm512_castps_pd(t[i]), t1 = _mm512_castps_pd(t[i + 1]);
+    const __m512d t2 = _mm512_castps_pd(t[i + 2]), t3 = _mm512_castps_pd(t[i + 3]);
+    u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  for (int c = 0; c < 4; c++) {  /* gather lane l of u[c], u[4 + c], u[8 + c], u[12 + c] */
+    const __m512 s0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+    const __m512 s1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+    const __m512 s2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512 s3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_f32x4(s0, s2, 0x88);
+    r[4 + c] = _mm512_shuffle_f32x4(s0, s2, 0xDD);
+    r[8 + c] = _mm512_shuffle_f32x4(s1, s3, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(s1, s3, 0xDD);
+  }
+}
+#endif
+
 /* ap[k][i] = A(m0 + i, k0 + k), zero past mr rows */
 static void lm_pack_a(const lm_mat *A, long off, long m0, long mr, long k0, long kc,
                       float *restrict ap) {
@@ -323,6 +353,27 @@ static void lm_pack_b(const lm_mat *B, long off, long n0, long nr, long k0, long
     }
     return;
   }
+#if defined(__AVX512F__)
+  if (B->dt == LM_F32 && B->ks == 1) { /* rows of B contiguous along k (a linear layer's
+    weight): 16 x 16 values at a time through registers, not a scalar store per value */
+    const float *src = (const float *)B->p + off + n0 * B->rs + k0;
+    for (long j0 = 0; j0 < LM_NR; j0 += 16) {
+      const long rn = nr - j0 < 0 ? 0 : nr - j0 < 16 ? nr - j0 : 16;
+      long k = 0;
+      for (; k + 16 <= kc; k += 16) {
+        __m512 r[16];
+        for (long j = 0; j < 16; j++)
+          r[j] = j < rn ? _mm512_loadu_ps(src + (j0 + j) * B->rs + k) : _mm512_setzero_ps();
+        lm_transpose16(r);
+        for (int t = 0; t < 16; t++) _mm512_storeu_ps(bp + (k + t) * LM_NR + j0, r[t]);
+      }
+      for (; k < kc; k++)
+        for (long j = 0; j < 16; j++)
+          bp[k * LM_NR + j0 + j] = j < rn ? src[(j0 + j) * B->rs + k] : 0.0f;
+    }
+    return;
+  }
+#endif
   for (long j = 0; j < LM_NR; j++) {
     if (j >= nr) {
       for (long k = 0; k < kc; k++) bp[k * LM_NR + j] = 0.0f;
@@ -365,35 +416,6 @@ static void lm_pack_b_rows(const lm_mat *B, long off, long n0, long nc, long k0,
 _Static_assert(LM_KC % 256 == 0, "a K panel must hold whole K-quant blocks");
 static void lm_kq_decode_block(const unsigned char *restrict b, int q, float *restrict out);
 static long lm_kq_block_bytes(int q);
-#if defined(__AVX512F__)
-/* r[i] := column i of the 16 x 16 matrix whose rows are r[0..16) (4 shuffle stages) */
-static inline __attribute__((always_inline)) void lm_transpose16(__m512 r[16]) {
-  __m512 t[16];
-  for (int i = 0; i < 16; i += 2) {  /* per 128-bit lane: [a0 b0 a1 b1], [a2 b2 a3 b3] */
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  __m512 u[16];
-  for (int i = 0; i < 16; i += 4) {  /* u[i + c], lane l: column 4 l + c of rows i .. i + 3 */
-    const __m512d t0 = _mm512_castps_pd(t[i]), t1 = _mm512_castps_pd(t[i + 1]);
-    const __m512d t2 = _mm512_castps_pd(t[i + 2]), t3 = _mm512_castps_pd(t[i + 3]);
-    u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
-    u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
-    u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
-    u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
-  }
-  for (int c = 0; c < 4; c++) {  /* gather lane l of u[c], u[4 + c], u[8 + c], u[12 + c] */
-    const __m512 s0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
-    const __m512 s1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
-    const __m512 s2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
-    const __m512 s3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
-    r[c] = _mm512_shuffle_f32x4(s0, s2, 0x88);
-    r[4 + c] = _mm512_shuffle_f32x4(s0, s2, 0xDD);
-    r[8 + c] = _mm512_shuffle_f32x4(s1, s3, 0x88);
-    r[12 + c] = _mm512_shuffle_f32x4(s1, s3, 0xDD);
-  }
-}
-#endif
 
 /* one row of W decoded: B(n, k0 .. k0 + kc) for a k-contiguous W */
 static inline void lm_decode_row(const lm_qmat *W, long n, long k0, long kc, float *restrict out) {
