@@ -121,12 +121,14 @@ def test_without_proc_stat_every_run_gets_every_core(machine, monkeypatch):
 
 
 @pytest.mark.parametrize("count", [1, 2, 3])
-def test_results_do_not_depend_on_the_thread_count(monkeypatch, count):
+@pytest.mark.parametrize(("m", "k", "n"), [(37, 64, 48), (128, 96, 576)])
+def test_results_do_not_depend_on_the_thread_count(monkeypatch, count, m, k, n):
+    # 576 columns: split into as many tiles as balance the threads (6 for 2 or 3 threads)
     monkeypatch.setattr(threads.governor(), "threads", lambda: count)
     rng = np.random.default_rng(0)
     g = lm.Graph()
-    x = g.tensor((37, 64), name="x").set(rng.standard_normal((37, 64), dtype=np.float32))
-    w = g.tensor((64, 48), name="w").set(rng.standard_normal((64, 48), dtype=np.float32))
+    x = g.tensor((m, k), name="x").set(rng.standard_normal((m, k), dtype=np.float32))
+    w = g.tensor((k, n), name="w").set(rng.standard_normal((k, n), dtype=np.float32))
     y = (x @ w).softmax(-1).sum(0).retrieve()
     g.compile((lm.GenericCompiler(), CpuBackend()))
     g.execute()

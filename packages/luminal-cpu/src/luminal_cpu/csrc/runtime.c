@@ -561,6 +561,18 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
   if (!W && nb * tm * tn < LM_SPLIT_TASKS)
     while (ks * 2 * nb * tm * tn <= LM_SPLIT_TASKS && K / (ks * 2) >= LM_SPLIT_MIN_K) ks *= 2;
   while (nb * tm * tn < lm_threads() && (N + tn) / (tn + 1) >= LM_NR) tn++;
+  /* with few tiles a thread given one more than the others keeps them waiting (576 columns
+   * in 3 tiles kept one of 2 threads idle a third of the product): split the columns so that
+   * the busiest thread has the fewest to do */
+  if (lm_threads() > 1) {
+    const long threads = lm_threads();
+    long best = -1;
+    for (long t = tn, last = 4 * tn; t <= last && (N + t - 1) / t >= LM_NR; t++) {
+      const long c = ((N + t - 1) / t + LM_NR - 1) / LM_NR * LM_NR;
+      const long busiest = (nb * tm * ((N + c - 1) / c) + threads - 1) / threads * c;
+      if (best < 0 || busiest < best) best = busiest, tn = t;
+    }
+  }
   const long mc = ((M + tm - 1) / tm + LM_MR - 1) / LM_MR * LM_MR;
   const long nc = ((N + tn - 1) / tn + LM_NR - 1) / LM_NR * LM_NR;
   tm = (M + mc - 1) / mc;
