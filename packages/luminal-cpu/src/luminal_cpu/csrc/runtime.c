@@ -326,6 +326,24 @@ static inline __attribute__((always_inline)) void lm_transpose16(__m512 r[16]) {
 /* ap[k][i] = A(m0 + i, k0 + k), zero past mr rows */
 static void lm_pack_a(const lm_mat *A, long off, long m0, long mr, long k0, long kc,
                       float *restrict ap) {
+#if defined(__AVX512F__)
+  if (A->dt == LM_F32 && A->ks == 1 && mr == LM_MR) { /* 8 rows x 16 values per transpose */
+    _Static_assert(LM_MR == 8, "the transpose fills panels of 8 rows");
+    const float *src = (const float *)A->p + off + m0 * A->rs + k0;
+    long k = 0;
+    for (; k + 16 <= kc; k += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; i++)
+        r[i] = i < LM_MR ? _mm512_loadu_ps(src + i * A->rs + k) : _mm512_setzero_ps();
+      lm_transpose16(r);
+      for (int t = 0; t < 16; t++)
+        _mm256_storeu_ps(ap + (k + t) * LM_MR, _mm512_castps512_ps256(r[t]));
+    }
+    for (; k < kc; k++)
+      for (int i = 0; i < LM_MR; i++) ap[k * LM_MR + i] = src[i * A->rs + k];
+    return;
+  }
+#endif
   for (long i = 0; i < LM_MR; i++) {
     if (i >= mr) {
       for (long k = 0; k < kc; k++) ap[k * LM_MR + i] = 0.0f;
@@ -409,10 +427,10 @@ static void lm_pack_b_rows(const lm_mat *B, long off, long n0, long nc, long k0,
   }
 }
 
-/* Panels of a quantized matrix start on block boundaries: k0 and n0 are multiples of 32 (LM_KC and LM_NR are), and
- * so are K (k_contig) or N (otherwise), the lengths of quantized rows. The K-quants (blocks of
- * 256, decoded by kquant.c) come here only along k (k_contig): k0 is a multiple of LM_KC = 256
- * and K of 256, so a panel holds whole blocks. */
+/* Panels of a quantized matrix start on block boundaries: k0 and n0 are multiples of 32
+ * (LM_KC and LM_NR are), and so are K (k_contig) or N (otherwise), the lengths of quantized
+ * rows. The K-quants (blocks of 256, decoded by kquant.c) come here only along k (k_contig):
+ * k0 is a multiple of LM_KC = 256 and K of 256, so a panel holds whole blocks. */
 _Static_assert(LM_KC % 256 == 0, "a K panel must hold whole K-quant blocks");
 static void lm_kq_decode_block(const unsigned char *restrict b, int q, float *restrict out);
 static long lm_kq_block_bytes(int q);
