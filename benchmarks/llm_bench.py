@@ -17,7 +17,9 @@ to 60 s) until other processes use less than 0.2 CPU; the table says how many ru
 `--busy N` keeps N cores busy meanwhile: N bounded busy-loop processes (they stop after at
 most 30 minutes even if this script is killed) run through all timed rounds, so every system
 is measured under the same contention. Luminal's row also gives its host overhead: the part
-of a decode step spent outside the compiled program (Python, binding, sampling the argmax).
+of a decode step spent outside the compiled program (Python, binding, sampling the argmax),
+the threads its governor gave each timed prefill (fewer than --threads when other processes
+kept cores busy) and the prefill's CPU time (all threads together).
 
 Systems:
   luminal       this repository, on --backend (default cpu)
@@ -120,12 +122,14 @@ def bench_luminal(model_path: Path, backend_name: str) -> None:
     runtime = generator.graph.runtime
     host: list[float] = []  # per run: decode seconds outside the compiled program
     prefill_threads: list[int] = []  # per run: the threads luminal's governor gave the prefill
+    prefill_cpu: list[float] = []  # per run: the prefill's CPU seconds, all threads together
 
     def run_once() -> tuple[float, float]:
         generator.reset()
-        t0 = time.perf_counter()
+        cpu0, t0 = time.process_time(), time.perf_counter()
         token = int(generator.forward(ids).argmax())
         t1 = time.perf_counter()
+        prefill_cpu.append(time.process_time() - cpu0)
         prefill_threads.append(getattr(runtime, "last_threads", 0))
         native0 = getattr(runtime, "native_s", 0.0)
         for _ in range(DECODE_TOKENS):
@@ -142,6 +146,8 @@ def bench_luminal(model_path: Path, backend_name: str) -> None:
             note += " (kernels from the disk cache)"
         if any(prefill_threads):
             note += "; prefill threads per run " + ",".join(map(str, prefill_threads[1:]))
+        if len(prefill_cpu) > 1:
+            note += f"; prefill CPU {statistics.median(prefill_cpu[1:]) * 1e3:.0f} ms (median)"
         extra = {"host_s": host[-1] / DECODE_TOKENS} if host else {}
         return {"notes": note, **extra}
 
