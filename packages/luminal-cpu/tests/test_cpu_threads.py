@@ -76,6 +76,8 @@ def test_governor_ignores_what_others_did_while_this_process_idled(machine):
     assert gov.threads() == 1  # after an idle gap: the last count, until measured again
     machine.advance(0.3, others=0.0, own=2.0)
     assert gov.threads() == 2
+    machine.advance(3.0, others=1.0, own=1.0)  # a long run of ours, contended: measured
+    assert gov.threads() == 1
 
 
 def test_governor_always_leaves_one_thread(machine):

@@ -8,12 +8,13 @@ on an idle machine, so the governor measures, every `interval` seconds, how much
 this process may use the rest of the machine kept busy (`/proc/stat` less this process's own
 CPU time) and hands the runs only the cores that are left.
 
-Only a recent window counts: when the last measurement is older than `stale` seconds (the
-process sat idle: a user typing, a benchmark timing another program), what other processes
-did meanwhile says nothing about now (they had the cores we left free), so the governor keeps
-its last count and opens a new window. Averaging over such a gap made a prefill that followed
-another program's run get one thread instead of two (measured in benchmarks/llm_bench.py's
-interleaved rounds: the source of luminal's spread between rounds).
+Only windows in which this process ran count: when the last measurement is older than
+`stale` seconds and the process used less than half a CPU since (it sat idle: a user typing,
+a benchmark timing another program), what other processes did meanwhile says nothing about
+now (they had the cores we left free), so the governor keeps its last count and opens a new
+window. Averaging over such a gap gave a prefill that followed another program's run one
+thread of two (benchmarks/llm_bench.py's interleaved rounds: luminal's prefill median sat at
+its one-thread rate, its best at the two-thread one).
 
 `OMP_NUM_THREADS` caps the count; `LUMINAL_CPU_THREADS=N` fixes it and turns the governor off.
 Without `/proc/stat` (not Linux) every run gets all cores.
@@ -69,8 +70,8 @@ class ThreadGovernor:
 
     Only the CPUs this process may use are measured. Hysteresis keeps the count from
     flapping: a CPU counts as taken once others use more than `take` of it and as free
-    again below `release`. A window longer than `stale` seconds is not measured (see the
-    module docstring). Safe to call from several threads.
+    again below `release`. A window longer than `stale` seconds in which this process idled is
+    not measured (see the module docstring). Safe to call from several threads.
     """
 
     def __init__(self, cores: int | None = None, interval: float = 0.2,
@@ -99,9 +100,10 @@ class ThreadGovernor:
             busy, own = _busy_seconds(self.cpus), time.process_time()
             if busy is None:
                 return self._threads
-            if last is not None and last[0] < now <= last[0] + self.stale:
-                others = max(0.0, (busy - last[1]) - (own - last[2])) / (now - last[0])
-                self._threads = self._count(others)
+            if last is not None and now > last[0]:
+                gap, ran = now - last[0], own - last[2]
+                if gap <= self.stale or ran >= 0.5 * gap:
+                    self._threads = self._count(max(0.0, (busy - last[1]) - ran) / gap)
             self._last = (now, busy, own)
             return self._threads
 
