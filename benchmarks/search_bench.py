@@ -4,10 +4,14 @@
 
 For every graph, one run builds it twice, compiles one copy with `(GenericCompiler(), cpu)` and
 the other with `(GenericCompiler(), Search(cpu))`, checks they agree, then times both in
-interleaved rounds (median of the rounds). Compile times are whole `g.compile(...)` calls
-(GenericCompiler included): without search, with search cold (empty plan cache) and warm (a
-freshly built copy with the cache filled). Each graph gets its own
-temporary cache. The machine may be shared: only ratios measured in the same run are reported.
+interleaved rounds (median of the rounds; the order alternates between rounds, and graphs with
+no per-run state run in batches of calls of about 50 ms, so sub-millisecond graphs are not timed
+one call at a time). The "same program" column says whether search installed the default plan,
+in which case both columns run the identical compiled program and their ratio is noise.
+Compile times are whole `g.compile(...)` calls (GenericCompiler included): without search, with
+search cold (empty plan cache) and warm (a freshly built copy with the cache filled). Each graph
+gets its own temporary cache. The machine may be shared: only ratios measured in the same run
+are reported.
 """
 
 from __future__ import annotations
@@ -121,18 +125,39 @@ def smollm2(phase: str) -> Callable[[], Built]:
     return build
 
 
-def time_interleaved(graphs: list[Built], rounds: int) -> list[float]:
+def time_interleaved(graphs: list[Built], rounds: int, batch_s: float = 0.05) -> list[float]:
+    """Median seconds per `execute()` of each graph over `rounds` interleaved rounds, the order
+    alternating between rounds. A graph with no state to re-bind runs in batches of calls
+    lasting about `batch_s` (the same count for every graph, from the slowest one), so that
+    sub-millisecond graphs are not timed one call at a time; a graph that re-binds state runs
+    one call per round with the re-binding untimed."""
+    stateless = all(prepare is nothing for _, _, prepare in graphs)
+    single = []
     for g, _, prepare in graphs:
-        prepare()
-        g.execute()
-    times: list[list[float]] = [[] for _ in graphs]
-    for _ in range(rounds):
-        for (g, _, prepare), ts in zip(graphs, times):
+        for _ in range(3):  # warm up: thread pools, caches
             prepare()
             t0 = time.perf_counter()
             g.execute()
-            ts.append(time.perf_counter() - t0)
+        single.append(time.perf_counter() - t0)  # the last warm-up run
+    calls = max(1, math.ceil(batch_s / max(single))) if stateless else 1
+    times: list[list[float]] = [[] for _ in graphs]
+    for r in range(rounds):
+        order = list(range(len(graphs)))[:: 1 if r % 2 == 0 else -1]
+        for k in order:
+            g, _, prepare = graphs[k]
+            prepare()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                g.execute()
+            times[k].append((time.perf_counter() - t0) / calls)
     return [statistics.median(ts) for ts in times]
+
+
+def same_program(a: lm.Graph, b: lm.Graph) -> bool:
+    """Whether both graphs run the identical compiled program (the cpu backend's library is
+    keyed by its source)."""
+    paths = [getattr(getattr(g.runtime, "library", None), "path", None) for g in (a, b)]
+    return paths[0] is not None and paths[0] == paths[1]
 
 
 def bench(name: str, build: Callable[[], Built], rounds: int) -> dict:
@@ -164,7 +189,8 @@ def bench(name: str, build: Callable[[], Built], rounds: int) -> dict:
         return {"graph": name, "default_ms": base * 1e3, "search_ms": fast * 1e3,
                 "speedup": base / fast, "compile_s": plain_s, "cold_s": cold, "warm_s": warm,
                 "warm_search_s": warm_search.report.seconds,
-                "kept": kept, "choices": sorted({r.choice.label for r in search.report.regions
+                "kept": kept, "identical": same_program(plain[0], searched[0]),
+                "choices": sorted({r.choice.label for r in search.report.regions
                                                  if kept and r.choice.kind != "default"})}
 
 
@@ -216,22 +242,28 @@ def main() -> None:
     if args.quick:
         graphs.pop("attention_2048")
     print("| graph | default ms | search ms | speedup | compile s (no search) | search compile "
-          "s, cold | warm (search's share) | plan | choices |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "s, cold | warm (search's share) | plan | same program | choices |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for name, make in graphs.items():
         if args.only and name not in args.only:
             continue
-        row = bench(name, make(), 5 if args.quick else 15)
+        row = bench(name, make(), 7 if args.quick else 21)
         rows.append(row)
         print(f"| {row['graph']} | {row['default_ms']:.3f} | {row['search_ms']:.3f} | "
               f"{row['speedup']:.2f} | {row['compile_s']:.2f} | {row['cold_s']:.1f} | "
               f"{row['warm_s']:.2f} ({row['warm_search_s']:.2f}) | "
               f"{'kept' if row['kept'] else 'default'} | "
+              f"{'yes' if row['identical'] else 'no'} | "
               f"{', '.join(row['choices'])} |", flush=True)
     if rows:
         gm = math.exp(statistics.fmean(math.log(r["speedup"]) for r in rows))
         print(f"geometric-mean speedup x{gm:.3f}; slowest x{min(r['speedup'] for r in rows):.3f}")
+        same = [r["speedup"] for r in rows if r["identical"]]
+        if same:  # both columns ran one program: their spread is the measurement's noise
+            print(f"{len(same)} rows ran the identical program in both columns (the default "
+                  f"plan, or choices that leave the generated code unchanged): their ratios "
+                  f"span x{min(same):.3f}-x{max(same):.3f}")
     if args.derived:
         print("\n| attention seq | default ms | derived kernel ms | speedup | default writes MB "
               "| derived writes MB |\n|---|---|---|---|---|---|")

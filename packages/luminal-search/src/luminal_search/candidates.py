@@ -10,26 +10,36 @@ from . import terms
 
 @dataclass
 class Candidate:
-    """One way to compile a region: `kind` is "default", "store", "loops", "tune", "rewrite"
-    or "fuse" (a fused region as the one kernel `derived`, which the cache does not store: a
-    warm compile derives it again)."""
+    """One way to compile a region: `kind` is "default", "schedule" (any composition of the
+    schedule choices below), "rewrite" or "fuse" (a fused region as the one kernel `derived`,
+    which the cache does not store: a warm compile derives it again)."""
 
     kind: str
     label: str
     steps: terms.Steps | None = None  # "rewrite": the region's new term
-    store: tuple[int, ...] = ()  # "store": positions in `Region.nodes` to store
-    tuning: tuple[tuple[str, int], ...] = ()  # "tune": the root kernel's dialect settings
+    store: tuple[int, ...] = ()  # positions in `Region.nodes` to store
+    tuning: tuple[tuple[str, int], ...] = ()  # the root kernel's dialect settings
     derived: Any = None  # "fuse": a `fusion.Derived`
+    inline: tuple[int, ...] = ()  # positions in `Region.nodes` to recompute in their readers
+    loops: bool = False  # the root matmul as generated loops
+
+    def extends(self, other: Candidate) -> bool:
+        """Whether this schedule holds every choice of `other` (a schedule) and more."""
+        return (self.kind == other.kind == "schedule" and self != other
+                and set(other.store) <= set(self.store) and set(other.inline) <= set(self.inline)
+                and set(other.tuning) <= set(self.tuning) and self.loops >= other.loops)
 
     def as_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "label": self.label, "steps": self.steps,
-                "store": list(self.store), "tuning": [list(t) for t in self.tuning]}
+                "store": list(self.store), "tuning": [list(t) for t in self.tuning],
+                "inline": list(self.inline), "loops": self.loops}
 
     @staticmethod
     def from_json(d: dict) -> Candidate:
         return Candidate(str(d["kind"]), str(d["label"]), d["steps"],
                          tuple(int(p) for p in d["store"]),
-                         tuple((str(k), int(v)) for k, v in d["tuning"]))
+                         tuple((str(k), int(v)) for k, v in d["tuning"]),
+                         inline=tuple(int(p) for p in d["inline"]), loops=bool(d["loops"]))
 
 
 DEFAULT = Candidate("default", "default")

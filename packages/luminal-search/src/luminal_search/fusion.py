@@ -50,7 +50,7 @@ def rules() -> str:
 
 def find_fusions(graph: Graph, regions: list[Region]) -> list[Region]:
     """Candidate fused regions of `graph`: for each region, it with the fewest of the producer
-    regions only it reads (`_closure`, nearest first) that hold the most passes to merge
+    regions only it reads (`closure`, nearest first) that hold the most passes to merge
     (`_passes`), when there are such; largest first. They
     overlap (attention inside an attention block): search keeps the ones that pay, disjoint."""
     by_root = {r.root: r for r in regions}
@@ -61,20 +61,20 @@ def find_fusions(graph: Graph, regions: list[Region]) -> list[Region]:
     for region in regions:
         if not region.searchable:
             continue
-        closure = _closure(region, by_root, users, outputs)
+        reach = closure(region, by_root, users, outputs)
         interior = set(region.nodes) - set(region.inputs)
         best, members = 0, []
-        for count, member in enumerate(closure[1:], start=2):
+        for count, member in enumerate(reach[1:], start=2):
             interior |= set(member.nodes) - set(member.inputs)
             if len(interior) > MAX_NODES:
                 break
             merged = _passes(graph, interior)
             if merged > best:
-                best, members = merged, closure[:count]
+                best, members = merged, reach[:count]
         if not members:
             continue
         interior = set().union(*(set(m.nodes) - set(m.inputs) for m in members))
-        for member in closure[len(members):]:  # producers read once per element come along
+        for member in reach[len(members):]:  # producers read once per element come along
             if set(users[member.root]) <= interior and not _broadcast(graph, member.root,
                                                                        interior):
                 members.append(member)
@@ -89,7 +89,7 @@ def find_fusions(graph: Graph, regions: list[Region]) -> list[Region]:
     return sorted(fusions, key=lambda f: -len(f.nodes))
 
 
-def _closure(region: Region, by_root: dict[int, Region], users: dict[int, list[int]],
+def closure(region: Region, by_root: dict[int, Region], users: dict[int, list[int]],
              outputs: set[int]) -> list[Region]:
     """`region` and the producer regions only it (and they) read, transitively, nearest
     first, at most `MAX_MEMBERS` of them."""

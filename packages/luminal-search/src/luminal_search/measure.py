@@ -75,23 +75,34 @@ def _close(got: np.ndarray, want: np.ndarray) -> bool:
 
 
 def time_interleaved(graphs: list[Graph], data: dict, budget_s: float = 0.3,
-                     rounds: int = 9, warmup: int = 3) -> list[float]:
-    """Median seconds of `execute()` for each graph, timed in interleaved rounds (one run of
-    each per round) so that a machine-wide slowdown hits every candidate alike. Inputs are
-    bound before every run (a graph that assigns its inputs, a KV cache, would otherwise grow
-    them), and each graph runs `warmup` times first (thread pools, caches)."""
+                     rounds: int = 9, warmup: int = 3, sample_s: float = 0.002) -> list[float]:
+    """Median seconds of `execute()` for each graph, timed in interleaved rounds (one sample of
+    each per round, the order alternating between rounds) so that a machine-wide slowdown hits
+    every candidate alike. A sample is a batch of calls lasting about `sample_s` (the same
+    count for every graph), so that kernels of a few microseconds are not timed one call at a
+    time; a graph that assigns or writes its inputs (a KV cache, which would otherwise grow)
+    is timed one call per sample, its inputs bound before every run. Each graph runs `warmup`
+    times first (thread pools, caches)."""
+    single = [0.0]
     for g in graphs:
-        for _ in range(warmup):
+        for _ in range(max(1, warmup)):
             bind(g, data)
+            t0 = time.perf_counter()
             g.execute()
+        single.append(time.perf_counter() - t0)  # the last warm-up run
+    stateless = not any(g.assignments or g.writes for g in graphs)
+    calls = max(1, min(1000, int(sample_s / max(max(single), 1e-7)))) if stateless else 1
     times: list[list[float]] = [[] for _ in graphs]
     deadline = time.perf_counter() + budget_s
     for r in range(rounds):
         if r >= 3 and time.perf_counter() > deadline:
             break
-        for g, ts in zip(graphs, times):
+        order = range(len(graphs)) if r % 2 == 0 else reversed(range(len(graphs)))
+        for k in order:
+            g = graphs[k]
             bind(g, data)
             t0 = time.perf_counter()
-            g.execute()
-            ts.append(time.perf_counter() - t0)
+            for _ in range(calls):
+                g.execute()
+            times[k].append((time.perf_counter() - t0) / calls)
     return [statistics.median(ts) for ts in times]

@@ -20,7 +20,7 @@ def to_json(results: dict[str, RegionResult], regions: list[Region], whole: Whol
             order: list[int]) -> dict[str, Any]:
     position = {n: k for k, n in enumerate(order)}
     instances = [{"signature": r.signature, "root": position[r.root], "matmul": r.matmul,
-                  "fused": r.fused,
+                  "fused": r.fused, "group": r.group, "cheap": r.cheap,
                   "nodes": [position[n] for n in r.nodes],
                   "inputs": [position[n] for n in r.inputs]}
                  for r in regions if results[r.signature].choice.kind != "default"]
@@ -38,8 +38,10 @@ def from_json(graph: Graph, plan: dict[str, Any], order: list[int], space: dict[
         at = [order[p] for p in inst["nodes"]]
         region = Region(order[inst["root"]], at, [order[p] for p in inst["inputs"]],
                         bool(inst["matmul"]), signature=str(inst["signature"]),
-                        fused=int(inst["fused"]))
-        if region.nodes[-1] != region.root or not set(region.inputs) <= set(region.nodes):
+                        fused=int(inst["fused"]), group=int(inst["group"]),
+                        cheap=[int(p) for p in inst["cheap"]])
+        if (region.nodes[-1] != region.root or not set(region.inputs) <= set(region.nodes)
+                or not all(0 <= p < len(region.nodes) for p in region.cheap)):
             raise ValueError("region instance does not fit the graph")
         check_candidate(graph, region, results[region.signature].choice, space)
         regions.append(region)
@@ -48,17 +50,19 @@ def from_json(graph: Graph, plan: dict[str, Any], order: list[int], space: dict[
 
 def check_candidate(graph: Graph, region: Region, cand: Candidate,
                     space: dict[str, Any]) -> None:
-    if cand.kind not in ("default", "store", "loops", "tune", "rewrite", "fuse"):
+    if cand.kind not in ("default", "schedule", "rewrite", "fuse"):
         raise ValueError(f"unknown candidate kind {cand.kind!r}")
     if any(name not in space for name, _ in cand.tuning):
         raise ValueError(f"tuning {cand.tuning} outside the backend's schedule space")
     if (cand.kind == "fuse") != bool(region.fused):
         raise ValueError("a fused kernel chosen for a region that is not a fusion, or back")
-    if cand.kind == "loops" and not region.matmul:
+    if cand.loops and not region.matmul:
         raise ValueError("loops on a region that is not a matmul")
     for p in cand.store:
         if not 0 <= p < len(region.nodes):
             raise ValueError(f"store position {p} outside the region")
+    if not set(cand.inline) <= set(region.cheap):
+        raise ValueError(f"inline positions {cand.inline} are not the region's cheap nodes")
     if cand.kind == "rewrite":
         leaf_ids = leaves(graph, region)
         views, _ = views_and_extents(graph, region, leaf_ids)

@@ -32,5 +32,6 @@ def luminal_register_rulesets(register: Callable[..., None]) -> None:
     register("algebra", _rules("algebra"), "commutativity, associativity, exp2 and reciprocal "
              "products, sum reassociation")
     register("factoring", _rules("factoring"), "distributivity (factoring and expanding)")
-    register("schedule", _rules("schedule"), "kernel choices: matmul as generated loops, store "
-             "a recomputed node, the backend's tunable settings")
+    register("schedule", _rules("schedule"), "kernel choices, composable: matmul as generated "
+             "loops, store a recomputed node, inline a cheap stored one, the backend's tunable "
+             "settings")

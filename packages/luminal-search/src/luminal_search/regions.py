@@ -32,10 +32,15 @@ class Region:
     # a quantized matmul reads packed weights the region alone cannot reproduce: not searched
     searchable: bool = True
     fused: int = 0  # a fusion of this many regions of the default plan (`fusion.py`)
+    # a group of this many regions of the default plan whose stored cheap producers may be
+    # inlined (`inlining.py`): positions in `nodes` of those producers
+    group: int = 0
+    cheap: list[int] = field(default_factory=list)
 
     def label(self, graph: Graph) -> str:
         names = [graph.nodes[n].op.name for n in self.nodes if n not in self.inputs]
-        kind = f"fusion of {self.fused}" if self.fused else "matmul" if self.matmul else "kernel"
+        kind = (f"fusion of {self.fused}" if self.fused else f"group of {self.group}"
+                if self.group else "matmul" if self.matmul else "kernel")
         head = ",".join(dict.fromkeys(names))
         return f"{kind}[{head[:60]}]"
 
