@@ -17,7 +17,9 @@ to 60 s) until other processes use less than 0.2 CPU; the table says how many ru
 `--busy N` keeps N cores busy meanwhile: N bounded busy-loop processes (they stop after at
 most 30 minutes even if this script is killed) run through all timed rounds, so every system
 is measured under the same contention. Luminal's row also gives its host overhead: the part
-of a decode step spent outside the compiled program (Python, binding, sampling the argmax).
+of a decode step spent outside the compiled program (Python, binding, sampling the argmax),
+the threads its governor gave each timed prefill (fewer than --threads when other processes
+kept cores busy) and the prefill's CPU time (all threads together).
 
 Systems:
   luminal       this repository, on --backend (default cpu)
@@ -105,6 +107,7 @@ def _serve_runs(run_once: Callable[[], tuple[float, float]], notes: Callable[[],
 def bench_luminal(model_path: Path, backend_name: str) -> None:
     import luminal as lm
     from luminal_models.causal_lm import open_causal_lm
+    from luminal_models.cli_options import exempt_from_gc
     from luminal_models.generate import Generator
 
     start = time.perf_counter()
@@ -112,17 +115,22 @@ def bench_luminal(model_path: Path, backend_name: str) -> None:
     model, tokenizer = open_causal_lm(model_path, quantized=backend.name != "reference",
                                       progress=False)
     generator = Generator(model, tokenizer, backend)
+    exempt_from_gc()  # as `luminal generate` / `serve` do
     setup_s = time.perf_counter() - start
     ids = _prompt_ids(tokenizer)
 
     runtime = generator.graph.runtime
     host: list[float] = []  # per run: decode seconds outside the compiled program
+    prefill_threads: list[int] = []  # per run: the threads luminal's governor gave the prefill
+    prefill_cpu: list[float] = []  # per run: the prefill's CPU seconds, all threads together
 
     def run_once() -> tuple[float, float]:
         generator.reset()
-        t0 = time.perf_counter()
+        cpu0, t0 = time.process_time(), time.perf_counter()
         token = int(generator.forward(ids).argmax())
         t1 = time.perf_counter()
+        prefill_cpu.append(time.process_time() - cpu0)
+        prefill_threads.append(getattr(runtime, "last_threads", 0))
         native0 = getattr(runtime, "native_s", 0.0)
         for _ in range(DECODE_TOKENS):
             token = int(generator.forward([token]).argmax())
@@ -136,6 +144,10 @@ def bench_luminal(model_path: Path, backend_name: str) -> None:
         note = f"backend {backend_name}; load + compile {setup_s:.1f} s"
         if runtime_stats.get("cached"):
             note += " (kernels from the disk cache)"
+        if any(prefill_threads):
+            note += "; prefill threads per run " + ",".join(map(str, prefill_threads[1:]))
+        if len(prefill_cpu) > 1:
+            note += f"; prefill CPU {statistics.median(prefill_cpu[1:]) * 1e3:.0f} ms (median)"
         extra = {"host_s": host[-1] / DECODE_TOKENS} if host else {}
         return {"notes": note, **extra}
 

@@ -11,7 +11,7 @@ from cpu_helpers import quant_matmul_activations
 from luminal.quant import BLOCK_FORMATS, dequantize
 from luminal.testing.quant import random_blocks
 from luminal_codegen import Matmul, QuantOperand
-from luminal_cpu import CpuBackend
+from luminal_cpu import CpuBackend, threads
 
 gguf = pytest.importorskip("gguf")
 from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
@@ -52,3 +52,21 @@ def test_kquant_matmul_matches_gguf(qtype, m, transposed):
     (kernel,) = g.runtime.program.kernels
     assert isinstance(kernel, Matmul) and isinstance(kernel.b, QuantOperand)
     assert kernel.b.qtype == qtype
+
+
+@pytest.mark.parametrize("qtype", ["q4_0", "q8_0", *KQUANTS])
+@pytest.mark.parametrize("rows", [16, 50, 96])
+def test_prefill_panels_of_any_width(qtype, rows, monkeypatch):
+    """Prefill's x @ W.T packs W a panel of 32 rows at a time, transposed 16 x 16 in
+    registers: full panels, a half one and ragged ones, over K panels of 256 and a shorter last
+    one; two threads share the column tiles."""
+    monkeypatch.setattr(threads.governor(), "threads", lambda: 2)
+    fmt = BLOCK_FORMATS[qtype]
+    cols = 512 + (64 if fmt.block_size == 32 else 0)
+    raw = random_blocks(qtype, rows, cols, rng)
+    w = gguf_dequantize(raw, gguf.GGMLQuantizationType(fmt.ggml_type)).astype(np.float64)
+    x = rng.standard_normal((1, 33, cols)).astype(np.float32)
+    got, _ = run_product(raw, qtype, (rows, cols), x, transposed=True)
+    want = x.astype(np.float64) @ w.T
+    scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
+    assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-30), qtype

@@ -59,6 +59,27 @@ def test_governor_hysteresis_keeps_a_borderline_load_from_flapping(machine):
     assert counts == [2, 1, 1, 1, 2, 2]
 
 
+def test_governor_ignores_what_others_did_while_this_process_idled(machine):
+    # a benchmark's interleaved rounds: our run, then another program keeps both cores busy
+    # for 2 s while we wait, then a quiet second; the next run must not see a loaded machine
+    machine.cpus = 2
+    gov = threads.ThreadGovernor(cores=2, interval=0.2, stale=1.0)
+    gov.threads()
+    machine.advance(0.3, others=0.0, own=2.0)
+    assert gov.threads() == 2
+    machine.advance(2.0, others=2.0, own=0.0)
+    machine.advance(1.0, others=0.0, own=0.0)
+    assert gov.threads() == 2  # the gap is stale: last count kept, a new window opened
+    machine.advance(0.3, others=1.0, own=1.0)
+    assert gov.threads() == 1  # real contention in a recent window still counts
+    machine.advance(5.0, others=0.0, own=0.0)
+    assert gov.threads() == 1  # after an idle gap: the last count, until measured again
+    machine.advance(0.3, others=0.0, own=2.0)
+    assert gov.threads() == 2
+    machine.advance(3.0, others=1.0, own=1.0)  # a long run of ours, contended: measured
+    assert gov.threads() == 1
+
+
 def test_governor_always_leaves_one_thread(machine):
     machine.cpus = 2
     gov = threads.ThreadGovernor(cores=2, interval=0.1)
@@ -102,12 +123,14 @@ def test_without_proc_stat_every_run_gets_every_core(machine, monkeypatch):
 
 
 @pytest.mark.parametrize("count", [1, 2, 3])
-def test_results_do_not_depend_on_the_thread_count(monkeypatch, count):
+@pytest.mark.parametrize(("m", "k", "n"), [(37, 64, 48), (128, 96, 576)])
+def test_results_do_not_depend_on_the_thread_count(monkeypatch, count, m, k, n):
+    # 576 columns: split into as many tiles as balance the threads (6 for 2 or 3 threads)
     monkeypatch.setattr(threads.governor(), "threads", lambda: count)
     rng = np.random.default_rng(0)
     g = lm.Graph()
-    x = g.tensor((37, 64), name="x").set(rng.standard_normal((37, 64), dtype=np.float32))
-    w = g.tensor((64, 48), name="w").set(rng.standard_normal((64, 48), dtype=np.float32))
+    x = g.tensor((m, k), name="x").set(rng.standard_normal((m, k), dtype=np.float32))
+    w = g.tensor((k, n), name="w").set(rng.standard_normal((k, n), dtype=np.float32))
     y = (x @ w).softmax(-1).sum(0).retrieve()
     g.compile((lm.GenericCompiler(), CpuBackend()))
     g.execute()

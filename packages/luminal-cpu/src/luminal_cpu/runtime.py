@@ -124,6 +124,7 @@ class CpuRuntime(Runtime):
         # seconds spent inside the compiled program over all runs: the rest of a run's wall
         # time is host overhead (binding, Python), which benchmarks report
         self.native_s = 0.0
+        self.last_threads = 0  # the thread count the governor gave the last run
 
     def _direct_writes(self, graph: Graph, fresh: set[int]) -> list[tuple[int, int, int, int]]:
         """The writes (`Graph.write`) whose rows form one contiguous block of the input (every
@@ -214,7 +215,7 @@ class CpuRuntime(Runtime):
             ptrs, offsets = self._ptrs, self.write_offsets(dims)
             for k, into, pos, row_bytes in self._direct:
                 ptrs[k] = ptrs[into] + offsets[pos] * row_bytes
-        threads = governor().threads()
+        threads = self.last_threads = governor().threads()
         start = time.perf_counter()
         self._run(self._ptrs, self._dim_args, threads)
         self.native_s += time.perf_counter() - start

@@ -8,6 +8,14 @@ on an idle machine, so the governor measures, every `interval` seconds, how much
 this process may use the rest of the machine kept busy (`/proc/stat` less this process's own
 CPU time) and hands the runs only the cores that are left.
 
+Only windows in which this process ran count: when the last measurement is older than
+`stale` seconds and the process used less than half a CPU since (it sat idle: a user typing,
+a benchmark timing another program), what other processes did meanwhile says nothing about
+now (they had the cores we left free), so the governor keeps its last count and opens a new
+window. Averaging over such a gap gave a prefill that followed another program's run one
+thread of two (benchmarks/llm_bench.py's interleaved rounds: luminal's prefill median sat at
+its one-thread rate, its best at the two-thread one).
+
 `OMP_NUM_THREADS` caps the count; `LUMINAL_CPU_THREADS=N` fixes it and turns the governor off.
 Without `/proc/stat` (not Linux) every run gets all cores.
 """
@@ -62,11 +70,12 @@ class ThreadGovernor:
 
     Only the CPUs this process may use are measured. Hysteresis keeps the count from
     flapping: a CPU counts as taken once others use more than `take` of it and as free
-    again below `release`. Safe to call from several threads.
+    again below `release`. A window longer than `stale` seconds in which this process idled is
+    not measured (see the module docstring). Safe to call from several threads.
     """
 
     def __init__(self, cores: int | None = None, interval: float = 0.2,
-                 take: float = 0.6, release: float = 0.3) -> None:
+                 take: float = 0.6, release: float = 0.3, stale: float = 1.0) -> None:
         fixed = _positive_int(os.environ.get(ENV_THREADS))
         cap = _positive_int(os.environ.get("OMP_NUM_THREADS"))
         self.cpus = _cpus()
@@ -74,6 +83,7 @@ class ThreadGovernor:
         self.adaptive = (fixed is None and self.cores > 1
                          and _busy_seconds(self.cpus) is not None)
         self.interval, self.take, self.release = interval, take, release
+        self.stale = max(stale, interval)
         self._taken = 0  # CPUs of self.cpus that other processes keep busy
         self._threads = self.cores
         self._last: tuple[float, float, float] | None = None
@@ -91,8 +101,9 @@ class ThreadGovernor:
             if busy is None:
                 return self._threads
             if last is not None and now > last[0]:
-                others = max(0.0, (busy - last[1]) - (own - last[2])) / (now - last[0])
-                self._threads = self._count(others)
+                gap, ran = now - last[0], own - last[2]
+                if gap <= self.stale or ran >= 0.5 * gap:
+                    self._threads = self._count(max(0.0, (busy - last[1]) - ran) / gap)
             self._last = (now, busy, own)
             return self._threads
 

@@ -293,9 +293,57 @@ static inline void lm_ukernel(long kc, const float *restrict a, const float *res
 #endif
 
 /* ----- packing ---------------------------------------------------------------------------- */
+#if defined(__AVX512F__)
+/* r[i] := column i of the 16 x 16 matrix whose rows are r[0..16) (4 shuffle stages) */
+static inline __attribute__((always_inline)) void lm_transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 16; i += 2) {  /* per 128-bit lane: [a0 b0 a1 b1], [a2 b2 a3 b3] */
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  __m512 u[16];
+  for (int i = 0; i < 16; i += 4) {  /* u[i + c], lane l: column 4 l + c of rows i .. i + 3 */
+    const __m512d t0 = _mm512_castps_pd(t[i]), t1 = _mm512_castps_pd(t[i + 1]);
+    const __m512d t2 = _mm512_castps_pd(t[i + 2]), t3 = _mm512_castps_pd(t[i + 3]);
+    u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  for (int c = 0; c < 4; c++) {  /* gather lane l of u[c], u[4 + c], u[8 + c], u[12 + c] */
+    const __m512 s0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44);
+    const __m512 s1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+    const __m512 s2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512 s3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_f32x4(s0, s2, 0x88);
+    r[4 + c] = _mm512_shuffle_f32x4(s0, s2, 0xDD);
+    r[8 + c] = _mm512_shuffle_f32x4(s1, s3, 0x88);
+    r[12 + c] = _mm512_shuffle_f32x4(s1, s3, 0xDD);
+  }
+}
+#endif
+
 /* ap[k][i] = A(m0 + i, k0 + k), zero past mr rows */
 static void lm_pack_a(const lm_mat *A, long off, long m0, long mr, long k0, long kc,
                       float *restrict ap) {
+#if defined(__AVX512F__)
+  if (A->dt == LM_F32 && A->ks == 1 && mr == LM_MR) { /* 8 rows x 16 values per transpose */
+    _Static_assert(LM_MR == 8, "the transpose fills panels of 8 rows");
+    const float *src = (const float *)A->p + off + m0 * A->rs + k0;
+    long k = 0;
+    for (; k + 16 <= kc; k += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; i++)
+        r[i] = i < LM_MR ? _mm512_loadu_ps(src + i * A->rs + k) : _mm512_setzero_ps();
+      lm_transpose16(r);
+      for (int t = 0; t < 16; t++)
+        _mm256_storeu_ps(ap + (k + t) * LM_MR, _mm512_castps512_ps256(r[t]));
+    }
+    for (; k < kc; k++)
+      for (int i = 0; i < LM_MR; i++) ap[k * LM_MR + i] = src[i * A->rs + k];
+    return;
+  }
+#endif
   for (long i = 0; i < LM_MR; i++) {
     if (i >= mr) {
       for (long k = 0; k < kc; k++) ap[k * LM_MR + i] = 0.0f;
@@ -323,6 +371,27 @@ static void lm_pack_b(const lm_mat *B, long off, long n0, long nr, long k0, long
     }
     return;
   }
+#if defined(__AVX512F__)
+  if (B->dt == LM_F32 && B->ks == 1) { /* rows of B contiguous along k (a linear layer's
+    weight): 16 x 16 values at a time through registers, not a scalar store per value */
+    const float *src = (const float *)B->p + off + n0 * B->rs + k0;
+    for (long j0 = 0; j0 < LM_NR; j0 += 16) {
+      const long rn = nr - j0 < 0 ? 0 : nr - j0 < 16 ? nr - j0 : 16;
+      long k = 0;
+      for (; k + 16 <= kc; k += 16) {
+        __m512 r[16];
+        for (long j = 0; j < 16; j++)
+          r[j] = j < rn ? _mm512_loadu_ps(src + (j0 + j) * B->rs + k) : _mm512_setzero_ps();
+        lm_transpose16(r);
+        for (int t = 0; t < 16; t++) _mm512_storeu_ps(bp + (k + t) * LM_NR + j0, r[t]);
+      }
+      for (; k < kc; k++)
+        for (long j = 0; j < 16; j++)
+          bp[k * LM_NR + j0 + j] = j < rn ? src[(j0 + j) * B->rs + k] : 0.0f;
+    }
+    return;
+  }
+#endif
   for (long j = 0; j < LM_NR; j++) {
     if (j >= nr) {
       for (long k = 0; k < kc; k++) bp[k * LM_NR + j] = 0.0f;
@@ -358,30 +427,56 @@ static void lm_pack_b_rows(const lm_mat *B, long off, long n0, long nc, long k0,
   }
 }
 
-/* the same panel decoded from a quantized matrix W (rows x cols, blocks along rows) */
-/* Panels start on block boundaries: k0 and n0 are multiples of 32 (LM_KC and LM_NR are), and
- * so are K (k_contig) or N (otherwise), the lengths of quantized rows. The K-quants (blocks of
- * 256, decoded by kquant.c) come here only along k (k_contig): k0 is a multiple of LM_KC = 256
- * and K of 256, so a panel holds whole blocks. */
+/* Panels of a quantized matrix start on block boundaries: k0 and n0 are multiples of 32
+ * (LM_KC and LM_NR are), and so are K (k_contig) or N (otherwise), the lengths of quantized
+ * rows. The K-quants (blocks of 256, decoded by kquant.c) come here only along k (k_contig):
+ * k0 is a multiple of LM_KC = 256 and K of 256, so a panel holds whole blocks. */
 _Static_assert(LM_KC % 256 == 0, "a K panel must hold whole K-quant blocks");
 static void lm_kq_decode_block(const unsigned char *restrict b, int q, float *restrict out);
 static long lm_kq_block_bytes(int q);
-static void lm_pack_bq(const lm_qmat *W, long n0, long nr, long k0, long kc, float *restrict bp) {
+
+/* one row of W decoded: B(n, k0 .. k0 + kc) for a k-contiguous W */
+static inline void lm_decode_row(const lm_qmat *W, long n, long k0, long kc, float *restrict out) {
   const int kq = W->q >= LM_Q4_K;
   const long be = kq ? 256 : 32, bb = kq ? lm_kq_block_bytes(W->q) : lm_block_bytes(W->q);
-  const long row_bytes = W->cols / be * bb;
-  float blk[256] __attribute__((aligned(64)));
-  if (W->k_contig) { /* B(n, k) = W[n, k]: decode along k, transpose into the panel */
+  const unsigned char *row = W->w + n * (W->cols / be * bb);
+  for (long k = 0; k < kc; k += be) {
+    if (kq) lm_kq_decode_block(row + (k0 + k) / be * bb, W->q, out + k);
+    else lm_dequant_block(row + (k0 + k) / be * bb, W->q, out + k);
+  }
+}
+
+/* the panel of lm_pack_b decoded from a quantized matrix W (rows x cols, blocks along rows) */
+static void lm_pack_bq(const lm_qmat *W, long n0, long nr, long k0, long kc, float *restrict bp) {
+  if (W->k_contig) { /* B(n, k) = W[n, k]: decode rows along k, transpose into the panel */
     if (nr < LM_NR) memset(bp, 0, sizeof(float) * kc * LM_NR);
-    for (long j = 0; j < nr; j++) {
-      const unsigned char *row = W->w + (n0 + j) * row_bytes;
-      for (long k = 0; k < kc; k += be) {
-        if (kq) lm_kq_decode_block(row + (k0 + k) / be * bb, W->q, blk);
-        else lm_dequant_block(row + (k0 + k) / be * bb, W->q, blk);
-        for (long t = 0; t < be; t++) bp[(k + t) * LM_NR + j] = blk[t];
+#if defined(__AVX512F__)
+    /* 16 rows at a time: decoded whole into `rows`, then moved into the panel 16 x 16
+     * values at a time through registers (one scalar store per value was half the cost of
+     * packing, measured) */
+    float rows[16][LM_KC] __attribute__((aligned(64)));
+    for (long j0 = 0; j0 < nr; j0 += 16) {
+      const long rn = nr - j0 < 16 ? nr - j0 : 16;
+      for (long j = 0; j < 16; j++) {
+        if (j < rn) lm_decode_row(W, n0 + j0 + j, k0, kc, rows[j]);
+        else memset(rows[j], 0, sizeof(float) * kc);
+      }
+      for (long k = 0; k < kc; k += 16) {  /* kc is a multiple of 32 (module note above) */
+        __m512 r[16];
+        for (int j = 0; j < 16; j++) r[j] = _mm512_load_ps(rows[j] + k);
+        lm_transpose16(r);
+        for (int t = 0; t < 16; t++) _mm512_storeu_ps(bp + (k + t) * LM_NR + j0, r[t]);
       }
     }
+#else
+    float row[LM_KC];
+    for (long j = 0; j < nr; j++) {
+      lm_decode_row(W, n0 + j, k0, kc, row);
+      for (long k = 0; k < kc; k++) bp[k * LM_NR + j] = row[k];
+    }
+#endif
   } else { /* B(n, k) = W[k, n]: one decoded block is a row of the panel */
+    const long bb = lm_block_bytes(W->q), row_bytes = W->cols / 32 * bb;
     for (long k = 0; k < kc; k++)
       lm_dequant_block(W->w + (k0 + k) * row_bytes + n0 / 32 * bb, W->q, bp + k * LM_NR);
   }
@@ -484,6 +579,18 @@ static void lm_gemm_tiled(long nb, const long *aoff, const long *boff, long M, l
   if (!W && nb * tm * tn < LM_SPLIT_TASKS)
     while (ks * 2 * nb * tm * tn <= LM_SPLIT_TASKS && K / (ks * 2) >= LM_SPLIT_MIN_K) ks *= 2;
   while (nb * tm * tn < lm_threads() && (N + tn) / (tn + 1) >= LM_NR) tn++;
+  /* with few tiles a thread given one more than the others keeps them waiting (576 columns
+   * in 3 tiles kept one of 2 threads idle a third of the product): split the columns so that
+   * the busiest thread has the fewest to do */
+  if (lm_threads() > 1) {
+    const long threads = lm_threads();
+    long best = -1;
+    for (long t = tn, last = 4 * tn; t <= last && (N + t - 1) / t >= LM_NR; t++) {
+      const long c = ((N + t - 1) / t + LM_NR - 1) / LM_NR * LM_NR;
+      const long busiest = (nb * tm * ((N + c - 1) / c) + threads - 1) / threads * c;
+      if (best < 0 || busiest < best) best = busiest, tn = t;
+    }
+  }
   const long mc = ((M + tm - 1) / tm + LM_MR - 1) / LM_MR * LM_MR;
   const long nc = ((N + tn - 1) / tn + LM_NR - 1) / LM_NR * LM_NR;
   tm = (M + mc - 1) / mc;
