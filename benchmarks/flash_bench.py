@@ -38,8 +38,7 @@ def luminal_attention(arrays: dict, derived: bool) -> tuple[Callable[[], None], 
     """A compiled attention graph: its run function and a reader of its output."""
     import luminal as lm
     from luminal_codegen import Schedule
-    from luminal_search import fusion
-    from luminal_search.regions import find_regions
+    from search_bench import derived_schedule
 
     g = lm.Graph()
     t = {n: g.tensor(a.shape, name=n).set(a) for n, a in arrays.items()}
@@ -48,12 +47,7 @@ def luminal_attention(arrays: dict, derived: bool) -> tuple[Callable[[], None], 
         scores = scores + t["mask"]
     out = (scores.softmax(-1) @ t["v"]).retrieve()
     lm.GenericCompiler().compile(g)
-    schedule = Schedule()
-    if derived:
-        region = fusion.find_fusions(g, find_regions(g))[0]
-        kernel = fusion.derive(g, region, {})
-        params = tuple(g.resolve(region.nodes[p]) for p in kernel.params)
-        schedule = Schedule(kernels={params[0]: (kernel.kernel, params)})
+    schedule = derived_schedule(g) if derived else Schedule()
     g.compile(lm.backend("cpu").with_schedule(schedule))
     if derived:
         from luminal_cpu import flash

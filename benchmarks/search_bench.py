@@ -194,24 +194,30 @@ def bench(name: str, build: Callable[[], Built], rounds: int) -> dict:
                                                  if kept and r.choice.kind != "default"})}
 
 
+def derived_schedule(g):
+    """The schedule that forces in the kernel search derives for the graph's first fusible
+    region (an online softmax for attention), whether or not search would keep it."""
+    from luminal_codegen import Schedule
+    from luminal_search import fusion
+    from luminal_search.regions import find_regions
+
+    region = fusion.find_fusions(g, find_regions(g))[0]
+    derived = fusion.derive(g, region, {})
+    params = tuple(g.resolve(region.nodes[p]) for p in derived.params)
+    return Schedule(kernels={params[0]: (derived.kernel, params)})
+
+
 def derived_attention(seq: int, rounds: int) -> dict:
     """The kernel search derives for attention, forced in (whether or not search would keep
     it), against the default plan: time and the bytes of the buffers each program writes."""
     from luminal_codegen import Schedule, lower
-    from luminal_search import fusion
-    from luminal_search.regions import find_regions
 
     cpu = lm.backend("cpu")
     built = []
     for fused in (False, True):
         g, outs, prepare = attention(seq)()
         lm.GenericCompiler().compile(g)
-        schedule = Schedule()
-        if fused:
-            region = fusion.find_fusions(g, find_regions(g))[0]
-            derived = fusion.derive(g, region, {})
-            params = tuple(g.resolve(region.nodes[p]) for p in derived.params)
-            schedule = Schedule(kernels={params[0]: (derived.kernel, params)})
+        schedule = derived_schedule(g) if fused else Schedule()
         written = sum(b.numel.evaluate(g.dims) * b.dtype.itemsize
                       for b in lower(g, schedule).buffers if b.role != "input")
         g.compile(cpu.with_schedule(schedule))
