@@ -135,7 +135,7 @@ def test_a_lost_rank_fails_the_job_within_the_timeout(mode) -> None:
         assert "BAD TERMINATION" in done.stdout + done.stderr
         assert "Killed (signal 9)" in done.stdout + done.stderr
     if mode == "hang":  # rank 0 names the collective it waited for, and the cause
-        assert "did not complete within 3 s" in done.stderr
+        assert "did not complete within 3 s" in done.stderr, done.stderr[-3000:]
         assert "all_reduce(sum)" in done.stderr
 
 

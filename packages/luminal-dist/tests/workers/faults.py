@@ -29,5 +29,11 @@ for step in range(1000):
             os.kill(os.getpid(), signal.SIGKILL)
         if mode == "hang":
             time.sleep(3600)
-    g.execute()
+    try:
+        g.execute()
+    except ld.CollectiveTimeout as timeout:
+        # said before the traceback: the launcher may tear down the job before the
+        # traceback's last line (the message) is forwarded
+        print(f"rank {comm.rank}: {timeout}", file=sys.stderr, flush=True)
+        raise
     print(f"rank {comm.rank} step {step}", flush=True)
