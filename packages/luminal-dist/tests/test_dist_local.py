@@ -248,7 +248,9 @@ def test_launch_refuses_bad_arguments_naming_them(tmp_path) -> None:
         assert done.returncode == 2 and done.stdout == ""
         assert done.stderr.startswith(f"luminal launch: error: {message}")
         assert done.stderr.count("\n") == 1
-    (tmp_path / "hello.py").write_text("print('hello')\n")
+    # One write per rank: print() writes the text and the newline separately when Python runs
+    # unbuffered (PYTHONUNBUFFERED), and mpiexec may then interleave the two ranks' pieces.
+    (tmp_path / "hello.py").write_text("import sys\nsys.stdout.write('hello\\n')\n")
     done = launch("-n", "2", "hello.py")
     assert done.returncode == 0 and done.stdout == "hello\nhello\n"
 
