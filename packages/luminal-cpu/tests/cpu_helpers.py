@@ -44,9 +44,9 @@ def quant_matmul_activations(x: np.ndarray, block: int, transposed: bool) -> np.
     x @ W.T with at most 4 rows of x in all, batch axes folded into the rows) or `x` itself
     (every other product)."""
     from luminal.testing.quant import int8_activations
-    from luminal_cpu.source import int8_activations as int8_enabled
+    from luminal_cpu.source import quant_activations
 
     rows = x.size // x.shape[-1]
-    if transposed and rows <= 4 and int8_enabled():
+    if transposed and rows <= 4 and quant_activations() == "int8":
         return int8_activations(x, 256 if block == 256 else 32)
     return x.astype(np.float64)

@@ -126,6 +126,6 @@ def test_float_activations_on_request(qtype, monkeypatch):
 def test_unknown_activation_setting_is_refused(monkeypatch):
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "int4")
     raw, _ = weight("q8_0", 4, 64)
-    with pytest.raises(ValueError, match="LUMINAL_CPU_QUANT_ACTIVATIONS must be 'int8' or "
-                                         "'float', not 'int4'"):
+    with pytest.raises(ValueError, match="LUMINAL_CPU_QUANT_ACTIVATIONS must be one of "
+                                         "'float', 'int8', not 'int4'"):
         matvec(raw, "q8_0", (4, 64), np.ones((1, 64), np.float32))

@@ -40,16 +40,21 @@ QUANT_KERNELS = frozenset(_QTYPE_CODE)
 _STACK_BATCHES = 256
 
 
-def int8_activations() -> bool:
-    """Whether decode's quantized matvec rounds x to int8 blocks (csrc/qgemv.c: llama.cpp's
-    numerics, about 1e-3 relative to sum |x w|, faster) or keeps it in float32 (exact up to
+# how decode's quantized matvec may hold x (`lm_qmat.x_prec` in runtime.h)
+QUANT_ACTIVATIONS = {"float": "LM_X_F32", "int8": "LM_X_I8"}
+
+
+def quant_activations() -> str:
+    """How decode's quantized matvec holds x: "float" keeps it in float32 (exact up to
     summation order; the default, since int8 moved SmolLM2's greedy tokens away from
-    transformers'): `LUMINAL_CPU_QUANT_ACTIVATIONS=int8|float`, read when a graph is
+    transformers'), "int8" rounds it to int8 blocks (csrc/qgemv.c: llama.cpp's numerics, about
+    1e-3 relative to sum |x w|, faster). `LUMINAL_CPU_QUANT_ACTIVATIONS`, read when a graph is
     compiled."""
     value = os.environ.get("LUMINAL_CPU_QUANT_ACTIVATIONS", "float")
-    if value not in ("int8", "float"):
-        raise ValueError(f"LUMINAL_CPU_QUANT_ACTIVATIONS must be 'int8' or 'float', not {value!r}")
-    return value == "int8"
+    if value not in QUANT_ACTIVATIONS:
+        raise ValueError(f"LUMINAL_CPU_QUANT_ACTIVATIONS must be one of "
+                         f"{', '.join(map(repr, QUANT_ACTIVATIONS))}, not {value!r}")
+    return value
 
 
 def _csrc(name: str) -> str:
@@ -101,7 +106,7 @@ def _render_matmul(mm: Matmul, name: str) -> str:
     shape = f"{ex(mm.m)}, {ex(mm.n)}, {ex(mm.k)}"
     if isinstance(b, QuantOperand):
         w = (f"(lm_qmat){{p{b.buf}, {_QTYPE_CODE[b.qtype]}, {int(b.k_contiguous)}, "
-             f"{ex(b.rows)}, {ex(b.cols)}, {int(not int8_activations())}}}")
+             f"{ex(b.rows)}, {ex(b.cols)}, {QUANT_ACTIVATIONS[quant_activations()]}}}")
         lines.append(f"  lm_qgemm(lm_nb, lm_ao, {shape}, {a}, {w}, {out});")
     else:
         b_dt = _DTYPE_CODE[mm.params[b.buf].dtype.name]

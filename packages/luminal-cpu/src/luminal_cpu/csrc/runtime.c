@@ -948,7 +948,7 @@ static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const l
 /* C[b] (M x N) = A[b] * B^T with B decoded from the quantized W (shared by every batch) */
 void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W,
               lm_out C) {
-  if (M <= LM_GEMV_MAX_M && W.k_contig && !W.float_x && lm_q8_gemv(nb, aoff, M, N, K, &A, &W, &C))
+  if (M <= LM_GEMV_MAX_M && W.k_contig && W.x_prec == LM_X_I8 && lm_q8_gemv(nb, aoff, M, N, K, &A, &W, &C))
     return; /* decode's matvec through int8 activations (qgemv.c) */
   if (W.q >= LM_Q4_K) { /* the K-quants: kquant.c */
     lm_kq_gemm(nb, aoff, M, N, K, A, W, C);

@@ -31,9 +31,10 @@ enum { LM_Q8_0 = 0, LM_Q4_0 = 1, LM_Q4_1 = 2, LM_Q5_0 = 3, LM_Q4_K = 4, LM_Q5_K 
 typedef struct { const void *p; int dt; long rs, ks; } lm_mat;
 
 /* a GGUF block-quantized matrix W (rows x cols, blocks of 32 or 256 elements along each row);
- * k_contig: the product reads W[n, k] (x @ W.T), else W[k, n] (x @ W); float_x: decode's
- * matvec keeps x in float32 instead of rounding it to int8 blocks (qgemv.c) */
-typedef struct { const unsigned char *w; int q; int k_contig; long rows, cols; int float_x; } lm_qmat;
+ * k_contig: the product reads W[n, k] (x @ W.T), else W[k, n] (x @ W); x_prec: how decode's
+ * matvec holds x (LM_X_F32: float32; LM_X_I8: int8 blocks, qgemv.c) */
+enum { LM_X_F32 = 0, LM_X_I8 = 1 };
+typedef struct { const unsigned char *w; int q; int k_contig; long rows, cols; int x_prec; } lm_qmat;
 
 /* where results go: element (m, n) of batch b is p[off[b] + m*rs + n], of element type dt */
 typedef struct { void *p; int dt; const long *off; long rs; } lm_out;
