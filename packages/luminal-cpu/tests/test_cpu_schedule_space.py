@@ -15,7 +15,9 @@ from luminal_cpu import CpuBackend
 from luminal_cpu.dialect import C
 from luminal_cpu.source import kernel_source
 
-SPACE = CpuBackend.schedule_space
+# the generated kernels' settings; `quant_activations` (the quantized matmul call's) is tested
+# in luminal-search's tests/test_quant_search.py
+SPACE = CpuBackend.kernel_space
 SETTINGS = [(name, v) for name, values in SPACE.items() for v in values]
 
 

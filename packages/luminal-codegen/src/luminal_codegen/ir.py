@@ -247,7 +247,11 @@ class Matmul:
     """out(b, m, n) = sum_k a(b, m, k) * b(b, n, k), stored at
     `out_offset + m*out_stride + n` of buffer `out` (`out_offset` over the batch variables; a
     plain matmul writes (batch..., m, n) contiguously, a fused permute writes elsewhere).
-    Products and sums are in float32; the result is rounded to the output's dtype."""
+    Products and sums are in float32; the result is rounded to the output's dtype.
+
+    `tuning` overrides settings of the backend's matmul call, `(name, value)` pairs (a
+    searched schedule's choice, see `Schedule.tuning`; luminal-cpu: `quant_activations`, how a
+    quantized matvec holds x)."""
 
     params: tuple[Param, ...]
     batch: tuple[Expr, ...]
@@ -259,6 +263,7 @@ class Matmul:
     out: int
     out_offset: Expr
     out_stride: Expr
+    tuning: tuple[tuple[str, int], ...] = field(default=(), kw_only=True)
 
     @property
     def batch_vars(self) -> tuple[Expr, ...]:

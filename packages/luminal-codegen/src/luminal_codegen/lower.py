@@ -349,9 +349,11 @@ class Lowering:
         scheduled = self.schedule.kernels.get(node.id)
         if scheduled is not None:
             return scheduled[0], list(scheduled[1])
+        tuning = self.schedule.tuning.get(node.id)
         match = self.matmuls.get(node.id)
         if match is not None:
-            return self._build_matmul(node, match)
+            kernel, params = self._build_matmul(node, match)
+            return (replace(kernel, tuning=tuning) if tuning else kernel), params
         sig, sig_params = self._signature(node)
         kernel = self._built.get(sig)
         if kernel is None:
@@ -360,7 +362,6 @@ class Lowering:
                 self._built[sig] = kernel
         else:
             params = sig_params
-        tuning = self.schedule.tuning.get(node.id)
         return (replace(kernel, tuning=tuning) if tuning else kernel), params
 
     def fitting_kernel(self, node: Node) -> tuple[KernelLike, list[int]]:

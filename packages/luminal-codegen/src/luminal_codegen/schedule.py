@@ -32,7 +32,8 @@ class Schedule:
     - `loop_matmuls`: generate these matmul-shaped reductions as fused loops instead of the
       `Matmul` micro-kernel;
     - `tuning`: for the kernel a node roots, settings of the rendering dialect to override
-      (`Kernel.tuning`; names from the backend's `Backend.schedule_space`);
+      (`Kernel.tuning`), or of the backend's call for a matmul (`Matmul.tuning`); names from
+      the backend's `Backend.schedule_space`;
     - `kernels`: a kernel computing a node outright (a fusion search derived, e.g. an online
       softmax), with the nodes bound to its parameters (that node first, then what it reads,
       which are stored); nodes only that kernel would have read are never built.

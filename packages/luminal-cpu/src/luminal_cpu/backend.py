@@ -11,7 +11,14 @@ from luminal_codegen import lower, plan_memory
 from . import device, implicit_gemm, toolchain
 from .dialect import C
 from .runtime import CpuRuntime
-from .source import QUANT_KERNELS, program_source, runtime_source
+from .source import (
+    MATMUL_TUNABLE,
+    QUANT_KERNELS,
+    program_source,
+    quant_activations,
+    quant_activations_code,
+    runtime_source,
+)
 
 NO_COMPILER = "no C compiler found (looked for $CC, gcc, clang, cc): install gcc or clang"
 
@@ -32,8 +39,26 @@ class CpuBackend(Backend):
     # trying: how many outer axes one work-shared loop collapses (by rows per split), how
     # many outputs a strided reduction computes side by side, a reduction split among the
     # threads, the axis the threads partition, and a loop interchange
-    schedule_space = {"parallel_rows": (1, 4096), "lanes": (16, 256), "split_k": (4,),
-                      "split_axis": (1,), "loop_order": (1,)}
+    kernel_space = {"parallel_rows": (1, 4096), "lanes": (16, 256), "split_k": (4,),
+                    "split_axis": (1,), "loop_order": (1,)}
+    # the `luminal.quant` formats whose matmuls run on packed blocks (what search's regions
+    # are lowered with)
+    quant_kernels = QUANT_KERNELS
+    # the settings of `schedule_space` that the quantized matmul call takes (`Matmul.tuning`)
+    # rather than generated kernels
+    matmul_settings = frozenset(MATMUL_TUNABLE)
+
+    @property
+    def schedule_space(self) -> dict[str, tuple[int, ...]]:
+        """`kernel_space`, and `quant_activations` (how decode's quantized matvec holds x, as
+        the position of a `QUANT_ACTIVATIONS` name) with the values that keep results within
+        search's check of the reference: "float" (exact up to summation order) and the value
+        the user chose with LUMINAL_CPU_QUANT_ACTIVATIONS. A value that rounds x (int8: about
+        1e-3 relative to sum |x w|) is searched only when the user opted into it, so search
+        never trades accuracy the user did not give up (int8 moved SmolLM2's greedy tokens)."""
+        chosen = dict.fromkeys(("float", quant_activations()))
+        return {**self.kernel_space,
+                "quant_activations": tuple(map(quant_activations_code, chosen))}
     dtypes = ("float32", "float16", "bfloat16", "int32", "bool")
 
     def probe(self) -> BackendStatus:
@@ -54,7 +79,7 @@ class CpuBackend(Backend):
             raise RuntimeError(f"backend 'cpu' cannot compile: {status.reason}")
         cc = toolchain.compiler()
         t0 = time.perf_counter()
-        program = implicit_gemm.fuse(lower(graph, self.schedule, QUANT_KERNELS,
+        program = implicit_gemm.fuse(lower(graph, self.schedule, self.quant_kernels,
                                            C.max_kernel_args))
         plan = plan_memory(program)
         t1 = time.perf_counter()

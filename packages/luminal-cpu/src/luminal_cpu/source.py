@@ -57,6 +57,35 @@ def quant_activations() -> str:
     return value
 
 
+# the settings of `Matmul.tuning` the matmul call reads: `quant_activations` is the position
+# of a `QUANT_ACTIVATIONS` name in that dict (search's settings are integers), so a name added
+# to the dict is a new value without other edits
+MATMUL_TUNABLE = ("quant_activations",)
+
+
+def quant_activations_code(name: str) -> int:
+    """The integer a schedule gives `quant_activations` for the `QUANT_ACTIVATIONS` name."""
+    return list(QUANT_ACTIVATIONS).index(name)
+
+
+def _x_prec(mm: Matmul) -> str:
+    """`lm_qmat.x_prec` for a quantized matmul: the schedule's `quant_activations`, else the
+    `LUMINAL_CPU_QUANT_ACTIVATIONS` default."""
+    tuned = dict(mm.tuning)
+    unknown = tuned.keys() - set(MATMUL_TUNABLE) - set(C.tunable)
+    if unknown:
+        raise ValueError(f"the cpu backend's matmul has no setting {sorted(unknown)}; it has "
+                         f"{list(MATMUL_TUNABLE)}")
+    code = tuned.get("quant_activations")
+    if code is None:
+        return QUANT_ACTIVATIONS[quant_activations()]
+    names = list(QUANT_ACTIVATIONS)
+    if not 0 <= code < len(names):
+        raise ValueError(f"quant_activations={code} is outside 0..{len(names) - 1} "
+                         f"({', '.join(f'{k}: {n}' for k, n in enumerate(names))})")
+    return QUANT_ACTIVATIONS[names[code]]
+
+
 def _csrc(name: str) -> str:
     return files("luminal_cpu").joinpath("csrc", name).read_text()
 
@@ -106,7 +135,7 @@ def _render_matmul(mm: Matmul, name: str) -> str:
     shape = f"{ex(mm.m)}, {ex(mm.n)}, {ex(mm.k)}"
     if isinstance(b, QuantOperand):
         w = (f"(lm_qmat){{p{b.buf}, {_QTYPE_CODE[b.qtype]}, {int(b.k_contiguous)}, "
-             f"{ex(b.rows)}, {ex(b.cols)}, {QUANT_ACTIVATIONS[quant_activations()]}}}")
+             f"{ex(b.rows)}, {ex(b.cols)}, {_x_prec(mm)}}}")
         lines.append(f"  lm_qgemm(lm_nb, lm_ao, {shape}, {a}, {w}, {out});")
     else:
         b_dt = _DTYPE_CODE[mm.params[b.buf].dtype.name]

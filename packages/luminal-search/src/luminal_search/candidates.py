@@ -58,6 +58,8 @@ class RegionResult:
     rejected: list[str] = field(default_factory=list)
     egraph_s: float = 0.0
     timings: list[tuple[str, float]] = field(default_factory=list)  # every timed candidate
+    # candidates not timed, (label, label of the timed one): they built the same program
+    same: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def gain(self) -> float:
@@ -67,7 +69,8 @@ class RegionResult:
         return {"label": self.label, "instances": self.instances,
                 "choice": self.choice.as_json(), "default_s": self.default_s,
                 "best_s": self.best_s, "timed": self.timed, "rejected": self.rejected,
-                "egraph_s": self.egraph_s, "timings": [list(t) for t in self.timings]}
+                "egraph_s": self.egraph_s, "timings": [list(t) for t in self.timings],
+                "same": [list(t) for t in self.same]}
 
     @staticmethod
     def from_json(d: dict) -> RegionResult:
@@ -75,7 +78,8 @@ class RegionResult:
                             Candidate.from_json(d["choice"]), float(d["default_s"]),
                             float(d["best_s"]), int(d["timed"]), [str(r) for r in d["rejected"]],
                             float(d["egraph_s"]),
-                            [(str(label), float(t)) for label, t in d["timings"]])
+                            [(str(label), float(t)) for label, t in d["timings"]],
+                            [(str(label), str(timed)) for label, timed in d["same"]])
 
 
 @dataclass

@@ -59,7 +59,7 @@ def find_fusions(graph: Graph, regions: list[Region]) -> list[Region]:
     order = {n.id: k for k, n in enumerate(graph.toposort())}
     fusions = []
     for region in regions:
-        if not region.searchable:
+        if region.quantized:
             continue
         reach = closure(region, by_root, users, outputs)
         interior = set(region.nodes) - set(region.inputs)
@@ -100,7 +100,7 @@ def closure(region: Region, by_root: dict[int, Region], users: dict[int, list[in
         for n in members[k].inputs:
             p = by_root.get(n)
             if (len(members) == MAX_MEMBERS or p is None or p in members or n in outputs
-                    or not p.searchable or not set(users[n]) <= interior):
+                    or p.quantized or not set(users[n]) <= interior):
                 continue
             members.append(p)
             interior |= set(p.nodes) - set(p.inputs)

@@ -39,7 +39,7 @@ def find_groups(graph: Graph, regions: list[Region]) -> list[Region]:
     order = {n.id: k for k, n in enumerate(graph.toposort())}
     groups = []
     for region in regions:
-        if not region.searchable or region.fused or region.matmul:
+        if region.quantized or region.fused or region.matmul:
             continue
         members = closure(region, by_root, users, outputs)[:MAX_GROUP]
         cheap = [k for k, m in enumerate(members)
@@ -63,7 +63,7 @@ def find_groups(graph: Graph, regions: list[Region]) -> list[Region]:
 def _cheap(graph: Graph, region: Region, users: dict[int, list[int]],
            operands: set[int]) -> bool:
     """Whether the region is elementwise work cheap enough to recompute in its readers."""
-    if (region.matmul or region.fused or not region.searchable or region.root in operands
+    if (region.matmul or region.fused or region.quantized or region.root in operands
             or len(users[region.root]) > MAX_READERS):
         return False
     cost = 0

@@ -8,22 +8,41 @@ from collections.abc import Collection
 
 import numpy as np
 from luminal.graph import Graph
+from luminal.symbolic import Expr
+from luminal.testing.quant import random_blocks
 
 SPECIALS = (np.nan, np.inf, -np.inf)
+
+
+def packed_weights(graph: Graph) -> dict[int, tuple[str, int, int]]:
+    """The inputs of `graph` that hold a quantized matrix's packed blocks (the raw input of a
+    `luminal.quant.dequantize`): input id -> (qtype, rows, cols), dims bound."""
+    out = {}
+    for node in graph.nodes.values():
+        tag = node.dequantized
+        if tag is not None:
+            rows, cols = (d.evaluate(graph.dims) if isinstance(d, Expr) else int(d)
+                          for d in (tag.rows, tag.cols))
+            out[tag.raw] = (tag.qtype, rows, cols)
+    return out
 
 
 def random_inputs(graph: Graph, rng: np.random.Generator, specials: bool = False,
                   skip: Collection[int] = ()) -> dict:
     """Random data for every input of `graph` but those in `skip` (dims must be bound):
-    normal floats, small ints, random bools; with `specials`, a few floats are NaN, +inf and
-    -inf."""
+    normal floats, small ints, random bools, random valid blocks of its format for a quantized
+    matrix (`luminal.testing.quant.random_blocks`: finite scales); with `specials`, a few
+    floats are NaN, +inf and -inf."""
     data = {}
+    packed = packed_weights(graph)
     for node in graph.input_nodes():
         if node.id in skip:
             continue
         shape = tuple(d.evaluate(graph.dims) for d in node.shape)
         dt = node.dtype
-        if dt.is_float:
+        if node.id in packed:
+            data[node.id] = random_blocks(*packed[node.id], rng)
+        elif dt.is_float:
             x = rng.standard_normal(shape).astype(np.float32)
             if specials and x.size:
                 picks = rng.choice(x.size, size=min(x.size, 3), replace=False)
@@ -72,6 +91,13 @@ def _close(got: np.ndarray, want: np.ndarray) -> bool:
         return True
     scale = max(1.0, float(np.abs(want).mean()))
     return bool(np.allclose(got, want, rtol=2e-3, atol=2e-3 * scale))
+
+
+def program_identity(graph: Graph) -> object | None:
+    """What identifies the program `graph` was compiled to, where the backend tells (the cpu
+    backend's library, keyed by its source), else None: two candidates with the same identity
+    run the same code, and need not both be timed."""
+    return getattr(getattr(graph.runtime, "library", None), "path", None)
 
 
 def time_interleaved(graphs: list[Graph], data: dict, budget_s: float = 0.3,

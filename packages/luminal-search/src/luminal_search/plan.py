@@ -20,6 +20,7 @@ def to_json(results: dict[str, RegionResult], regions: list[Region], whole: Whol
             order: list[int]) -> dict[str, Any]:
     position = {n: k for k, n in enumerate(order)}
     instances = [{"signature": r.signature, "root": position[r.root], "matmul": r.matmul,
+                  "quantized": r.quantized,
                   "fused": r.fused, "group": r.group, "cheap": r.cheap,
                   "nodes": [position[n] for n in r.nodes],
                   "inputs": [position[n] for n in r.inputs]}
@@ -28,10 +29,12 @@ def to_json(results: dict[str, RegionResult], regions: list[Region], whole: Whol
             "instances": instances, "whole": whole.as_json()}
 
 
-def from_json(graph: Graph, plan: dict[str, Any], order: list[int], space: dict[str, Any]
+def from_json(graph: Graph, plan: dict[str, Any], order: list[int], space: dict[str, Any],
+              calls: frozenset[str] = frozenset()
               ) -> tuple[dict[str, RegionResult], list[Region], WholeGraph]:
-    """The plan for `graph` (`space`: the backend's `schedule_space`); raises ValueError (or
-    KeyError, TypeError, IndexError) when it does not fit the graph."""
+    """The plan for `graph` (`space`: the backend's `schedule_space`, `calls`: those of its
+    settings the quantized matmul call takes); raises ValueError (or KeyError, TypeError,
+    IndexError) when it does not fit the graph."""
     results = {str(sig): RegionResult.from_json(r) for sig, r in plan["regions"].items()}
     regions = []
     for inst in plan["instances"]:
@@ -39,17 +42,18 @@ def from_json(graph: Graph, plan: dict[str, Any], order: list[int], space: dict[
         region = Region(order[inst["root"]], at, [order[p] for p in inst["inputs"]],
                         bool(inst["matmul"]), signature=str(inst["signature"]),
                         fused=int(inst["fused"]), group=int(inst["group"]),
-                        cheap=[int(p) for p in inst["cheap"]])
+                        cheap=[int(p) for p in inst["cheap"]],
+                        quantized=bool(inst["quantized"]))
         if (region.nodes[-1] != region.root or not set(region.inputs) <= set(region.nodes)
                 or not all(0 <= p < len(region.nodes) for p in region.cheap)):
             raise ValueError("region instance does not fit the graph")
-        check_candidate(graph, region, results[region.signature].choice, space)
+        check_candidate(graph, region, results[region.signature].choice, space, calls)
         regions.append(region)
     return results, regions, WholeGraph.from_json(plan["whole"])
 
 
 def check_candidate(graph: Graph, region: Region, cand: Candidate,
-                    space: dict[str, Any]) -> None:
+                    space: dict[str, Any], calls: frozenset[str] = frozenset()) -> None:
     if cand.kind not in ("default", "schedule", "rewrite", "fuse"):
         raise ValueError(f"unknown candidate kind {cand.kind!r}")
     if any(name not in space for name, _ in cand.tuning):
@@ -58,6 +62,9 @@ def check_candidate(graph: Graph, region: Region, cand: Candidate,
         raise ValueError("a fused kernel chosen for a region that is not a fusion, or back")
     if cand.loops and not region.matmul:
         raise ValueError("loops on a region that is not a matmul")
+    if any(name in calls for name, _ in cand.tuning) and (not region.quantized or cand.loops):
+        raise ValueError(f"tuning {cand.tuning} of the quantized matmul call on a region "
+                         f"that is not one")
     for p in cand.store:
         if not 0 <= p < len(region.nodes):
             raise ValueError(f"store position {p} outside the region")

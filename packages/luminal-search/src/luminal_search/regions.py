@@ -8,7 +8,8 @@ layers of a transformer) share a signature and are searched once.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass, field, replace
 
 from luminal import ops
 from luminal.graph import Edge, Graph
@@ -29,8 +30,9 @@ class Region:
     matmul: bool  # the default plan makes it a matmul micro-kernel
     recomputed: list[int] = field(default_factory=list)  # inlined nodes read more than once
     signature: str = ""
-    # a quantized matmul reads packed weights the region alone cannot reproduce: not searched
-    searchable: bool = True
+    # the default plan is the backend's quantized matmul call (its weight a dequantized input
+    # of packed blocks): it is neither fused nor inlined, and takes the call's settings
+    quantized: bool = False
     fused: int = 0  # a fusion of this many regions of the default plan (`fusion.py`)
     # a group of this many regions of the default plan whose stored cheap producers may be
     # inlined (`inlining.py`): positions in `nodes` of those producers
@@ -45,22 +47,44 @@ class Region:
         return f"{kind}[{head[:60]}]"
 
 
-def find_regions(graph: Graph) -> list[Region]:
+def find_regions(graph: Graph, quant_kernels: Collection[str] = frozenset()) -> list[Region]:
     """The regions of `graph` under the default lowering heuristics, in topological order:
     one per kernel call of the default program (nodes a pattern absorbs, like the dequantizing
-    ops of a quantized matmul's weight, make no region)."""
-    lowering = Lowering(graph)
+    ops of a quantized matmul's weight, make no region). `quant_kernels`: the `luminal.quant`
+    formats the backend multiplies in packed form (its `quant_kernels`), as it lowers."""
+    lowering = Lowering(graph, quant_kernels=quant_kernels)
     stored = lowering.materialised
     built = {b.node for b in lowering.program().buffers if b.role != "input"}
+    dequantized: dict[int, list[int]] = {}  # packed input -> the nodes tagged as its matrix
+    for n in graph.nodes.values():
+        if n.dequantized is not None:
+            dequantized.setdefault(n.dequantized.raw, []).append(n.id)
     regions = []
     for node in lowering.order:
         if node.id not in built:
             continue
         match = lowering.matmuls.get(node.id)
-        region = _region(graph, node.id, stored, match is not None)
-        region.searchable = not (match is not None and isinstance(match.b, QuantWeight))
+        quantized = match is not None and isinstance(match.b, QuantWeight)
+        # the call reads the packed input itself: the dequantization (stored or not by the
+        # heuristic, dead either way) belongs to the region, down to that input
+        absorbed = (_dequantization(graph, dequantized[match.b.node], match.b.node)
+                    if quantized else set())
+        region = _region(graph, node.id, stored - absorbed, match is not None)
+        region.quantized = quantized
         regions.append(region)
     return regions
+
+
+def _dequantization(graph: Graph, tagged: list[int], raw: int) -> set[int]:
+    """The nodes that dequantize the packed input `raw` into the `tagged` matrices."""
+    out: set[int] = set()
+    stack = list(tagged)
+    while stack:
+        nid = stack.pop()
+        if nid not in out and nid != raw:
+            out.add(nid)
+            stack.extend(e.src for e in graph.nodes[nid].inputs)
+    return out
 
 
 def _region(graph: Graph, root: int, stored: set[int], matmul: bool) -> Region:
@@ -105,6 +129,13 @@ def signature(graph: Graph, region: Region) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
+def packed_inputs(graph: Graph, region: Region) -> set[int]:
+    """The region's inputs that hold a quantized matrix's packed blocks (what a dequantized
+    weight of the region reads)."""
+    tags = (graph.nodes[n].dequantized for n in region.nodes)
+    return {t.raw for t in tags if t is not None} & set(region.inputs)
+
+
 def leaves(graph: Graph, region: Region) -> list[int]:
     """The region's nodes that the term language treats as opaque leaves, in region order:
     its inputs, constants, and ops the language does not model (whatever they read stays
@@ -131,7 +162,9 @@ def views_and_extents(graph: Graph, region: Region, leaf_ids: list[int]) -> tupl
 
 def subgraph(graph: Graph, region: Region) -> tuple[Graph, dict[int, int]]:
     """The region alone: its inputs become graph inputs, its root is retrieved. Returns the new
-    graph and the map from the region's node ids to the new graph's."""
+    graph and the map from the region's node ids to the new graph's. A dequantized weight
+    keeps its tag (on the region's copy of its packed input), so the region alone lowers to
+    the same quantized matmul."""
     sub = Graph()
     ids: dict[int, int] = {}
     for k, n in enumerate(region.inputs):
@@ -143,5 +176,8 @@ def subgraph(graph: Graph, region: Region) -> tuple[Graph, dict[int, int]]:
         node = graph.nodes[n]
         edges = [Edge(ids[e.src], e.view) for e in node.inputs]
         ids[n] = sub.add_node(node.op, edges, node.shape, node.dtype).id
+        tag = node.dequantized
+        if tag is not None and tag.raw in ids:
+            sub.nodes[ids[n]].dequantized = replace(tag, raw=ids[tag.raw])
     sub.retrieved.add(ids[region.root])
     return sub, ids

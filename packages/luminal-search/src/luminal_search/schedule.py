@@ -48,7 +48,9 @@ LANGUAGE = f"""\
 (relation Recomputed (i64 i64))
 (relation Cheap (i64 i64))
 (relation Tunable (String i64))
-(relation Setting (String i64))"""
+(relation Setting (String i64))
+(relation Library (Kernel))
+(relation CallSetting (String i64))"""
 
 
 def is_schedule_rules(text: str) -> bool:
@@ -81,6 +83,10 @@ class Facts:
     space: dict[str, tuple[int, ...]] | None = None  # the backend's schedule_space
     cheap: Sequence[int] = ()  # positions of stored nodes the region may inline
     depth: int = DEPTH
+    # the default plan is the backend's quantized matmul call, which takes the settings of
+    # `space` named in `calls` (generated kernels take the others)
+    library: bool = False
+    calls: frozenset[str] = frozenset()
 
 
 def program(facts: Facts, rulesets: Sequence[tuple[str, str]], limits: Limits) -> str:
@@ -92,12 +98,14 @@ def program(facts: Facts, rulesets: Sequence[tuple[str, str]], limits: Limits) -
     parts += ["(let $k (Plan 0))", "(let $v (Run 0 $k))",
               f"(set (Last $k) -1) (set (Left $k) {int(facts.depth)})",
               "(MicroKernel 0)" if facts.matmul else "(Generated $k)"]
+    if facts.library:
+        parts.append("(Library $k)")
     parts += [f"(Recomputed 0 {int(p)})" for p in facts.recomputed]
     parts += [f"(Cheap 0 {int(p)})" for p in facts.cheap]
     for rank, (name, values) in enumerate((facts.space or {}).items()):
         if not name.isidentifier():
             raise ValueError(f"schedule setting {name!r} is not an identifier")
-        parts.append(f'(Setting "{name}" {rank})')
+        parts.append(f'({"CallSetting" if name in facts.calls else "Setting"} "{name}" {rank})')
         parts += [f'(Tunable "{name}" {int(v)})' for v in values]
     parts += [f"(union $v (Run 0 (With $k (Rewrite {k}))))" for k in range(facts.rewrites)]
     if rulesets:

@@ -31,7 +31,14 @@ from luminal_codegen import Schedule
 from . import cache, fusion, inlining, measure, plan, schedule, terms
 from .candidates import DEFAULT, Candidate, RegionResult, WholeGraph
 from .egraph import Limits, Rewrite, saturate
-from .regions import Region, find_regions, leaves, subgraph, views_and_extents
+from .regions import (
+    Region,
+    find_regions,
+    leaves,
+    packed_inputs,
+    subgraph,
+    views_and_extents,
+)
 
 DEFAULT_DIM = 64  # value given to a symbolic dim the graph has not bound, for timing
 MAX_STORE_VARIANTS = 2
@@ -75,6 +82,7 @@ class SearchReport:
                 choice = f"default (its own best, {choice}, lost in the whole graph)"
             lines.append(f"{r.label[:48]:<48} {r.instances:>3} {r.timed:>5} {timing}  {choice}")
             lines += [f"    rejected: {why}" for why in r.rejected]
+            lines += _same_lines(r.same)
             if r.label.startswith("fusion"):
                 lines += [f"    timed: {label} {t * 1e6:.1f}us" for label, t in r.timings]
         return "\n".join(lines)
@@ -123,7 +131,7 @@ class Search:
             results, regions, whole = loaded
             path = str(cache.cache_dir() / f"{key}.json")
         else:
-            regions = find_regions(graph)
+            regions = find_regions(graph, getattr(self.backend, "quant_kernels", ()))
             merged: dict[str, RegionResult] = {}
             regions = self._absorb(graph, regions, fusion.find_fusions(graph, regions), (),
                                    merged)
@@ -159,7 +167,8 @@ class Search:
             return None
         try:
             results, regions, whole = plan.from_json(graph, stored, order,
-                                                     self.backend.schedule_space)
+                                                     self.backend.schedule_space,
+                                                     self._calls())
         except (KeyError, TypeError, ValueError, IndexError, AttributeError):
             return None
         for region in regions:  # fused kernels are derived again (deterministic)
@@ -169,6 +178,12 @@ class Search:
                 if choice.derived is None:
                     return None
         return results, regions, whole
+
+    def _calls(self) -> frozenset[str]:
+        """The settings of the backend's `schedule_space` that its quantized matmul call takes
+        (`Matmul.tuning`; luminal-cpu: `quant_activations`), declared as the backend's
+        `matmul_settings`; generated kernels take the others."""
+        return frozenset(getattr(self.backend, "matmul_settings", ()))
 
     # ----- fusing -------------------------------------------------------------------------
     @staticmethod
@@ -228,12 +243,17 @@ class Search:
             label = (f"one kernel from the e-graph (cost {derived.inlined_cost} -> "
                      f"{derived.cost}, est. work {derived.work / derived.default_work:.2f}x)")
             return [DEFAULT, Candidate("fuse", label, derived=derived)], derived.seconds
-        term_sets = [r for r in rulesets if not schedule.is_schedule_rules(r[1])]
+        # a quantized matmul's nodes are the dequantization the call never runs: no rewrites
+        # or stores of them, only the call's settings and generated loops
+        term_sets = [r for r in rulesets if not schedule.is_schedule_rules(r[1])
+                     and not region.quantized]
         schedule_sets = [r for r in rulesets if schedule.is_schedule_rules(r[1])]
         sat = saturate(graph, region, term_sets, self.limits)
-        recomputed = [region.nodes.index(n) for n in region.recomputed[:MAX_STORE_VARIANTS]]
+        recomputed = [] if region.quantized else [
+            region.nodes.index(n) for n in region.recomputed[:MAX_STORE_VARIANTS]]
         facts = schedule.Facts(region.matmul, recomputed, len(sat.rewrites),
-                               self.backend.schedule_space, region.cheap)
+                               self.backend.schedule_space, region.cheap,
+                               library=region.quantized, calls=self._calls())
         out = [_candidate(graph, region, plan, sat.rewrites)
                for plan in schedule.choices(facts, schedule_sets, self.limits)]
         return out, sat.seconds
@@ -253,6 +273,7 @@ class Search:
         special = measure.random_inputs(reference, rng, specials=True)
         want = measure.run(reference, data, _root(reference))
         default_special: list[np.ndarray] = []
+        programs: dict[object, str] = {}  # program identity -> the candidate that built it
 
         def check(cands: list[Candidate], limit: int) -> list[tuple[Candidate, Graph]]:
             """The first `limit` of `cands` that build and agree with the reference (and with
@@ -264,6 +285,11 @@ class Search:
                     break
                 try:
                     sub, root = self._instance(graph, region, cand, dims, None)
+                    identity = measure.program_identity(sub)
+                    if identity is not None and identity in programs:
+                        # the same generated code as a candidate already in: its time holds
+                        result.same.append((cand.label, programs[identity]))
+                        continue
                     got = measure.run(sub, data, root)
                     odd = measure.run(sub, special, root)
                 except Exception as e:  # a candidate that fails to build is dropped, with why
@@ -276,6 +302,8 @@ class Search:
                     result.rejected.append(f"{cand.label}: disagrees with the reference")
                     continue
                 passed.append((cand, sub))
+                if identity is not None:
+                    programs[identity] = cand.label
             return passed
 
         # the default plan and the cheapest candidates (single choices first) until `top` pass
@@ -421,6 +449,15 @@ class Search:
                         loop_matmuls=frozenset(loops), tuning=tuning, kernels=kernels)
 
 
+def _same_lines(same: list[tuple[str, str]]) -> list[str]:
+    """`RegionResult.same` for `explain`: per candidate timed, those that built its program."""
+    by_program: dict[str, list[str]] = {}
+    for label, timed in same:
+        by_program.setdefault(timed, []).append(label)
+    return [f"    not timed, {len(labels)} built the program of {timed}: "
+            f"{'; '.join(labels)}"[:160] for timed, labels in by_program.items()]
+
+
 def _candidate(graph: Graph, region: Region, plan: schedule.Plan,
                rewrites: list[Rewrite]) -> Candidate:
     """The candidate an extracted schedule plan stands for."""
@@ -457,18 +494,22 @@ def _root(graph: Graph) -> int:
 
 
 def _checkable(graph: Graph, region: Region) -> bool:
-    """Random inputs exercise the region: every input is a float, int32 or bool tensor."""
-    dtypes = [graph.nodes[n].dtype for n in region.inputs]
-    return region.searchable and all(d.is_float or d.name in ("int32", "bool") for d in dtypes)
+    """Random inputs exercise the region: every input is a float, int32 or bool tensor, or a
+    quantized matrix's packed blocks (random valid blocks of its format)."""
+    packed = packed_inputs(graph, region)
+    return all(n in packed or graph.nodes[n].dtype.is_float
+               or graph.nodes[n].dtype.name in ("int32", "bool") for n in region.inputs)
 
 
 def _with_weights(graph: Graph, region: Region, data: dict) -> dict:
     """`data` (random inputs of the region alone) with the region's inputs that the graph
     holds as weights (bound, not assigned per run) at their values, as the whole-graph check
     runs them: speed may depend on data (a causal mask's far-below-max logits let a tiled
-    attention kernel skip blocks), so candidates are timed on what the model will run on."""
+    attention kernel skip blocks), so candidates are timed on what the model will run on. A
+    quantized matrix's packed blocks stay random valid blocks of its format and shape: the
+    user's weights are not copied into the region's graphs."""
     _, ids = subgraph(graph, region)
-    weights = graph.data.keys() - graph.assignments.keys()
+    weights = graph.data.keys() - graph.assignments.keys() - packed_inputs(graph, region)
     out = dict(data)
     for n in region.inputs:
         x = graph.data.get(n) if n in weights else None
