@@ -28,6 +28,11 @@ CASES = {
                 '(MicroKernel 0) (Tunable "lanes" 16) (Setting "lanes" 0)'),
     "With": ("(Generated $k) (With $k (Store 3))", "(Generated (With $k (Store 3)))",
              "(MicroKernel 0) (With $k (Store 3))"),
+    # a quantized matmul call takes the call's settings, generated loops do not
+    "Library": ('(Library $k) (Tunable "quant_activations" 1) (CallSetting "quant_activations" 5)',
+                '(= $v (Run 0 (With $k (Tune "quant_activations" 1))))',
+                '(Generated $k) (Tunable "quant_activations" 1) '
+                '(CallSetting "quant_activations" 5)'),
 }
 
 

@@ -21,10 +21,13 @@ def packed_weights(graph: Graph) -> dict[int, tuple[str, int, int]]:
     for node in graph.nodes.values():
         tag = node.dequantized
         if tag is not None:
-            rows, cols = (d.evaluate(graph.dims) if isinstance(d, Expr) else int(d)
-                          for d in (tag.rows, tag.cols))
-            out[tag.raw] = (tag.qtype, rows, cols)
+            out[tag.raw] = (tag.qtype, extent(tag.rows, graph.dims), extent(tag.cols, graph.dims))
     return out
+
+
+def extent(d: Expr | int, dims: dict[str, int]) -> int:
+    """A dimension's size at `dims`."""
+    return d.evaluate(dims) if isinstance(d, Expr) else int(d)
 
 
 def random_inputs(graph: Graph, rng: np.random.Generator, specials: bool = False,

@@ -42,7 +42,8 @@ class Region:
     def label(self, graph: Graph) -> str:
         names = [graph.nodes[n].op.name for n in self.nodes if n not in self.inputs]
         kind = (f"fusion of {self.fused}" if self.fused else f"group of {self.group}"
-                if self.group else "matmul" if self.matmul else "kernel")
+                if self.group else "quantized matmul" if self.quantized else "matmul"
+                if self.matmul else "kernel")
         head = ",".join(dict.fromkeys(names))
         return f"{kind}[{head[:60]}]"
 

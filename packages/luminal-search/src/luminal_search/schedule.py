@@ -77,7 +77,7 @@ Plan = tuple[Choice, ...]
 class Facts:
     """What the schedule rules start from, for one region."""
 
-    matmul: bool
+    matmul: bool  # the default plan is a matmul micro-kernel (else generated loops)
     recomputed: Sequence[int] = ()  # positions in the region's nodes
     rewrites: int = 0  # rewrites the algebraic rule sets found
     space: dict[str, tuple[int, ...]] | None = None  # the backend's schedule_space
@@ -87,6 +87,7 @@ class Facts:
     # `space` named in `calls` (generated kernels take the others)
     library: bool = False
     calls: frozenset[str] = frozenset()
+    loops: bool = True  # the micro-kernel may be lowered as generated loops instead
 
 
 def program(facts: Facts, rulesets: Sequence[tuple[str, str]], limits: Limits) -> str:
@@ -97,7 +98,9 @@ def program(facts: Facts, rulesets: Sequence[tuple[str, str]], limits: Limits) -
         parts += [f"(ruleset {name})", text]
     parts += ["(let $k (Plan 0))", "(let $v (Run 0 $k))",
               f"(set (Last $k) -1) (set (Left $k) {int(facts.depth)})",
-              "(MicroKernel 0)" if facts.matmul else "(Generated $k)"]
+              "" if facts.matmul else "(Generated $k)"]
+    if facts.matmul and facts.loops:
+        parts.append("(MicroKernel 0)")
     if facts.library:
         parts.append("(Library $k)")
     parts += [f"(Recomputed 0 {int(p)})" for p in facts.recomputed]

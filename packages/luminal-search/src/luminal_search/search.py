@@ -42,6 +42,10 @@ from .regions import (
 
 DEFAULT_DIM = 64  # value given to a symbolic dim the graph has not bound, for timing
 MAX_STORE_VARIANTS = 2
+# a quantized matmul is proposed as generated loops (decoding every weight element in scalar
+# code, several hundred times slower than the call at 576x1536) only up to this many weight
+# elements: beyond, timing it costs search seconds per region for a candidate that cannot win
+MAX_QUANT_LOOPS = 1 << 20
 # A candidate replaces the default plan only when it is at least this much faster: timings on a
 # busy machine jitter by a few percent, and a tie is not worth a different plan.
 MARGIN = 0.97
@@ -83,7 +87,7 @@ class SearchReport:
             lines.append(f"{r.label[:48]:<48} {r.instances:>3} {r.timed:>5} {timing}  {choice}")
             lines += [f"    rejected: {why}" for why in r.rejected]
             lines += _same_lines(r.same)
-            if r.label.startswith("fusion"):
+            if r.label.startswith(("fusion", "quantized")):
                 lines += [f"    timed: {label} {t * 1e6:.1f}us" for label, t in r.timings]
         return "\n".join(lines)
 
@@ -253,7 +257,9 @@ class Search:
             region.nodes.index(n) for n in region.recomputed[:MAX_STORE_VARIANTS]]
         facts = schedule.Facts(region.matmul, recomputed, len(sat.rewrites),
                                self.backend.schedule_space, region.cheap,
-                               library=region.quantized, calls=self._calls())
+                               library=region.quantized, calls=self._calls(),
+                               loops=not region.quantized or _weight_elements(
+                                   graph, region, self._dims(graph)) <= MAX_QUANT_LOOPS)
         out = [_candidate(graph, region, plan, sat.rewrites)
                for plan in schedule.choices(facts, schedule_sets, self.limits)]
         return out, sat.seconds
@@ -499,6 +505,12 @@ def _checkable(graph: Graph, region: Region) -> bool:
     packed = packed_inputs(graph, region)
     return all(n in packed or graph.nodes[n].dtype.is_float
                or graph.nodes[n].dtype.name in ("int32", "bool") for n in region.inputs)
+
+
+def _weight_elements(graph: Graph, region: Region, dims: dict[str, int]) -> int:
+    """Elements of the quantized matrices the region multiplies by, at `dims`."""
+    tags = [t for t in (graph.nodes[n].dequantized for n in region.nodes) if t is not None]
+    return sum(measure.extent(t.rows, dims) * measure.extent(t.cols, dims) for t in tags)
 
 
 def _with_weights(graph: Graph, region: Region, data: dict) -> dict:
