@@ -29,7 +29,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "2")
 import luminal as lm
 import luminal_nn.functional as F
 import numpy as np
-from luminal_search import Search
+from luminal_search import Search, measure
 
 # a graph, its outputs, and what to re-bind before each run (state the graph assigns)
 Built = tuple[lm.Graph, list, Callable[[], None]]
@@ -96,6 +96,22 @@ def attention(seq: int, queries: int | None = None) -> Callable[[], Built]:
     return build
 
 
+def quant_matmul(rows: int) -> Callable[[], Built]:
+    """x (`rows` tokens, 1536) @ W.T for a SmolLM2-shaped Q4_K W (576 x 1536, its MLP down
+    projection) of random valid blocks: decode's matvec (1 row) or a prefill GEMM."""
+    def build() -> Built:
+        from luminal.quant import dequantize
+        from luminal.testing.quant import random_blocks
+
+        g = lm.Graph()
+        x = g.tensor((1, rows, 1536), name="x").set(rand(1, rows, 1536))
+        raw = random_blocks("q4_k", 576, 1536, np.random.default_rng(3))
+        w = dequantize(g.tensor(raw.shape, name="w", dtype=lm.uint8).set(raw), "q4_k",
+                       (576, 1536))
+        return g, [(x @ w.T).retrieve()], nothing
+    return build
+
+
 def smollm2(phase: str) -> Callable[[], Built]:
     from luminal_models.gguf_file import GGUFFile
     from luminal_models.hub import resolve_model
@@ -156,11 +172,11 @@ def time_interleaved(graphs: list[Built], rounds: int, batch_s: float = 0.05) ->
 def same_program(a: lm.Graph, b: lm.Graph) -> bool:
     """Whether both graphs run the identical compiled program (the cpu backend's library is
     keyed by its source)."""
-    paths = [getattr(getattr(g.runtime, "library", None), "path", None) for g in (a, b)]
-    return paths[0] is not None and paths[0] == paths[1]
+    ids = [measure.program_identity(g) for g in (a, b)]
+    return ids[0] is not None and ids[0] == ids[1]
 
 
-def bench(name: str, build: Callable[[], Built], rounds: int) -> dict:
+def bench(name: str, build: Callable[[], Built], rounds: int, explain: bool = False) -> dict:
     cpu = lm.backend("cpu")
     with tempfile.TemporaryDirectory() as cache_dir:
         os.environ["LUMINAL_CACHE"] = cache_dir
@@ -186,6 +202,8 @@ def bench(name: str, build: Callable[[], Built], rounds: int) -> dict:
         for a, b in zip(plain[1], searched[1]):
             np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=2e-3, atol=2e-3)
         kept = search.report.whole.kept
+        if explain:
+            print(search.explain(), flush=True)
         return {"graph": name, "default_ms": base * 1e3, "search_ms": fast * 1e3,
                 "speedup": base / fast, "compile_s": plain_s, "cold_s": cold, "warm_s": warm,
                 "warm_search_s": warm_search.report.seconds,
@@ -233,6 +251,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, no sequence 2048")
     parser.add_argument("--only", nargs="*", help="graph names to run")
+    parser.add_argument("--explain", action="store_true",
+                        help="print what search chose and timed for each graph (explain())")
     parser.add_argument("--derived", nargs="*", type=int, metavar="SEQ", default=[],
                         help="also time search's derived attention kernel, forced in, against "
                              "the default plan at these sequence lengths (e.g. 512 2048)")
@@ -242,6 +262,8 @@ def main() -> None:
         "layernorm_gelu": lambda: layernorm_gelu, "conv2d": lambda: conv2d,
         "attention_512": lambda: attention(512), "attention_2048": lambda: attention(2048),
         "attention_decode_2048": lambda: attention(2048, queries=1),
+        "q4k_matvec_576x1536": lambda: quant_matmul(1),
+        "q4k_matmul_64x576x1536": lambda: quant_matmul(64),
         "smollm2_prefill64": lambda: smollm2("prefill"),
         "smollm2_decode": lambda: smollm2("decode"),
     }
@@ -254,7 +276,7 @@ def main() -> None:
     for name, make in graphs.items():
         if args.only and name not in args.only:
             continue
-        row = bench(name, make(), 7 if args.quick else 21)
+        row = bench(name, make(), 7 if args.quick else 21, args.explain)
         rows.append(row)
         print(f"| {row['graph']} | {row['default_ms']:.3f} | {row['search_ms']:.3f} | "
               f"{row['speedup']:.2f} | {row['compile_s']:.2f} | {row['cold_s']:.1f} | "
