@@ -70,7 +70,8 @@ def test_quantized_matmul_is_one_region_with_its_dequantization():
     sub, ids = subgraph(g, region)
     (kernel,) = lower(sub, None, cpu.quant_kernels).kernels
     assert isinstance(kernel, Matmul) and isinstance(kernel.b, QuantOperand)
-    assert measure.packed_weights(sub) == {ids[raw]: ("q4_k", 40, 512)}
+    (tag,) = measure.packed_weights(sub).values()
+    assert (tag.raw, tag.qtype, tag.rows, tag.cols) == (ids[raw], "q4_k", 40, 512)
     # a backend without quantized kernels runs the dequantization as kernels of their own
     assert not any(r.quantized for r in find_regions(g))
 
@@ -216,12 +217,18 @@ def test_search_on_a_small_quantized_model(monkeypatch, private_cache):
             == [r.choice.label for r in report.regions])
 
 
-def test_cache_refuses_the_call_setting_on_another_region():
+def test_cache_refuses_the_call_setting_on_another_region(monkeypatch):
+    """A cached plan fits only the regions and the space it was found for: int8 from a plan
+    searched with the user's opt-in is refused once the user has not opted in."""
+    monkeypatch.delenv("LUMINAL_CPU_QUANT_ACTIVATIONS", raising=False)
     g, _, _, _ = quant_graph("q8_0", 16, 256, 1)
     (region,) = find_regions(g, CpuBackend.quant_kernels)
     cand = Candidate("schedule", "quant_activations=0", tuning=(FLOAT,))
     space, calls = CpuBackend().schedule_space, CpuBackend.matmul_settings
     plan.check_candidate(g, region, cand, space, calls)
+    with pytest.raises(ValueError, match="outside the backend's schedule space"):
+        plan.check_candidate(g, region, Candidate("schedule", "int8", tuning=(INT8,)), space,
+                             calls)
     region.quantized = False
     with pytest.raises(ValueError, match="quantized matmul call"):
         plan.check_candidate(g, region, cand, space, calls)

@@ -8,21 +8,18 @@ from collections.abc import Collection
 
 import numpy as np
 from luminal.graph import Graph
+from luminal.ir import Dequantized
 from luminal.symbolic import Expr
 from luminal.testing.quant import random_blocks
 
 SPECIALS = (np.nan, np.inf, -np.inf)
 
 
-def packed_weights(graph: Graph) -> dict[int, tuple[str, int, int]]:
+def packed_weights(graph: Graph) -> dict[int, Dequantized]:
     """The inputs of `graph` that hold a quantized matrix's packed blocks (the raw input of a
-    `luminal.quant.dequantize`): input id -> (qtype, rows, cols), dims bound."""
-    out = {}
-    for node in graph.nodes.values():
-        tag = node.dequantized
-        if tag is not None:
-            out[tag.raw] = (tag.qtype, extent(tag.rows, graph.dims), extent(tag.cols, graph.dims))
-    return out
+    `luminal.quant.dequantize`), with the tag saying their format and shape."""
+    tags = (node.dequantized for node in graph.nodes.values())
+    return {tag.raw: tag for tag in tags if tag is not None}
 
 
 def extent(d: Expr | int, dims: dict[str, int]) -> int:
@@ -44,7 +41,9 @@ def random_inputs(graph: Graph, rng: np.random.Generator, specials: bool = False
         shape = tuple(d.evaluate(graph.dims) for d in node.shape)
         dt = node.dtype
         if node.id in packed:
-            data[node.id] = random_blocks(*packed[node.id], rng)
+            tag = packed[node.id]
+            data[node.id] = random_blocks(tag.qtype, extent(tag.rows, graph.dims),
+                                          extent(tag.cols, graph.dims), rng)
         elif dt.is_float:
             x = rng.standard_normal(shape).astype(np.float32)
             if specials and x.size:

@@ -56,7 +56,7 @@ def check_candidate(graph: Graph, region: Region, cand: Candidate,
                     space: dict[str, Any], calls: frozenset[str] = frozenset()) -> None:
     if cand.kind not in ("default", "schedule", "rewrite", "fuse"):
         raise ValueError(f"unknown candidate kind {cand.kind!r}")
-    if any(name not in space for name, _ in cand.tuning):
+    if any(value not in space.get(name, ()) for name, value in cand.tuning):
         raise ValueError(f"tuning {cand.tuning} outside the backend's schedule space")
     if (cand.kind == "fuse") != bool(region.fused):
         raise ValueError("a fused kernel chosen for a region that is not a fusion, or back")

@@ -126,7 +126,9 @@ class Search:
         t0 = time.perf_counter()
         rulesets = self._rulesets()
         device = self.backend.probe().device
-        options = f"top={self.top} {self.limits} {rulesets!r}"
+        # the space is part of the key: luminal-cpu's depends on LUMINAL_CPU_QUANT_ACTIVATIONS
+        options = (f"top={self.top} {self.limits} {rulesets!r} "
+                   f"{sorted(self.backend.schedule_space.items())}")
         key = cache.plan_key(graph, self.backend.name, device, options)
         order = [n.id for n in graph.toposort()]
         loaded = self._load(graph, key, order)
