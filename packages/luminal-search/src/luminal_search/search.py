@@ -316,8 +316,9 @@ class Search:
 
         # the default plan and the cheapest candidates (single choices first) until `top` pass
         survivors = check(candidates[:1], 1) + check(candidates[1:], self.top)
-        if not survivors or survivors[0][0].kind != "default":
-            return result  # the default plan itself failed: nothing to compare against
+        if len(survivors) < 2 or survivors[0][0].kind != "default":
+            # the default plan failed (nothing to compare against) or is all that is left
+            return result
         timing_data = _with_weights(graph, region, data)
         result.timed = len(survivors)
         self._time(graph, survivors, timing_data, rng, result)
