@@ -43,7 +43,7 @@ from .regions import (
 DEFAULT_DIM = 64  # value given to a symbolic dim the graph has not bound, for timing
 MAX_STORE_VARIANTS = 2
 # a quantized matmul is proposed as generated loops (decoding every weight element in scalar
-# code, several hundred times slower than the call at 576x1536) only up to this many weight
+# code: 40-550x slower than the call at 576x1536, README) only up to this many weight
 # elements: beyond, timing it costs search seconds per region for a candidate that cannot win
 MAX_QUANT_LOOPS = 1 << 20
 # A candidate replaces the default plan only when it is at least this much faster: timings on a
