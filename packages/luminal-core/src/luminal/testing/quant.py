@@ -25,17 +25,28 @@ def random_blocks(qtype: str, rows: int, cols: int, rng: np.random.Generator) ->
     return raw.reshape(rows, -1)
 
 
-def int8_activations(x: np.ndarray, block: int) -> np.ndarray:
-    """x (float32, last axis a multiple of `block`) rounded to int8 blocks as a backend's
-    quantized matvec with int8 activations does (llama.cpp's Q8_0 / Q8_K for x): per block,
-    `d = max|x| / 127` and `q = rint(x * (127 / max|x|))`, in float32; returns `d * q` in
-    float64, the activations whose exact product with the dequantized weights such a kernel
-    computes up to float32 rounding."""
+def int_activations(x: np.ndarray, block: int, levels: int) -> np.ndarray:
+    """x (float32, last axis a multiple of `block`) rounded to integer blocks as a backend's
+    quantized matvec with integer activations does: per block, `d = max|x| / levels` and
+    `q = rint(x * (levels / max|x|))`, in float32; returns `d * q` in float64, the activations
+    whose exact product with the dequantized weights such a kernel computes up to float32
+    rounding."""
     x = np.asarray(x, np.float32)
     blocks = x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
     amax = np.abs(blocks).max(-1, keepdims=True)
     with np.errstate(divide="ignore"):
-        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+        inv = np.where(amax > 0, np.float32(levels) / amax, np.float32(0)).astype(np.float32)
     q = np.rint(blocks * inv)
-    d = (amax / np.float32(127)).astype(np.float32)
+    d = (amax / np.float32(levels)).astype(np.float32)
     return (d.astype(np.float64) * q.astype(np.float64)).reshape(x.shape)
+
+
+def int8_activations(x: np.ndarray, block: int) -> np.ndarray:
+    """`int_activations` with 127 levels: llama.cpp's Q8_0 / Q8_K rounding of x."""
+    return int_activations(x, block, 127)
+
+
+def int16_activations(x: np.ndarray, block: int) -> np.ndarray:
+    """`int_activations` with 32767 levels: luminal-cpu's int16 activations (at most
+    1.5e-5 max|x| per value away from x)."""
+    return int_activations(x, block, 32767)
