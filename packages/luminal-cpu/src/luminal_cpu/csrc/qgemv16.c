@@ -74,7 +74,7 @@ static int lm_q16_order(int q, int p) {
 
 /* one row of x as int16: q (in lm_q16_order), and per span: for Q4_0 / Q4_1 16 lanes of dx
  * (lanes 4i..4i+3: block i's), of the int32 lanes' start (Q4_0: -8 times the sum of the 8 qx
- * that lane multiplies) and of dx * sum q (Q4_1, lane 4i); for the K-quants dx and the 8 sub-blocks' dx * sum q */
+ * that lane multiplies) and of dx times that sum (Q4_1's offset); for the K-quants dx and the 8 sub-blocks' dx * sum q */
 typedef struct {
   short *q;
   float *d, *s;
@@ -117,18 +117,22 @@ static int lm_q16x_quantize(const float *restrict x, long K, int q, const short 
         for (int g = 0; g < 8; g++) s[g] = dx * (float)bsum[g];
       } else {
         for (int l = 0; l < 4; l++) d[4 * b + l] = dx;
-        s[4 * b] = dx * (float)bsum[0];
       }
     }
     for (long b = (K - c * span) / block; b < span / block; b++) /* past K */
       for (int l = 0; l < 4; l++) d[4 * b + l] = 0.0f;
     short *qc = out->q + c * span;
     for (long p = 0; p < span; p++) qc[p] = qx[order[p]];
-    /* Q4_0's - 8, for each int32 lane from the 8 qx it multiplies: every lane then holds the
-     * exact dot product of its 8 weights, and no lane carries a large term another cancels */
-    if (q == LM_Q4_0)
-      for (int l = 0; l < 16; l++)
-        for (int e = 0; e < 4; e++) z[l] -= 8 * (qc[32 * e + 2 * l] + qc[32 * e + 2 * l + 1]);
+    /* Q4_0's - 8 and Q4_1's offset m, for each int32 lane from the 8 qx it multiplies: a lane
+     * then holds the dot product of its own 8 weights, and no lane carries a large term that
+     * another lane cancels (an outlier of x would make it large) */
+    if (q < LM_Q4_K)
+      for (int l = 0; l < 16; l++) {
+        int sum = 0;
+        for (int e = 0; e < 4; e++) sum += qc[32 * e + 2 * l] + qc[32 * e + 2 * l + 1];
+        z[l] = q == LM_Q4_0 ? -8 * sum : 0;
+        s[l] = d[l] * (float)sum;
+      }
   }
   return 1;
 }
