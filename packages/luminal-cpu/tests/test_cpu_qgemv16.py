@@ -45,7 +45,8 @@ def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: str, rtol: float
     want = xq @ w.T
     scale = np.abs(xq) @ np.abs(w.T)
     # float32 rounding of the per-block products and the final sums only
-    assert np.all(np.abs(got - want) <= rtol * scale + 1e-30), (qtype, np.max(np.abs(got - want) / (scale + 1e-30)))
+    worst = np.max(np.abs(got - want) / (scale + 1e-30))
+    assert np.all(np.abs(got - want) <= rtol * scale + 1e-30), (qtype, worst)
     # and the rounding of x stays within its bound: 1.5e-5 max|x| per value (float-like)
     bound = np.abs(x.astype(np.float64) - xq) @ np.abs(w.T)
     assert np.all(np.abs(got - x.astype(np.float64) @ w.T) <= bound + rtol * scale + 1e-30)
