@@ -1,6 +1,6 @@
 """Decode's quantized matvec with int16 activations (csrc/qgemv16.c, the default): x @ W.T for
-up to 4 rows of x rounds each row of x to int16 blocks (32 values for Q4_0 / Q4_1, 256 for the
-K-quants) and takes integer dot products; Q8_0 and Q5_0 keep the float kernels. Checked against
+up to 4 rows of x rounds each row of x to int16 blocks (32 values for Q4_0 / Q4_1 / Q5_0, 256 for the
+K-quants) and takes integer dot products; Q8_0 keeps the float kernel. Checked against
 float64 NumPy on the `gguf` package's dequantization with x rounded the same way
 (`luminal.testing.quant.int16_activations`), against the exact float product within the
 rounding's bound, on random blocks (luminal-models' Gemma 3 test runs real ones through the
@@ -12,14 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from luminal.quant import BLOCK_FORMATS
-from luminal.testing.quant import int16_activations
+from luminal.testing.quant import int8_activations, int16_activations
 from luminal_cpu.source import quant_activations
 from test_cpu_qgemv import matvec, weight
 
 gguf = pytest.importorskip("gguf")
 
 FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")
-INT16_FORMATS = ("q4_0", "q4_1", "q4_k", "q5_k", "q6_k")  # the rest keep float32 x
+INT16_FORMATS = ("q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")  # q8_0 keeps float32 x
 rng = np.random.default_rng(16)
 
 
@@ -90,16 +90,18 @@ def test_int16_rounding_is_what_runs(qtype):
 
 
 @pytest.mark.parametrize("qtype", INT16_FORMATS)
-def test_int16_matvec_is_float_like(qtype):
-    """Against the exact product (float64 x, no rounding): within 1e-4 relative to sum |x w|,
-    where the int8 rounding is about 1e-2 for outliers; the typical error is far smaller."""
+def test_int16_error_is_a_fraction_of_int8s(qtype):
+    """Against the exact product (float64 x): the int16 kernel's largest error is under 2% of
+    what rounding x to int8 blocks (llama.cpp's numerics, the opt-in int8 setting) costs on
+    the same data (the step is 258 times finer)."""
+    block = BLOCK_FORMATS[qtype].block_size
     raw, w = weight(qtype, 64, 1024)
     x = rng.standard_normal((1, 1024)).astype(np.float32)
     x[0, 5] = 40.0  # an outlier, as in real activations
     got = matvec(raw, qtype, (64, 1024), x)
     exact = x.astype(np.float64) @ w.T
-    scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
-    assert np.all(np.abs(got - exact) <= 1e-4 * scale)
+    int8_error = np.max(np.abs(int8_activations(x, block) @ w.T - exact))
+    assert np.max(np.abs(got - exact)) <= 0.02 * int8_error
 
 
 @pytest.mark.parametrize("qtype", INT16_FORMATS)

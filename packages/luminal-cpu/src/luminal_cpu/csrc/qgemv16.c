@@ -1,5 +1,5 @@
 /* luminal-cpu: decode's quantized matvec with int16 activations (x @ W.T for up to 4 rows of x,
- * W a GGUF Q4_0 / Q4_1 / Q4_K / Q5_K / Q6_K matrix quantized along k; the default).
+ * W a GGUF Q4_0 / Q4_1 / Q5_0 / Q4_K / Q5_K / Q6_K matrix quantized along k; the default).
  *
  * The float kernels (runtime.c's lm_qdot_row, kquant.c's lm_kq_dot_block) convert every weight
  * to a float, which costs more vector work than the memory system needs to deliver the weights
@@ -15,9 +15,10 @@
  * 16-bit words, and (w & 15), (w >> 4) & 15, (w >> 8) & 15, w >> 12 are four vectors of int16
  * quants in an order fixed per format. qx is stored in that same order when x is rounded (a
  * per-call O(K) pass; `lm_q16_order`), so the products pair up with no per-weight shuffle.
- * - Q4_0 / Q4_1: four blocks at a time (128 values); their nibble bytes are gathered from two
- *   masked 64-byte loads with one `vpermt2b` (AVX-512 VBMI), so int32 lanes 4i..4i+3 hold
- *   block i's sums and one float multiply-add per four blocks applies the four scales.
+ * - Q4_0 / Q4_1 / Q5_0: four blocks at a time (128 values); their nibble bytes are gathered
+ *   from two masked 64-byte loads with one `vpermt2b` (AVX-512 VBMI), so int32 lanes 4i..4i+3
+ *   hold block i's sums and one float multiply-add per four blocks applies the four scales;
+ *   Q5_0's fifth bits are shifted into place per int16 lane (`vpsrlvw`).
  * - Q4_K / Q5_K / Q6_K: the integer sub-block scales multiply the int16 quants (`vpmullw`),
  *   so a whole 256-value block sums in int32 and is converted once; Q4_K / Q5_K's mins are
  *   applied through per-sub-block sums of qx (dx * sum qx, float), Q6_K's - 32 in int16.
@@ -25,7 +26,7 @@
  * Overflow (|qx| <= 32767; an int32 lane takes 2 products per vector): Q6_K's largest product
  * is |q - 32| * |scale| * |qx| <= 32 * 128 * 32767, 16 per lane per block: 2,147,418,112 <
  * 2^31 - 1 (the tightest); Q5_K 31 * 63 * 32767 * 16 = 1.02e9; Q4_K 15 * 63 * 32767 * 16;
- * Q4_0 / Q4_1 8 products of 15 * 32767 plus 8 * 32 * 32767 for Q4_0's - 8. A scaled quant
+ * Q4_0 / Q4_1 / Q5_0 8 products of 31 * 32767 plus 16 * 8 * 32767 for the - 8 / - 16. A scaled quant
  * (q * scale, at most 32 * 128 = 4096) fits int16.
  *
  * Semantics: the dot product of the dequantized weights with x rounded that way, up to float32
@@ -33,8 +34,7 @@
  * adds at most 1.5e-5 max|x_block| sum |w|). A row of x that is not finite, or a block whose
  * largest magnitude is below LM_Q16X_TINY, has no such rounding: the call returns 0 and the
  * caller runs the float kernels, so NaN and infinities propagate as in the float product.
- * Q8_0 and Q5_0 (whose float kernels already stream at or near the copy bandwidth) and
- * machines without AVX-512 BW / VBMI return 0 too. */
+ * Q8_0 (whose float kernel already streams faster than a copy) and machines without AVX-512 BW / VBMI return 0 too. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VBMI__) && defined(__F16C__)
 #include <immintrin.h>
 #include <math.h>
@@ -62,7 +62,7 @@ static inline __attribute__((always_inline)) void lm_nibble_words(__m512i w, __m
  * int16 lane p of the stored qx holds: the lane order lm_nibble_words gives each format */
 static int lm_q16_order(int q, int p) {
   const int v = p / 32 % 4, w = p % 32, odd = v & 1, high = v >> 1;
-  if (q == LM_Q4_0 || q == LM_Q4_1) /* word w: bytes 2(w%8), +1 of block w/8; v: nibble */
+  if (q < LM_Q4_K) /* word w: bytes 2(w%8), +1 of block w/8; v: nibble */
     return 32 * (w / 8) + 2 * (w % 8) + high + 16 * odd;
   if (q == LM_Q6_K) /* half p/128; words 0..15 of ql's 64 bytes feed groups 0, 2 (low, high
                       * nibble), words 16..31 groups 1, 3 */
@@ -72,8 +72,9 @@ static int lm_q16_order(int q, int p) {
   return 32 * (4 * (p / 128) + 2 * (w >= 16) + odd) + 2 * (w % 16) + high;
 }
 
-/* one row of x as int16: q (in lm_q16_order), and per span: for Q4_0 / Q4_1 16 lanes of dx
- * (lanes 4i..4i+3: block i's), of the int32 lanes' start (Q4_0: -8 times the sum of the 8 qx
+/* one row of x as int16: q (in lm_q16_order), and per span: for the 32-value formats 16 lanes
+ * of dx (lanes 4i..4i+3: block i's), of the int32 lanes' start (Q4_0 / Q5_0: -8 / -16 times
+ * the sum of the 8 qx
  * that lane multiplies) and of dx times that sum (Q4_1's offset); for the K-quants dx and the 8 sub-blocks' dx * sum q */
 typedef struct {
   short *q;
@@ -123,26 +124,26 @@ static int lm_q16x_quantize(const float *restrict x, long K, int q, const short 
       for (int l = 0; l < 4; l++) d[4 * b + l] = 0.0f;
     short *qc = out->q + c * span;
     for (long p = 0; p < span; p++) qc[p] = qx[order[p]];
-    /* Q4_0's - 8 and Q4_1's offset m, for each int32 lane from the 8 qx it multiplies: a lane
+    /* Q4_0's - 8, Q5_0's - 16 and Q4_1's offset m, for each int32 lane from the 8 qx it multiplies: a lane
      * then holds the dot product of its own 8 weights, and no lane carries a large term that
      * another lane cancels (an outlier of x would make it large) */
     if (q < LM_Q4_K)
       for (int l = 0; l < 16; l++) {
         int sum = 0;
         for (int e = 0; e < 4; e++) sum += qc[32 * e + 2 * l] + qc[32 * e + 2 * l + 1];
-        z[l] = q == LM_Q4_0 ? -8 * sum : 0;
+        z[l] = q == LM_Q4_0 ? -8 * sum : q == LM_Q5_0 ? -16 * sum : 0;
         s[l] = d[l] * (float)sum;
       }
   }
   return 1;
 }
 
-/* ----- Q4_0 / Q4_1: four blocks per step ------------------------------------------------- */
+/* ----- Q4_0 / Q4_1 / Q5_0: four blocks per step ------------------------------------------ */
 /* blocks 4c .. 4c + 3 of one row of W (n of them there, 1 to 4) times those of each row of x */
 static inline __attribute__((always_inline)) void lm_q16_group(
     const unsigned char *restrict blk, long c, int n, const lm_q16x *x, int q, int M,
     __m512 *acc) {
-  const int bb = q == LM_Q4_0 ? 18 : 20, at = q == LM_Q4_0 ? 2 : 4, bytes = n * bb;
+  const int bb = (int)lm_block_bytes(q), at = (int)lm_nibbles_at(q), bytes = n * bb;
   const __m512i lo = _mm512_maskz_loadu_epi8(bytes >= 64 ? ~0ULL : (1ULL << bytes) - 1, blk);
   const __m512i hi = bytes > 64 ? _mm512_maskz_loadu_epi8((1ULL << (bytes - 64)) - 1, blk + 64)
                                 : _mm512_setzero_si512();
@@ -155,19 +156,31 @@ static inline __attribute__((always_inline)) void lm_q16_group(
   }
   __m512i v[4];
   lm_nibble_words(_mm512_permutex2var_epi8(lo, pick, hi), v);
-  /* block i's f16 scale (Q4_1: and offset) over lanes 4i..4i+3 */
-  __m512i dpick, mpick;
-  {
-    short di[32], mi[32];
-    for (int i = 0; i < 32; i++) di[i] = (short)(i < 16 ? i / 4 * bb / 2 : 0), mi[i] = (short)(di[i] + 1);
-    dpick = _mm512_loadu_si512(di), mpick = _mm512_loadu_si512(mi);
-  }
-  const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(dpick, lo)));
+  /* word `at` of block i over lanes 4i..4i+3 (f16 scale: at = 0; Q4_1's offset: 1) */
+  short di[32], mi[32];
+  for (int i = 0; i < 32; i++) di[i] = (short)(i < 16 ? i / 4 * bb / 2 : 0), mi[i] = (short)(di[i] + 1);
+  const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(lo, _mm512_loadu_si512(di), hi)));
   __m512 mw = _mm512_setzero_ps();
-  if (q == LM_Q4_1) mw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(mpick, lo)));
+  if (q == LM_Q4_1)
+    mw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(lo, _mm512_loadu_si512(mi), hi)));
+  if (q == LM_Q5_0) {
+    /* word lane w (block w / 8, bytes 2j, 2j + 1 with j = w % 8) of vector e holds value
+     * 2j + (e >> 1) + 16 (e & 1): its fifth bit is that bit of the block's 32-bit qh, i.e. bit
+     * 2j + (e >> 1) of qh's low (e even) or high (e odd) half */
+    short lo_half[32], hi_half[32], shift[32];
+    for (int i = 0; i < 32; i++)
+      lo_half[i] = (short)(i / 8 * bb / 2 + 1), hi_half[i] = (short)(lo_half[i] + 1), shift[i] = (short)(2 * (i % 8));
+    const __m512i halves[2] = {_mm512_permutex2var_epi16(lo, _mm512_loadu_si512(lo_half), hi),
+                               _mm512_permutex2var_epi16(lo, _mm512_loadu_si512(hi_half), hi)};
+    const __m512i sh = _mm512_loadu_si512(shift);
+    for (int e = 0; e < 4; e++) {
+      const __m512i bit = _mm512_srlv_epi16(halves[e & 1], e >> 1 ? _mm512_add_epi16(sh, _mm512_set1_epi16(1)) : sh);
+      v[e] = _mm512_ternarylogic_epi32(v[e], _mm512_slli_epi16(bit, 4), _mm512_set1_epi16(16), 0xF8);
+    }
+  }
   for (int m = 0; m < M; m++) {
     const short *xq = x[m].q + 128 * c;
-    __m512i sum = q == LM_Q4_0 ? _mm512_loadu_si512(x[m].z + 16 * c) : _mm512_setzero_si512();
+    __m512i sum = q == LM_Q4_1 ? _mm512_setzero_si512() : _mm512_loadu_si512(x[m].z + 16 * c);
     for (int e = 0; e < 4; e++) sum = lm_dot16(sum, v[e], _mm512_loadu_si512(xq + 32 * e));
     acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_loadu_ps(x[m].d + 16 * c)),
                              acc[m]);
@@ -318,7 +331,7 @@ static inline __attribute__((always_inline)) void lm_q16_gemv_q(
 static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
                        const lm_qmat *W, const lm_out *C) {
   const int q = W->q;
-  if (q == LM_Q8_0 || q == LM_Q5_0) return 0;
+  if (q == LM_Q8_0) return 0;
   const long span = lm_q16_span(q), spans = (K + span - 1) / span, lanes = lm_q16_lanes(q);
   const long rows = nb * M, dlen = q >= LM_Q4_K ? spans : spans * lanes;
   short order[256];
@@ -347,6 +360,7 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
     switch (q) {
       case LM_Q4_0: lm_q16_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_0); break;
       case LM_Q4_1: lm_q16_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_1); break;
+      case LM_Q5_0: lm_q16_gemv_q(nb, M, N, K, xs, W, C, LM_Q5_0); break;
       case LM_Q4_K: lm_q16_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_K); break;
       case LM_Q5_K: lm_q16_gemv_q(nb, M, N, K, xs, W, C, LM_Q5_K); break;
       default: lm_q16_gemv_q(nb, M, N, K, xs, W, C, LM_Q6_K); break;
