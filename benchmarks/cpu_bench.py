@@ -80,7 +80,17 @@ def chain(x):
     return t * t
 
 
-def bench_chain(n: int, reps: int) -> float:
+def copy_bandwidth(x: np.ndarray, reps: int) -> tuple[float, float]:
+    """(NumPy, torch with 2 threads) GB/s copying x: bytes read plus bytes written."""
+    dst = np.empty_like(x)
+    np_copy_t = timeit(lambda: np.copyto(dst, x), reps)
+    src_t, dst_t = torch.from_numpy(x), torch.from_numpy(dst)
+    torch_copy_t = timeit(lambda: dst_t.copy_(src_t), reps)  # parallel, unlike NumPy's
+    moved = 2 * x.nbytes
+    return moved / np_copy_t[0] / 1e9, moved / torch_copy_t[0] / 1e9
+
+
+def bench_chain(n: int, reps: int) -> None:
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     g = lm.Graph()
     xt = g.tensor((n,))
@@ -97,13 +107,8 @@ def bench_chain(n: int, reps: int) -> float:
     lm_t = timeit(run_lm, reps)
     np.testing.assert_allclose(holder["y"], chain(x), rtol=1e-5, atol=1e-5)
     np_t = timeit(lambda: chain(x), reps)
-    dst = np.empty_like(x)
-    np_copy_t = timeit(lambda: np.copyto(dst, x), reps)
-    src_t, dst_t = torch.from_numpy(x), torch.from_numpy(dst)
-    torch_copy_t = timeit(lambda: dst_t.copy_(src_t), reps)  # parallel, unlike NumPy's
-    moved = 2 * x.nbytes  # read x, write the result: what a copy moves
-    gbs = moved / lm_t[0] / 1e9
-    np_gbs, torch_gbs = moved / np_copy_t[0] / 1e9, moved / torch_copy_t[0] / 1e9
+    np_gbs, torch_gbs = copy_bandwidth(x, reps)
+    gbs = 2 * x.nbytes / lm_t[0] / 1e9
     copy_gbs = max(np_gbs, torch_gbs)
     print(f"| fused 8-op chain, {n // 2**20}Mi floats ({kernels} kernel) | "
           f"{lm_t[0] * 1e3:.2f} ({lm_t[1] * 1e3:.2f}) | NumPy {np_t[0] * 1e3:.2f} "
@@ -111,7 +116,6 @@ def bench_chain(n: int, reps: int) -> float:
     print(f"| same chain: bytes moved per second vs a copy of the array | {gbs:.1f} GB/s | "
           f"copy: NumPy {np_gbs:.1f} GB/s, torch (2 threads) {torch_gbs:.1f} GB/s | "
           f"{gbs / copy_gbs:.0%} of the faster copy |")
-    return copy_gbs
 
 
 # ----- GEMV weight streaming (decode) --------------------------------------------------------
@@ -164,17 +168,20 @@ def gemv_graph(qtype: str, data: np.ndarray, x: np.ndarray, rows: int, cols: int
     return g.execute, out
 
 
-def bench_gemv(values: int, reps: int, copy_gbs: float, rounds: int) -> None:
+def bench_gemv(values: int, reps: int, rounds: int) -> None:
     """x @ W.T for one token with W fp32 and GGUF-quantized: weight bytes per second, for the
     default activation setting and, for the quantized formats, each other one
-    (`luminal_cpu.source.QUANT_ACTIVATIONS`), timed in interleaved rounds (medians over all
-    rounds). The 32-value formats use SmolLM2's LM head shape (576 columns); the K-quants need
-    columns in multiples of 256, so they use 2048 (Gemma 3's FFN width) and as many rows as
-    give the same number of weights."""
+    (`luminal_cpu.source.QUANT_ACTIVATIONS`), timed in interleaved rounds with a copy of 64 MB
+    (the faster of NumPy's and torch's) in each round, so that on a shared machine the
+    percentage compares figures taken in the same minutes (medians over all rounds). The
+    32-value formats use SmolLM2's LM head shape (576 columns); the K-quants need columns in
+    multiples of 256, so they use 2048 (Gemma 3's FFN width) and as many rows as give the
+    same number of weights."""
     from luminal_cpu.source import QUANT_ACTIVATIONS, quant_activations
 
     rng = np.random.default_rng(3)
     default = quant_activations()
+    buffer = rng.standard_normal(16 * 2**20).astype(np.float32)
     for qtype in GEMV_FORMATS:
         cols = 2048 if qtype.endswith("_k") else 576
         rows = values // cols
@@ -184,9 +191,12 @@ def bench_gemv(values: int, reps: int, copy_gbs: float, rounds: int) -> None:
             [default] + [a for a in QUANT_ACTIVATIONS if a != default]
         runs = {a: gemv_graph(qtype, data, x, rows, cols, a) for a in settings}
         times: dict[str, list[float]] = {a: [] for a in settings}
+        copies = []
         for _ in range(rounds):
+            copies.append(max(copy_bandwidth(buffer, reps)))
             for a, (execute, _) in runs.items():
                 times[a].append(timeit(execute, reps)[0])
+        copy_gbs = statistics.median(copies)
         scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
         for a, (execute, out) in runs.items():
             # int8 activations: about 1e-3 of sum |x w| away from the float product
@@ -202,7 +212,8 @@ def bench_gemv(values: int, reps: int, copy_gbs: float, rounds: int) -> None:
             label = "" if qtype == "f32" else f", x {a}" + (" (default)" if a == default else "")
             print(f"| GEMV 1x{cols} @ {cols}x{rows} {qtype}{label} ({data.nbytes / 1e6:.0f} MB) | "
                   f"{median * 1e3:.2f} ({best * 1e3:.2f}), {gbs:.1f} GB/s | {other} | "
-                  f"{gbs / copy_gbs:.0%} of copy bandwidth; {per_cpu_s:.1f} GB per CPU-second |")
+                  f"{gbs / copy_gbs:.0%} of copy bandwidth ({copy_gbs:.1f} GB/s); "
+                  f"{per_cpu_s:.1f} GB per CPU-second |")
 
 
 # ----- MLP (SwiGLU FFN) ----------------------------------------------------------------------
@@ -320,8 +331,8 @@ def main() -> None:
           f"torch {torch.get_num_threads()}; times in ms: median (best)\n")
     print("| benchmark | luminal-cpu | other | speedup |")
     print("| --- | --- | --- | --- |")
-    copy_gbs = bench_chain(16 * 1024 * 1024, reps)
-    bench_gemv(49152 * 576, reps, copy_gbs, args.rounds)
+    bench_chain(16 * 1024 * 1024, reps)
+    bench_gemv(49152 * 576, reps, args.rounds)
     if args.gemv:
         return
     for seq in (1, 128):
