@@ -1,6 +1,6 @@
 """Decode's quantized matvec with int16 activations (csrc/qgemv16.c, the default): x @ W.T for
-up to 4 rows of x rounds each row of x to int16 blocks (32 values for Q4_0 / Q4_1 / Q5_0, 256 for the
-K-quants) and takes integer dot products; Q8_0 keeps the float kernel. Checked against
+up to 4 rows of x rounds each row of x to int16 blocks (32 values for Q4_0 / Q4_1 / Q5_0, 256
+for the K-quants) and takes integer dot products; Q8_0 keeps the float kernel. Checked against
 float64 NumPy on the `gguf` package's dequantization with x rounded the same way
 (`luminal.testing.quant.int16_activations`), against the exact float product within the
 rounding's bound, on random blocks (luminal-models' Gemma 3 test runs real ones through the
