@@ -25,28 +25,35 @@ def random_blocks(qtype: str, rows: int, cols: int, rng: np.random.Generator) ->
     return raw.reshape(rows, -1)
 
 
-def int_activations(x: np.ndarray, block: int, levels: int) -> np.ndarray:
-    """x (float32, last axis a multiple of `block`) rounded to integer blocks as a backend's
-    quantized matvec with integer activations does: per block, `d = max|x| / levels` and
-    `q = rint(x * (levels / max|x|))`, in float32; returns `d * q` in float64, the activations
-    whose exact product with the dequantized weights such a kernel computes up to float32
-    rounding."""
+def int8_activations(x: np.ndarray, block: int) -> np.ndarray:
+    """x (float32, last axis a multiple of `block`) rounded to int8 blocks as a backend's
+    quantized matvec with int8 activations does (llama.cpp's Q8_0 / Q8_K for x): per block,
+    `d = max|x| / 127` and `q = rint(x * (127 / max|x|))`, in float32; returns `d * q` in
+    float64, the activations whose exact product with the dequantized weights such a kernel
+    computes up to float32 rounding."""
     x = np.asarray(x, np.float32)
     blocks = x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
     amax = np.abs(blocks).max(-1, keepdims=True)
     with np.errstate(divide="ignore"):
-        inv = np.where(amax > 0, np.float32(levels) / amax, np.float32(0)).astype(np.float32)
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
     q = np.rint(blocks * inv)
-    d = (amax / np.float32(levels)).astype(np.float32)
+    d = (amax / np.float32(127)).astype(np.float32)
     return (d.astype(np.float64) * q.astype(np.float64)).reshape(x.shape)
 
 
-def int8_activations(x: np.ndarray, block: int) -> np.ndarray:
-    """`int_activations` with 127 levels: llama.cpp's Q8_0 / Q8_K rounding of x."""
-    return int_activations(x, block, 127)
-
-
 def int16_activations(x: np.ndarray, block: int) -> np.ndarray:
-    """`int_activations` with 32767 levels: luminal-cpu's int16 activations (at most
-    1.5e-5 max|x| per value away from x)."""
-    return int_activations(x, block, 32767)
+    """x (float32, last axis a multiple of `block`) as luminal-cpu's int16 activations hold it:
+    per block `d = max|x| / 32767` (float32) and two int16 digits per value, `q1 = rint(s)` and
+    `q2 = rint((s - q1) * 32768)` with `s = x * (32767 / max|x|)` (that factor in float32, the
+    product in float64); returns `d * (q1 + q2 / 32768)` in float64: x within about 1e-7
+    relative (d's rounding) and 4.7e-10 max|x|."""
+    x = np.asarray(x, np.float32)
+    blocks = x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
+    amax = np.abs(blocks).max(-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(32767) / amax, np.float32(0)).astype(np.float32)
+    scaled = blocks.astype(np.float64) * inv.astype(np.float64)
+    q1 = np.rint(scaled)
+    q2 = np.rint((scaled - q1) * 32768)
+    d = (amax / np.float32(32767)).astype(np.float32)
+    return (d.astype(np.float64) * (q1 + q2 / 32768)).reshape(x.shape)

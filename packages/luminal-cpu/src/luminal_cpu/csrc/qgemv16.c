@@ -4,37 +4,43 @@
  * The float kernels (runtime.c's lm_qdot_row, kquant.c's lm_kq_dot_block) convert every weight
  * to a float, which costs more vector work than the memory system needs to deliver the weights
  * (Q4_K at about 40% of the copy bandwidth). qgemv.c's int8 activations remove that work but
- * round x to 8 bits, which moved SmolLM2's logits by up to 1.2. Here each row of x is rounded
- * to int16 per block instead (x ~ dx * qx, dx = max|x| / 32767 per block of 32 values for the
- * 32-value formats and of 256 for the K-quants: at most dx / 2 = 1.5e-5 max|x| per value,
- * float-like), the weight quants are widened to int16 lanes and meet qx in `vpdpwssd` (int16
- * pairs summed into int32 lanes; `vpmaddwd` + add without VNNI), and the scales are applied once
- * per block in float.
+ * round x to 8 bits, which moved SmolLM2's logits by up to 1.2. Here each row of x is written
+ * as two int16 digits per value instead: x = dx (q1 + q2 / 32768) with dx = max|x| / 32767 per
+ * block of 32 values (32-value formats) or 256 (K-quants), |q1| <= 32767, |q2| <= 16384, which
+ * leaves at most dx / 65536 = 4.7e-10 max|x| per value (one digit alone, 1.5e-5 max|x|, moved
+ * SmolLM2's logits by 9e-3 through its outlier channels: a block holding an outlier rounds the
+ * small values beside it coarsely). The weight quants are widened to int16 lanes and meet both
+ * digits in `vpdpwssd` (int16 pairs summed into int32 lanes; `vpmaddwd` + add without VNNI);
+ * the two int32 sums are joined in float (sum1 + sum2 / 32768) and the scales applied once per
+ * block. Widening the weights is the work the float kernels spend most on; it is shared by both
+ * digits and all rows of x.
  *
  * Lane order. The quants are widened without shuffles: the packed nibble bytes are read as
  * 16-bit words, and (w & 15), (w >> 4) & 15, (w >> 8) & 15, w >> 12 are four vectors of int16
- * quants in an order fixed per format. qx is stored in that same order when x is rounded (a
- * per-call O(K) pass; `lm_q16_order`), so the products pair up with no per-weight shuffle.
+ * quants in an order fixed per format. The digits are stored in that same order when x is
+ * rounded (a per-call O(K) pass; `lm_q16_order`), so the products pair up with no shuffle.
  * - Q4_0 / Q4_1 / Q5_0: four blocks at a time (128 values); their nibble bytes are gathered
  *   from two masked 64-byte loads with one `vpermt2b` (AVX-512 VBMI), so int32 lanes 4i..4i+3
  *   hold block i's sums and one float multiply-add per four blocks applies the four scales;
  *   Q5_0's fifth bits are shifted into place per int16 lane (`vpsrlvw`).
  * - Q4_K / Q5_K / Q6_K: the integer sub-block scales multiply the int16 quants (`vpmullw`),
  *   so a whole 256-value block sums in int32 and is converted once; Q4_K / Q5_K's mins are
- *   applied through per-sub-block sums of qx (dx * sum qx, float), Q6_K's - 32 in int16.
+ *   applied through per-sub-block sums of x (dx * sum of the digits, float), Q6_K's - 32 in
+ *   int16.
  *
- * Overflow (|qx| <= 32767; an int32 lane takes 2 products per vector): Q6_K's largest product
- * is |q - 32| * |scale| * |qx| <= 32 * 128 * 32767, 16 per lane per block: 2,147,418,112 <
- * 2^31 - 1 (the tightest); Q5_K 31 * 63 * 32767 * 16 = 1.02e9; Q4_K 15 * 63 * 32767 * 16;
- * Q4_0 / Q4_1 / Q5_0 8 products of 31 * 32767 plus 16 * 8 * 32767 for the - 8 / - 16. A scaled quant
- * (q * scale, at most 32 * 128 = 4096) fits int16.
+ * Overflow (|q1| <= 32767, |q2| <= 16384; an int32 lane takes 2 products per vector): Q6_K's
+ * largest product is |q - 32| * |scale| * |q1| <= 32 * 128 * 32767, 16 per lane per block:
+ * 2,147,418,112 < 2^31 - 1 (the tightest); Q5_K 31 * 63 * 32767 * 16 = 1.02e9; Q4_K
+ * 15 * 63 * 32767 * 16; Q4_0 / Q4_1 / Q5_0 8 products of 31 * 32767 plus 16 * 8 * 32767 for
+ * the - 8 / - 16. A scaled quant (q * scale, at most 32 * 128 = 4096) fits int16.
  *
- * Semantics: the dot product of the dequantized weights with x rounded that way, up to float32
- * rounding of the per-block scale products (about 1e-6 relative to sum |w x|; the rounding of x
- * adds at most 1.5e-5 max|x_block| sum |w|). A row of x that is not finite, or a block whose
- * largest magnitude is below LM_Q16X_TINY, has no such rounding: the call returns 0 and the
- * caller runs the float kernels, so NaN and infinities propagate as in the float product.
- * Q8_0 (whose float kernel already streams faster than a copy) and machines without AVX-512 BW / VBMI return 0 too. */
+ * Semantics: the dot product of the dequantized weights with x, up to float32 rounding (the
+ * per-block scale products, dx's own rounding: about 1e-7 relative to sum |w x| per block)
+ * and the 4.7e-10 max|x| above. A row of x that is not finite, or a block whose largest
+ * magnitude is below LM_Q16X_TINY, has no such rounding: the call returns 0 and the caller
+ * runs the float kernels, so NaN and infinities propagate as in the float product. Q8_0 (whose
+ * float kernel already streams faster than a copy) and machines without AVX-512 BW / VBMI
+ * return 0 too. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VBMI__) && defined(__F16C__)
 #include <immintrin.h>
 #include <math.h>
@@ -72,10 +78,11 @@ static int lm_q16_order(int q, int p) {
   return 32 * (4 * (p / 128) + 2 * (w >= 16) + odd) + 2 * (w % 16) + high;
 }
 
-/* one row of x as int16: q (in lm_q16_order), and per span: for the 32-value formats 16 lanes
- * of dx (lanes 4i..4i+3: block i's), of the int32 lanes' start (Q4_0 / Q5_0: -8 / -16 times
- * the sum of the 8 qx
- * that lane multiplies) and of dx times that sum (Q4_1's offset); for the K-quants dx and the 8 sub-blocks' dx * sum q */
+/* one row of x as int16 digits: q (per span, its first digits then its second ones, each in
+ * lm_q16_order), and per span: for the 32-value formats 16 lanes of dx (lanes 4i..4i+3: block
+ * i's), two times 16 of the int32 lanes' start (Q4_0 / Q5_0: -8 / -16 times the sum of the 8
+ * digits that lane multiplies) and 16 of dx times the lane's sum of x / dx (Q4_1's offset); for
+ * the K-quants dx and the 8 sub-blocks' sums of x */
 typedef struct {
   short *q;
   float *d, *s;
@@ -87,19 +94,20 @@ static long lm_q16_span(int q) { return q >= LM_Q4_K ? 256 : 128; }
 /* floats (and ints) of d / s / z per span */
 static long lm_q16_lanes(int q) { return q >= LM_Q4_K ? 8 : 16; }
 
-/* rounds x[0..K) (K a multiple of 32, of 256 for the K-quants) to int16 blocks; 0 when x has no
- * such rounding (see above). Spans past K (the last group of four 32-value blocks) are zero. */
+/* rounds x[0..K) (K a multiple of 32, of 256 for the K-quants) to two int16 digits per value;
+ * 0 when x has no such rounding (see above). Spans past K (the last group of four 32-value
+ * blocks) are zero. */
 static int lm_q16x_quantize(const float *restrict x, long K, int q, const short *order,
                             lm_q16x *out) {
   const long block = q >= LM_Q4_K ? 256 : 32, span = lm_q16_span(q), lanes = lm_q16_lanes(q);
   const long spans = (K + span - 1) / span;
-  short qx[256];
-  int bsum[8];
+  short qx[2][256];
+  float bsum[8];
   for (long c = 0; c < spans; c++) {
     float *d = out->d + c * (q >= LM_Q4_K ? 1 : lanes), *s = out->s + c * lanes;
-    int *z = out->z + c * lanes;
-    for (long l = 0; l < lanes; l++) s[l] = 0.0f, z[l] = 0;
-    for (long i = 0; i < span; i++) qx[i] = 0;
+    int *z = out->z + c * 2 * lanes;
+    for (long l = 0; l < lanes; l++) s[l] = 0.0f, z[l] = z[lanes + l] = 0;
+    for (long i = 0; i < span; i++) qx[0][i] = qx[1][i] = 0;
     for (long b = 0; b < span / block && c * span + b * block < K; b++) {
       const float *xb = x + c * span + b * block;
       float amax = 0.0f, probe = 0.0f;
@@ -109,33 +117,49 @@ static int lm_q16x_quantize(const float *restrict x, long K, int q, const short 
         probe += xb[i] - xb[i]; /* NaN once any value is NaN or infinite */
       }
       if (!(probe == 0.0f) || (amax > 0.0f && amax < LM_Q16X_TINY)) return 0;
+      /* x = dx (q1 + q2 / 32768) with |q1| <= 32767, |q2| <= 16384 (|x id - q1| <= 1/2, and
+       * the residual is computed in double: exact for these operands) */
       const float id = amax > 0.0f ? 32767.0f / amax : 0.0f, dx = amax / 32767.0f;
-      for (long i = 0; i < block; i++) qx[b * block + i] = (short)(int)nearbyintf(xb[i] * id);
-      for (int g = 0; g < 8; g++) bsum[g] = 0;
-      for (long i = 0; i < block; i++) bsum[i / 32] += qx[b * block + i];
+      for (long i = 0; i < block; i++) {
+        const double scaled = (double)xb[i] * (double)id, q1 = nearbyint(scaled);
+        qx[0][b * block + i] = (short)q1;
+        qx[1][b * block + i] = (short)nearbyint((scaled - q1) * 32768.0);
+      }
+      for (int g = 0; g < 8; g++) bsum[g] = 0.0f;
+      for (long i = 0; i < block; i++)
+        bsum[i / 32] += (float)qx[0][b * block + i] + (float)qx[1][b * block + i] / 32768.0f;
       if (q >= LM_Q4_K) {
         d[0] = dx;
-        for (int g = 0; g < 8; g++) s[g] = dx * (float)bsum[g];
+        for (int g = 0; g < 8; g++) s[g] = dx * bsum[g];
       } else {
         for (int l = 0; l < 4; l++) d[4 * b + l] = dx;
       }
     }
     for (long b = (K - c * span) / block; b < span / block; b++) /* past K */
       for (int l = 0; l < 4; l++) d[4 * b + l] = 0.0f;
-    short *qc = out->q + c * span;
-    for (long p = 0; p < span; p++) qc[p] = qx[order[p]];
-    /* Q4_0's - 8, Q5_0's - 16 and Q4_1's offset m, for each int32 lane from the 8 qx it multiplies: a lane
-     * then holds the dot product of its own 8 weights, and no lane carries a large term that
-     * another lane cancels (an outlier of x would make it large) */
+    short *qc = out->q + c * 2 * span;
+    for (int digit = 0; digit < 2; digit++)
+      for (long p = 0; p < span; p++) qc[digit * span + p] = qx[digit][order[p]];
+    /* Q4_0's - 8, Q5_0's - 16 and Q4_1's offset m, for each int32 lane from the 8 qx it
+     * multiplies: a lane then holds the dot product of its own 8 weights, and no lane carries a
+     * large term that another lane cancels (an outlier of x would make it large) */
     if (q < LM_Q4_K)
       for (int l = 0; l < 16; l++) {
-        int sum = 0;
-        for (int e = 0; e < 4; e++) sum += qc[32 * e + 2 * l] + qc[32 * e + 2 * l + 1];
-        z[l] = q == LM_Q4_0 ? -8 * sum : q == LM_Q5_0 ? -16 * sum : 0;
-        s[l] = d[l] * (float)sum;
+        int sum[2] = {0, 0};
+        for (int digit = 0; digit < 2; digit++)
+          for (int e = 0; e < 4; e++)
+            sum[digit] += qc[digit * span + 32 * e + 2 * l] + qc[digit * span + 32 * e + 2 * l + 1];
+        for (int digit = 0; digit < 2; digit++)
+          z[digit * 16 + l] = q == LM_Q4_0 ? -8 * sum[digit] : q == LM_Q5_0 ? -16 * sum[digit] : 0;
+        s[l] = d[l] * ((float)sum[0] + (float)sum[1] / 32768.0f);
       }
   }
   return 1;
+}
+
+/* the int32 lanes of the sums over x's two digits, as one float: sum[0] + sum[1] / 32768 */
+static inline __m512 lm_digits(const __m512i sum[2]) {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[1]), _mm512_set1_ps(1.0f / 32768.0f), _mm512_cvtepi32_ps(sum[0]));
 }
 
 /* ----- Q4_0 / Q4_1 / Q5_0: four blocks per step ------------------------------------------ */
@@ -179,11 +203,14 @@ static inline __attribute__((always_inline)) void lm_q16_group(
     }
   }
   for (int m = 0; m < M; m++) {
-    const short *xq = x[m].q + 128 * c;
-    __m512i sum = q == LM_Q4_1 ? _mm512_setzero_si512() : _mm512_loadu_si512(x[m].z + 16 * c);
-    for (int e = 0; e < 4; e++) sum = lm_dot16(sum, v[e], _mm512_loadu_si512(xq + 32 * e));
-    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_loadu_ps(x[m].d + 16 * c)),
-                             acc[m]);
+    const short *xq = x[m].q + 256 * c;
+    __m512i sum[2];
+    for (int digit = 0; digit < 2; digit++) {
+      sum[digit] = q == LM_Q4_1 ? _mm512_setzero_si512() : _mm512_loadu_si512(x[m].z + 32 * c + 16 * digit);
+      for (int e = 0; e < 4; e++)
+        sum[digit] = lm_dot16(sum[digit], v[e], _mm512_loadu_si512(xq + 128 * digit + 32 * e));
+    }
+    acc[m] = _mm512_fmadd_ps(lm_digits(sum), _mm512_mul_ps(dw, _mm512_loadu_ps(x[m].d + 16 * c)), acc[m]);
     if (q == LM_Q4_1) acc[m] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(x[m].s + 16 * c), acc[m]);
   }
 }
@@ -194,11 +221,20 @@ static inline __m512i lm_words(const short idx[32], __m512i a) {
   return _mm512_permutexvar_epi16(_mm512_loadu_si512(idx), a);
 }
 
+/* sum[digit] + v[e] . the 32 int16 of digit `digit` at xq + 32 e (the K-quants' layout: a
+ * block's 256 first digits, then its 256 second ones) */
+static inline __attribute__((always_inline)) void lm_q16_dot4(const __m512i v[4], const short *xq,
+                                                              __m512i sum[2]) {
+  for (int digit = 0; digit < 2; digit++)
+    for (int e = 0; e < 4; e++)
+      sum[digit] = lm_dot16(sum[digit], v[e], _mm512_loadu_si512(xq + 256 * digit + 32 * e));
+}
+
 static inline __attribute__((always_inline)) void lm_q16_block256(
     const unsigned char *restrict blk, long c, const lm_q16x *x, int q, int M, __m512 *acc,
     __m256 *minacc) {
-  __m512i sum[LM_GEMV_MAX_M];
-  for (int m = 0; m < M; m++) sum[m] = _mm512_setzero_si512();
+  __m512i sum[LM_GEMV_MAX_M][2];
+  for (int m = 0; m < M; m++) sum[m][0] = sum[m][1] = _mm512_setzero_si512();
   /* lane idx for the sub-block scales: scale s over lanes 0..15, s + 2 over 16..31 (Q4_K /
    * Q5_K: with s = 4P or 4P + 1); Q6_K: four scales, each over 8 lanes */
   short pair[4][32], quad[4][32];
@@ -221,13 +257,11 @@ static inline __attribute__((always_inline)) void lm_q16_block256(
         const __m512i val = _mm512_sub_epi16(_mm512_ternarylogic_epi32(v[e], top, bits45, 0xF8), thirty_two);
         v[e] = _mm512_mullo_epi16(val, e & 1 ? sb : sa);
       }
-      for (int m = 0; m < M; m++)
-        for (int e = 0; e < 4; e++)
-          sum[m] = lm_dot16(sum[m], v[e], _mm512_loadu_si512(x[m].q + 256 * c + 128 * h + 32 * e));
+      for (int m = 0; m < M; m++) lm_q16_dot4(v, x[m].q + 512 * c + 128 * h, sum[m]);
     }
     const __m512 d = _mm512_set1_ps(lm_half_at(blk + 208));
     for (int m = 0; m < M; m++)
-      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m]), _mm512_mul_ps(d, _mm512_set1_ps(x[m].d[c])), acc[m]);
+      acc[m] = _mm512_fmadd_ps(lm_digits(sum[m]), _mm512_mul_ps(d, _mm512_set1_ps(x[m].d[c])), acc[m]);
     return;
   }
   /* Q4_K / Q5_K: the 6-bit scales and mins of the 8 sub-blocks (lm_kq_scale_min), as bytes */
@@ -254,15 +288,13 @@ static inline __attribute__((always_inline)) void lm_q16_block256(
       }
       v[e] = _mm512_mullo_epi16(v[e], e & 1 ? so : se);
     }
-    for (int m = 0; m < M; m++)
-      for (int e = 0; e < 4; e++)
-        sum[m] = lm_dot16(sum[m], v[e], _mm512_loadu_si512(x[m].q + 256 * c + 128 * p + 32 * e));
+    for (int m = 0; m < M; m++) lm_q16_dot4(v, x[m].q + 512 * c + 128 * p, sum[m]);
   }
   const __m512 d = _mm512_set1_ps(lm_half_at(blk));
   const __m256 mins = _mm256_mul_ps(_mm256_set1_ps(lm_half_at(blk + 2)),
       _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mnb))));
   for (int m = 0; m < M; m++) {
-    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m]), _mm512_mul_ps(d, _mm512_set1_ps(x[m].d[c])), acc[m]);
+    acc[m] = _mm512_fmadd_ps(lm_digits(sum[m]), _mm512_mul_ps(d, _mm512_set1_ps(x[m].d[c])), acc[m]);
     minacc[m] = _mm256_fmadd_ps(mins, _mm256_loadu_ps(x[m].s + 8 * c), minacc[m]);
   }
 }
@@ -337,8 +369,8 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
   short order[256];
   for (int p = 0; p < span; p++) order[p] = (short)lm_q16_order(q, p);
   float *buf = lm_scratch(A, M, K);
-  const size_t per_row = 64 + sizeof(short) * spans * span + sizeof(float) * (dlen + spans * lanes) +
-                         sizeof(int) * spans * lanes;
+  const size_t per_row = 64 + sizeof(short) * 2 * spans * span + sizeof(float) * (dlen + spans * lanes) +
+                         sizeof(int) * 2 * spans * lanes;
   char *mem = (char *)aligned_alloc(64, ((size_t)rows * per_row + 63) / 64 * 64);
   lm_q16x *xs = (lm_q16x *)malloc(sizeof(lm_q16x) * rows);
   int ok = 1;
@@ -348,10 +380,10 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
     lm_rows_f32(A, aoff[b], M, K, buf, x);
     for (long m = 0; m < M && ok; m++) {
       lm_q16x *r = xs + b * M + m;
-      r->q = (short *)at, at += sizeof(short) * spans * span;
+      r->q = (short *)at, at += sizeof(short) * 2 * spans * span;
       r->d = (float *)at, at += sizeof(float) * dlen;
       r->s = (float *)at, at += sizeof(float) * spans * lanes;
-      r->z = (int *)at, at += sizeof(int) * spans * lanes;
+      r->z = (int *)at, at += sizeof(int) * 2 * spans * lanes;
       at += 64 - (at - mem) % 64;
       ok = lm_q16x_quantize(x[m], K, q, order, r);
     }
