@@ -78,7 +78,8 @@ def test_quantized_matvec_block_counts(qtype, blocks, m, path, monkeypatch):
     dequantization (1e-5: rounding only). The int8 one (csrc/qgemv.c) multiplies x rounded to
     int8 blocks; the float one (applying each block's scale once: d * sum x q + m * sum x)
     runs when some block of x is too small for that rounding (1e-35 here, with the int8 path
-    requested). The int16 one (the default) has its own tests (test_cpu_qgemv16.py). Scales include zero and the largest half."""
+    requested). The int16 one (the default) has its own tests (test_cpu_qgemv16.py). Scales
+    include zero and the largest half."""
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "int8")
     k = 32 * blocks
     raw, w = quantized(qtype, 7, k)
