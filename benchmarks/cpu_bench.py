@@ -80,7 +80,17 @@ def chain(x):
     return t * t
 
 
-def bench_chain(n: int, reps: int) -> float:
+def copy_bandwidth(x: np.ndarray, reps: int) -> tuple[float, float]:
+    """(NumPy, torch with 2 threads) GB/s copying x: bytes read plus bytes written."""
+    dst = np.empty_like(x)
+    np_copy_t = timeit(lambda: np.copyto(dst, x), reps)
+    src_t, dst_t = torch.from_numpy(x), torch.from_numpy(dst)
+    torch_copy_t = timeit(lambda: dst_t.copy_(src_t), reps)  # parallel, unlike NumPy's
+    moved = 2 * x.nbytes
+    return moved / np_copy_t[0] / 1e9, moved / torch_copy_t[0] / 1e9
+
+
+def bench_chain(n: int, reps: int) -> None:
     x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
     g = lm.Graph()
     xt = g.tensor((n,))
@@ -97,13 +107,8 @@ def bench_chain(n: int, reps: int) -> float:
     lm_t = timeit(run_lm, reps)
     np.testing.assert_allclose(holder["y"], chain(x), rtol=1e-5, atol=1e-5)
     np_t = timeit(lambda: chain(x), reps)
-    dst = np.empty_like(x)
-    np_copy_t = timeit(lambda: np.copyto(dst, x), reps)
-    src_t, dst_t = torch.from_numpy(x), torch.from_numpy(dst)
-    torch_copy_t = timeit(lambda: dst_t.copy_(src_t), reps)  # parallel, unlike NumPy's
-    moved = 2 * x.nbytes  # read x, write the result: what a copy moves
-    gbs = moved / lm_t[0] / 1e9
-    np_gbs, torch_gbs = moved / np_copy_t[0] / 1e9, moved / torch_copy_t[0] / 1e9
+    np_gbs, torch_gbs = copy_bandwidth(x, reps)
+    gbs = 2 * x.nbytes / lm_t[0] / 1e9
     copy_gbs = max(np_gbs, torch_gbs)
     print(f"| fused 8-op chain, {n // 2**20}Mi floats ({kernels} kernel) | "
           f"{lm_t[0] * 1e3:.2f} ({lm_t[1] * 1e3:.2f}) | NumPy {np_t[0] * 1e3:.2f} "
@@ -111,7 +116,6 @@ def bench_chain(n: int, reps: int) -> float:
     print(f"| same chain: bytes moved per second vs a copy of the array | {gbs:.1f} GB/s | "
           f"copy: NumPy {np_gbs:.1f} GB/s, torch (2 threads) {torch_gbs:.1f} GB/s | "
           f"{gbs / copy_gbs:.0%} of the faster copy |")
-    return copy_gbs
 
 
 # ----- GEMV weight streaming (decode) --------------------------------------------------------
@@ -136,45 +140,80 @@ def gemv_weight(qtype: str, rows: int, cols: int, rng: np.random.Generator):
     return data, gguf_dequantize(data, getattr(Q, qtype.upper())).astype(np.float64)
 
 
-def bench_gemv(values: int, reps: int, copy_gbs: float) -> None:
-    """x @ W.T for one token with W fp32 and GGUF-quantized: weight bytes per second. The
-    32-value formats use SmolLM2's LM head shape (576 columns); the K-quants need columns in
-    multiples of 256, so they use 2048 (Gemma 3's FFN width) and as many rows as give the
-    same number of weights."""
+def gemv_graph(qtype: str, data: np.ndarray, x: np.ndarray, rows: int, cols: int,
+               activations: str | None):
+    """(execute, output) of x @ W.T compiled with LUMINAL_CPU_QUANT_ACTIVATIONS=activations
+    (None: the default)."""
     from luminal.quant import dequantize
 
-    rng = np.random.default_rng(3)
-    for qtype in GEMV_FORMATS:
-        cols = 2048 if qtype.endswith("_k") else 576
-        rows = values // cols
-        data, w = gemv_weight(qtype, rows, cols, rng)
-        x = rng.standard_normal((1, cols)).astype(np.float32)
+    saved = os.environ.pop("LUMINAL_CPU_QUANT_ACTIVATIONS", None)
+    if activations is not None:
+        os.environ["LUMINAL_CPU_QUANT_ACTIVATIONS"] = activations
+    try:
         g = lm.Graph()
         xt = g.tensor((1, cols))
         if qtype == "f32":
-            wt = g.tensor((rows, cols))
-            weight = wt
+            wt = weight = g.tensor((rows, cols))
         else:
             wt = g.tensor(data.shape, dtype=lm.uint8)
             weight = dequantize(wt, qtype, (rows, cols))
         out = (xt @ weight.T).retrieve()
         g.compile((lm.GenericCompiler(), CpuBackend()))
-        xt.set(x)
-        wt.set(data)
-        lm_t = timeit(g.execute, reps)
-        # int8 activations: about 1e-3 of sum |x w| away from the float product
+    finally:
+        os.environ.pop("LUMINAL_CPU_QUANT_ACTIVATIONS", None)
+        if saved is not None:
+            os.environ["LUMINAL_CPU_QUANT_ACTIVATIONS"] = saved
+    xt.set(x)
+    wt.set(data)
+    return g.execute, out
+
+
+def bench_gemv(values: int, reps: int, rounds: int) -> None:
+    """x @ W.T for one token with W fp32 and GGUF-quantized: weight bytes per second, for the
+    default activation setting and, for the quantized formats, each other one
+    (`luminal_cpu.source.QUANT_ACTIVATIONS`), timed in interleaved rounds with a copy of 64 MB
+    (the faster of NumPy's and torch's) in each round, so that on a shared machine the
+    percentage compares figures taken in the same minutes (medians over all rounds). The
+    32-value formats use SmolLM2's LM head shape (576 columns); the K-quants need columns in
+    multiples of 256, so they use 2048 (Gemma 3's FFN width) and as many rows as give the
+    same number of weights."""
+    from luminal_cpu.source import QUANT_ACTIVATIONS, quant_activations
+
+    rng = np.random.default_rng(3)
+    default = quant_activations()
+    buffer = rng.standard_normal(16 * 2**20).astype(np.float32)
+    for qtype in GEMV_FORMATS:
+        cols = 2048 if qtype.endswith("_k") else 576
+        rows = values // cols
+        data, w = gemv_weight(qtype, rows, cols, rng)
+        x = rng.standard_normal((1, cols)).astype(np.float32)
+        settings = [default] if qtype == "f32" else \
+            [default] + [a for a in QUANT_ACTIVATIONS if a != default]
+        runs = {a: gemv_graph(qtype, data, x, rows, cols, a) for a in settings}
+        times: dict[str, list[float]] = {a: [] for a in settings}
+        copies = []
+        for _ in range(rounds):
+            copies.append(max(copy_bandwidth(buffer, reps)))
+            for a, (execute, _) in runs.items():
+                times[a].append(timeit(execute, reps)[0])
+        copy_gbs = statistics.median(copies)
         scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
-        assert np.all(np.abs(out.numpy() - x @ w.T) <= 1e-2 * scale + 1e-30), qtype
-        gbs = data.nbytes / lm_t[0] / 1e9
-        per_cpu_s = data.nbytes / cpu_seconds(g.execute, reps) / 1e9
-        if qtype == "f32":
-            np_t = timeit(lambda x=x, w=data: x @ w.T, reps)  # float32, as luminal reads it
-            other = f"NumPy {data.nbytes / np_t[0] / 1e9:.1f} GB/s"
-        else:
-            other = "-"
-        print(f"| GEMV 1x{cols} @ {cols}x{rows} {qtype} ({data.nbytes / 1e6:.0f} MB) | "
-              f"{lm_t[0] * 1e3:.2f} ({lm_t[1] * 1e3:.2f}), {gbs:.1f} GB/s | {other} | "
-              f"{gbs / copy_gbs:.0%} of copy bandwidth; {per_cpu_s:.1f} GB per CPU-second |")
+        for a, (execute, out) in runs.items():
+            # int8 activations: about 1e-3 of sum |x w| away from the float product
+            assert np.all(np.abs(out.numpy() - x @ w.T) <= 1e-2 * scale + 1e-30), (qtype, a)
+            median, best = statistics.median(times[a]), min(times[a])
+            gbs = data.nbytes / median / 1e9
+            per_cpu_s = data.nbytes / cpu_seconds(execute, reps) / 1e9
+            if qtype == "f32":
+                np_t = timeit(lambda x=x, w=data: x @ w.T, reps)  # float32, as luminal reads it
+                other = f"NumPy {data.nbytes / np_t[0] / 1e9:.1f} GB/s"
+            else:
+                other = "-"
+            label = "" if qtype == "f32" else f", x {a}" + (" (default)" if a == default else "")
+            print(f"| GEMV 1x{cols} @ {cols}x{rows} {qtype}{label} ({data.nbytes / 1e6:.0f} MB) | "
+                  f"{median * 1e3:.2f} ({best * 1e3:.2f}), {gbs:.1f} GB/s | {other} | "
+                  f"{gbs / copy_gbs:.0%} of copy bandwidth ({copy_gbs:.1f} GB/s); "
+                  f"{per_cpu_s:.1f} GB per CPU-second |")
 
 
 # ----- MLP (SwiGLU FFN) ----------------------------------------------------------------------
@@ -284,14 +323,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--gemv", action="store_true",
                         help="only the copy bandwidth and the GEMV rows")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="interleaved timing rounds per GEMV activation setting (default 3)")
     args = parser.parse_args()
     reps = 5 if args.quick else 20
     print(f"threads: luminal OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
           f"torch {torch.get_num_threads()}; times in ms: median (best)\n")
     print("| benchmark | luminal-cpu | other | speedup |")
     print("| --- | --- | --- | --- |")
-    copy_gbs = bench_chain(16 * 1024 * 1024, reps)
-    bench_gemv(49152 * 576, reps, copy_gbs)
+    bench_chain(16 * 1024 * 1024, reps)
+    bench_gemv(49152 * 576, reps, args.rounds)
     if args.gemv:
         return
     for seq in (1, 128):

@@ -38,15 +38,20 @@ def check_vs_reference(build: Callable, datas, atol: float = 1e-5, rtol: float =
                                        atol=atol, rtol=rtol)
 
 
-def quant_matmul_activations(x: np.ndarray, block: int, transposed: bool) -> np.ndarray:
-    """What the cpu backend's quantized matmul multiplies the weights by, as float64: `x`
-    rounded to int8 blocks (with LUMINAL_CPU_QUANT_ACTIVATIONS=int8, csrc/qgemv.c: decode's
-    x @ W.T with at most 4 rows of x in all, batch axes folded into the rows) or `x` itself
-    (every other product)."""
-    from luminal.testing.quant import int8_activations
+def quant_matmul_activations(x: np.ndarray, qtype: str, transposed: bool) -> np.ndarray:
+    """What the cpu backend's quantized matmul multiplies the `qtype` weights by, as float64:
+    in decode's x @ W.T with at most 4 rows of x in all (batch axes folded into the rows), `x`
+    rounded to int16 blocks (the default, csrc/qgemv16.c; not Q8_0) or int8 blocks
+    (LUMINAL_CPU_QUANT_ACTIVATIONS=int8, csrc/qgemv.c); `x` itself in every other product."""
+    from luminal.quant import BLOCK_FORMATS
+    from luminal.testing.quant import int8_activations, int16_activations
     from luminal_cpu.source import quant_activations
 
     rows = x.size // x.shape[-1]
-    if transposed and rows <= 4 and quant_activations() == "int8":
-        return int8_activations(x, 256 if block == 256 else 32)
+    block = BLOCK_FORMATS[qtype].block_size
+    if transposed and rows <= 4:
+        if quant_activations() == "int8":
+            return int8_activations(x, block)
+        if quant_activations() == "int16" and qtype != "q8_0":
+            return int16_activations(x, block)
     return x.astype(np.float64)

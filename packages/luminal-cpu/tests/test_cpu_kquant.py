@@ -44,7 +44,7 @@ def test_kquant_matmul_matches_gguf(qtype, m, transposed):
     k = cols if transposed else rows
     x = rng.standard_normal((2, m, k)).astype(np.float32)
     got, g = run_product(raw, qtype, (rows, cols), x, transposed)
-    xr = quant_matmul_activations(x, fmt.block_size, transposed)
+    xr = quant_matmul_activations(x, qtype, transposed)
     want = xr @ (w.T if transposed else w)
     scale = np.abs(xr) @ np.abs(w.T if transposed else w)
     assert np.all(np.abs(got - want) <= 1e-5 * scale + 1e-30), qtype

@@ -113,7 +113,7 @@ def test_rows_without_int8_rounding_take_the_float_kernels(qtype, bad):
 
 @pytest.mark.parametrize("qtype", ["q4_1", "q6_k"])
 def test_float_activations_on_request(qtype, monkeypatch):
-    """LUMINAL_CPU_QUANT_ACTIVATIONS=float (the default) keeps x in float32: the exact
+    """LUMINAL_CPU_QUANT_ACTIVATIONS=float keeps x in float32: the exact
     product up to float32 rounding (1e-5) where int8 activations are about 1e-3 away."""
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "float")
     raw, w = weight(qtype, 6, 512)
@@ -127,5 +127,5 @@ def test_unknown_activation_setting_is_refused(monkeypatch):
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "int4")
     raw, _ = weight("q8_0", 4, 64)
     with pytest.raises(ValueError, match="LUMINAL_CPU_QUANT_ACTIVATIONS must be one of "
-                                         "'float', 'int8', not 'int4'"):
+                                         "'float', 'int8', 'int16', not 'int4'"):
         matvec(raw, "q8_0", (4, 64), np.ones((1, 64), np.float32))

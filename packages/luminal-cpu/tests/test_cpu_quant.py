@@ -44,7 +44,7 @@ def test_quantized_matmul_matches_numpy(qtype, m, n, k, transposed):
     xt.set(x)
     rt.set(raw)
     g.execute()
-    xr = quant_matmul_activations(x, 32, transposed)
+    xr = quant_matmul_activations(x, qtype, transposed)
     np.testing.assert_allclose(y.numpy(), xr @ (w.T if transposed else w), atol=1e-4, rtol=1e-4)
     # one kernel, reading the raw bytes: the float decomposition is dead code
     (kernel,) = g.runtime.program.kernels
@@ -64,7 +64,7 @@ def test_quantized_matvec_any_row_count(qtype, n):
     g.compile((lm.GenericCompiler(), CpuBackend()))
     g.execute()
     # a single row of W is decoded by generated code and multiplied in float
-    xr = quant_matmul_activations(x, 32, True) if n > 1 else x
+    xr = quant_matmul_activations(x, qtype, True) if n > 1 else x
     np.testing.assert_allclose(y.numpy(), xr @ w.T, atol=1e-4, rtol=1e-4)
 
 
@@ -77,8 +77,9 @@ def test_quantized_matvec_block_counts(qtype, blocks, m, path, monkeypatch):
     past a multiple of four, every row count they handle, against float64 NumPy on gguf's
     dequantization (1e-5: rounding only). The int8 one (csrc/qgemv.c) multiplies x rounded to
     int8 blocks; the float one (applying each block's scale once: d * sum x q + m * sum x)
-    runs by default and when some block of x is too small for that rounding (1e-35 here,
-    with the int8 path requested). Scales include zero and the largest half."""
+    runs when some block of x is too small for that rounding (1e-35 here, with the int8 path
+    requested). The int16 one (the default) has its own tests (test_cpu_qgemv16.py). Scales
+    include zero and the largest half."""
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "int8")
     k = 32 * blocks
     raw, w = quantized(qtype, 7, k)
@@ -94,7 +95,7 @@ def test_quantized_matvec_block_counts(qtype, blocks, m, path, monkeypatch):
     y = (xt @ dequantize(rt, qtype, (7, k)).T).retrieve()
     g.compile((lm.GenericCompiler(), CpuBackend()))
     g.execute()
-    xr = quant_matmul_activations(x, 32, True) if path == "int8" else x.astype(np.float64)
+    xr = quant_matmul_activations(x, qtype, True) if path == "int8" else x.astype(np.float64)
     expected = xr @ w.T
     scale = np.abs(xr) @ np.abs(w).T  # no cancellation: rounding's scale
     np.testing.assert_array_less(np.abs(y.numpy() - expected), 1e-5 * scale + 1e-30)

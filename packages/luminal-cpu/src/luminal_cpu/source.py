@@ -41,16 +41,18 @@ _STACK_BATCHES = 256
 
 
 # how decode's quantized matvec may hold x (`lm_qmat.x_prec` in runtime.h)
-QUANT_ACTIVATIONS = {"float": "LM_X_F32", "int8": "LM_X_I8"}
+QUANT_ACTIVATIONS = {"float": "LM_X_F32", "int8": "LM_X_I8", "int16": "LM_X_I16"}
 
 
 def quant_activations() -> str:
-    """How decode's quantized matvec holds x: "float" keeps it in float32 (exact up to
-    summation order; the default, since int8 moved SmolLM2's greedy tokens away from
-    transformers'), "int8" rounds it to int8 blocks (csrc/qgemv.c: llama.cpp's numerics, about
-    1e-3 relative to sum |x w|, faster). `LUMINAL_CPU_QUANT_ACTIVATIONS`, read when a graph is
-    compiled."""
-    value = os.environ.get("LUMINAL_CPU_QUANT_ACTIVATIONS", "float")
+    """How decode's quantized matvec holds x: "int16" (the default) rounds it to int16 blocks
+    (csrc/qgemv16.c: at most 1.5e-5 of the block's max|x| per value, float-like; SmolLM2 and
+    Gemma 3 keep transformers' greedy tokens) and takes integer dot products, at the memory
+    bandwidth; "float" keeps it in float32 (exact up to summation order, slower); "int8"
+    rounds it to int8 blocks (csrc/qgemv.c: llama.cpp's numerics, about 1e-3 relative to
+    sum |x w|, which moved SmolLM2's greedy tokens away from transformers').
+    `LUMINAL_CPU_QUANT_ACTIVATIONS`, read when a graph is compiled."""
+    value = os.environ.get("LUMINAL_CPU_QUANT_ACTIVATIONS", "int16")
     if value not in QUANT_ACTIVATIONS:
         raise ValueError(f"LUMINAL_CPU_QUANT_ACTIVATIONS must be one of "
                          f"{', '.join(map(repr, QUANT_ACTIVATIONS))}, not {value!r}")
@@ -93,7 +95,7 @@ def _csrc(name: str) -> str:
 def runtime_source() -> str:
     """The complete C source of the runtime library (GEMM, GEMV, quantized kernels)."""
     return "\n".join((C.prelude(), _csrc("runtime.h"), _csrc("runtime.c"), _csrc("kquant.c"),
-                      _csrc("qgemv.c")))
+                      _csrc("qgemv.c"), _csrc("qgemv16.c")))
 
 
 def _render_matmul(mm: Matmul, name: str) -> str:

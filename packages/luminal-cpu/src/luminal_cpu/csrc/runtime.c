@@ -945,11 +945,17 @@ static void lm_qgemv_axpy(long nb, const long *aoff, long M, long N, long K, con
 static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
                       const lm_qmat *W, const lm_out *C);
 
+/* qgemv16.c: the same through int16 activations */
+static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+                       const lm_qmat *W, const lm_out *C);
+
 /* C[b] (M x N) = A[b] * B^T with B decoded from the quantized W (shared by every batch) */
 void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W,
               lm_out C) {
   if (M <= LM_GEMV_MAX_M && W.k_contig && W.x_prec == LM_X_I8 && lm_q8_gemv(nb, aoff, M, N, K, &A, &W, &C))
     return; /* decode's matvec through int8 activations (qgemv.c) */
+  if (M <= LM_GEMV_MAX_M && W.k_contig && W.x_prec == LM_X_I16 && lm_q16_gemv(nb, aoff, M, N, K, &A, &W, &C))
+    return; /* through int16 activations (qgemv16.c) */
   if (W.q >= LM_Q4_K) { /* the K-quants: kquant.c */
     lm_kq_gemm(nb, aoff, M, N, K, A, W, C);
     return;

@@ -1,0 +1,413 @@
+/* luminal-cpu: decode's quantized matvec with int16 activations (x @ W.T for up to 4 rows of x,
+ * W a GGUF Q4_0 / Q4_1 / Q5_0 / Q4_K / Q5_K / Q6_K matrix quantized along k; the default).
+ *
+ * The float kernels (runtime.c's lm_qdot_row, kquant.c's lm_kq_dot_block) convert every weight
+ * to a float, which costs more vector work than the memory system needs to deliver the weights
+ * (Q4_K at about 40% of the copy bandwidth). qgemv.c's int8 activations remove that work but
+ * round x to 8 bits, which moved SmolLM2's logits by up to 1.2. Here each row of x is written
+ * as two int16 digits per value instead: x = dx (q1 + q2 / 32768) with dx = max|x| / 32767 per
+ * block of 32 values (32-value formats) or 256 (K-quants), |q1| <= 32767, |q2| <= 16384, which
+ * leaves at most dx / 65536 = 4.7e-10 max|x| per value (one digit alone, 1.5e-5 max|x|, moved
+ * SmolLM2's logits by 9e-3 through its outlier channels: a block holding an outlier rounds the
+ * small values beside it coarsely). The weight quants are widened to int16 lanes and meet both
+ * digits in `vpdpwssd` (int16 pairs summed into int32 lanes; `vpmaddwd` + add without VNNI);
+ * the two int32 sums are joined in float (sum1 + sum2 / 32768) and the scales applied once per
+ * block. Widening the weights is the work the float kernels spend most on; it is shared by both
+ * digits and all rows of x.
+ *
+ * Lane order. The quants are widened without shuffles: the packed nibble bytes are read as
+ * 16-bit words, and (w & 15), (w >> 4) & 15, (w >> 8) & 15, w >> 12 are four vectors of int16
+ * quants in an order fixed per format. The digits are stored in that same order when x is
+ * rounded (a per-call O(K) pass; `lm_q16_order`), so the products pair up with no shuffle.
+ * - Q4_0 / Q4_1 / Q5_0: four blocks at a time (128 values); their nibble bytes are gathered
+ *   from two masked 64-byte loads with one `vpermt2b` (AVX-512 VBMI), so int32 lanes 4i..4i+3
+ *   hold block i's sums and one float multiply-add per four blocks applies the four scales;
+ *   Q5_0's fifth bits are shifted into place per int16 lane (`vpsrlvw`).
+ * - Q4_K / Q5_K / Q6_K: the integer sub-block scales multiply the int16 quants (`vpmullw`),
+ *   so a whole 256-value block sums in int32 and is converted once; Q4_K / Q5_K's mins are
+ *   applied through per-sub-block sums of x (dx * sum of the digits, float), Q6_K's - 32 in
+ *   int16.
+ *
+ * Overflow (|q1| <= 32767, |q2| <= 16384; an int32 lane takes 2 products per vector): Q6_K's
+ * largest product is |q - 32| * |scale| * |q1| <= 32 * 128 * 32767, 16 per lane per block:
+ * 2,147,418,112 < 2^31 - 1 (the tightest); Q5_K 31 * 63 * 32767 * 16 = 1.02e9; Q4_K
+ * 15 * 63 * 32767 * 16; Q4_0 / Q4_1 / Q5_0 8 products of 31 * 32767 plus 16 * 8 * 32767 for
+ * the - 8 / - 16. A scaled quant (q * scale, at most 32 * 128 = 4096) fits int16.
+ *
+ * Semantics: the dot product of the dequantized weights with x, up to float32 rounding (the
+ * per-block scale products, dx's own rounding: about 1e-7 relative to sum |w x| per block)
+ * and the 4.7e-10 max|x| above. A row of x that is not finite, or a block whose largest
+ * magnitude is below LM_Q16X_TINY, has no such rounding: the call returns 0 and the caller
+ * runs the float kernels, so NaN and infinities propagate as in the float product. Q8_0 (whose
+ * float kernel already streams faster than a copy) and machines without AVX-512 BW / VBMI
+ * return 0 too. */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VBMI__) && defined(__F16C__)
+#include <immintrin.h>
+#include <math.h>
+#define LM_Q16X_TINY 1e-30f
+
+/* acc + the sums of adjacent int16 products a_i * b_i in 32-bit lanes */
+static inline __m512i lm_dot16(__m512i acc, __m512i a, __m512i b) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpwssd_epi32(acc, a, b);
+#else
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+
+/* the four int16 quant vectors of 64 packed nibble bytes read as 32 words */
+static inline __attribute__((always_inline)) void lm_nibble_words(__m512i w, __m512i v[4]) {
+  const __m512i low4 = _mm512_set1_epi16(15);
+  v[0] = _mm512_and_si512(w, low4);
+  v[1] = _mm512_and_si512(_mm512_srli_epi16(w, 4), low4);
+  v[2] = _mm512_and_si512(_mm512_srli_epi16(w, 8), low4);
+  v[3] = _mm512_srli_epi16(w, 12);
+}
+
+/* which value of its span (a group of four 32-value blocks, or a 256-value K-quant block)
+ * int16 lane p of the stored qx holds: the lane order lm_nibble_words gives each format */
+static int lm_q16_order(int q, int p) {
+  const int v = p / 32 % 4, w = p % 32, odd = v & 1, high = v >> 1;
+  if (q < LM_Q4_K) /* word w: bytes 2(w%8), +1 of block w/8; v: nibble */
+    return 32 * (w / 8) + 2 * (w % 8) + high + 16 * odd;
+  if (q == LM_Q6_K) /* half p/128; words 0..15 of ql's 64 bytes feed groups 0, 2 (low, high
+                      * nibble), words 16..31 groups 1, 3 */
+    return 128 * (p / 128) + 32 * ((w >= 16) + 2 * odd) + 2 * (w % 16) + high;
+  /* Q4_K / Q5_K: 64 bytes of qs per p/128; byte l of its first 32 holds sub-block 4(p/128)
+   * (low nibble) and + 1 (high), of its last 32 sub-blocks + 2 and + 3 */
+  return 32 * (4 * (p / 128) + 2 * (w >= 16) + odd) + 2 * (w % 16) + high;
+}
+
+/* one row of x as int16 digits: q (per span, its first digits then its second ones, each in
+ * lm_q16_order), and per span: for the 32-value formats 16 lanes of dx (lanes 4i..4i+3: block
+ * i's), two times 16 of the int32 lanes' start (Q4_0 / Q5_0: -8 / -16 times the sum of the 8
+ * digits that lane multiplies) and 16 of dx times the lane's sum of x / dx (Q4_1's offset); for
+ * the K-quants dx and the 8 sub-blocks' sums of x */
+typedef struct {
+  short *q;
+  float *d, *s;
+  int *z;
+} lm_q16x;
+
+static long lm_q16_span(int q) { return q >= LM_Q4_K ? 256 : 128; }
+
+/* floats (and ints) of d / s / z per span */
+static long lm_q16_lanes(int q) { return q >= LM_Q4_K ? 8 : 16; }
+
+/* rounds x[0..K) (K a multiple of 32, of 256 for the K-quants) to two int16 digits per value;
+ * 0 when x has no such rounding (see above). Spans past K (the last group of four 32-value
+ * blocks) are zero. */
+static int lm_q16x_quantize(const float *restrict x, long K, int q, const short *order,
+                            lm_q16x *out) {
+  const long block = q >= LM_Q4_K ? 256 : 32, span = lm_q16_span(q), lanes = lm_q16_lanes(q);
+  const long spans = (K + span - 1) / span;
+  short qx[2][256];
+  float bsum[8];
+  for (long c = 0; c < spans; c++) {
+    float *d = out->d + c * (q >= LM_Q4_K ? 1 : lanes), *s = out->s + c * lanes;
+    int *z = out->z + c * 2 * lanes;
+    for (long l = 0; l < lanes; l++) s[l] = 0.0f, z[l] = z[lanes + l] = 0;
+    for (long i = 0; i < span; i++) qx[0][i] = qx[1][i] = 0;
+    for (long b = 0; b < span / block && c * span + b * block < K; b++) {
+      const float *xb = x + c * span + b * block;
+      float amax = 0.0f, probe = 0.0f;
+      for (long i = 0; i < block; i++) {
+        const float a = fabsf(xb[i]);
+        amax = a > amax ? a : amax;
+        probe += xb[i] - xb[i]; /* NaN once any value is NaN or infinite */
+      }
+      if (!(probe == 0.0f) || (amax > 0.0f && amax < LM_Q16X_TINY)) return 0;
+      /* x = dx (q1 + q2 / 32768) with |q1| <= 32767, |q2| <= 16384 (|x id - q1| <= 1/2, and
+       * the residual is computed in double: exact for these operands) */
+      const float id = amax > 0.0f ? 32767.0f / amax : 0.0f, dx = amax / 32767.0f;
+      for (long i = 0; i < block; i++) {
+        const double scaled = (double)xb[i] * (double)id, q1 = nearbyint(scaled);
+        qx[0][b * block + i] = (short)q1;
+        qx[1][b * block + i] = (short)nearbyint((scaled - q1) * 32768.0);
+      }
+      for (int g = 0; g < 8; g++) bsum[g] = 0.0f;
+      for (long i = 0; i < block; i++)
+        bsum[i / 32] += (float)qx[0][b * block + i] + (float)qx[1][b * block + i] / 32768.0f;
+      if (q >= LM_Q4_K) {
+        d[0] = dx;
+        for (int g = 0; g < 8; g++) s[g] = dx * bsum[g];
+      } else {
+        for (int l = 0; l < 4; l++) d[4 * b + l] = dx;
+      }
+    }
+    for (long b = (K - c * span) / block; b < span / block; b++) /* past K */
+      for (int l = 0; l < 4; l++) d[4 * b + l] = 0.0f;
+    short *qc = out->q + c * 2 * span;
+    for (int digit = 0; digit < 2; digit++)
+      for (long p = 0; p < span; p++) qc[digit * span + p] = qx[digit][order[p]];
+    /* Q4_0's - 8, Q5_0's - 16 and Q4_1's offset m, for each int32 lane from the 8 qx it
+     * multiplies: a lane then holds the dot product of its own 8 weights, and no lane carries a
+     * large term that another lane cancels (an outlier of x would make it large) */
+    if (q < LM_Q4_K)
+      for (int l = 0; l < 16; l++) {
+        int sum[2] = {0, 0};
+        for (int digit = 0; digit < 2; digit++)
+          for (int e = 0; e < 4; e++)
+            sum[digit] += qc[digit * span + 32 * e + 2 * l] + qc[digit * span + 32 * e + 2 * l + 1];
+        for (int digit = 0; digit < 2; digit++)
+          z[digit * 16 + l] = q == LM_Q4_0 ? -8 * sum[digit] : q == LM_Q5_0 ? -16 * sum[digit] : 0;
+        s[l] = d[l] * ((float)sum[0] + (float)sum[1] / 32768.0f);
+      }
+  }
+  return 1;
+}
+
+/* the int32 lanes of the sums over x's two digits, as one float: sum[0] + sum[1] / 32768 */
+static inline __m512 lm_digits(const __m512i sum[2]) {
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[1]), _mm512_set1_ps(1.0f / 32768.0f), _mm512_cvtepi32_ps(sum[0]));
+}
+
+/* ----- Q4_0 / Q4_1 / Q5_0: four blocks per step ------------------------------------------ */
+/* blocks 4c .. 4c + 3 of one row of W (n of them there, 1 to 4) times those of each row of x */
+static inline __attribute__((always_inline)) void lm_q16_group(
+    const unsigned char *restrict blk, long c, int n, const lm_q16x *x, int q, int M,
+    __m512 *acc) {
+  const int bb = (int)lm_block_bytes(q), at = (int)lm_nibbles_at(q), bytes = n * bb;
+  const __m512i lo = _mm512_maskz_loadu_epi8(bytes >= 64 ? ~0ULL : (1ULL << bytes) - 1, blk);
+  const __m512i hi = bytes > 64 ? _mm512_maskz_loadu_epi8((1ULL << (bytes - 64)) - 1, blk + 64)
+                                : _mm512_setzero_si512();
+  /* byte 16i + j of the gathered vector: nibble byte j of block i */
+  __m512i pick;
+  {
+    unsigned char idx[64];
+    for (int i = 0; i < 64; i++) idx[i] = (unsigned char)(i / 16 * bb + at + i % 16);
+    pick = _mm512_loadu_si512(idx);
+  }
+  __m512i v[4];
+  lm_nibble_words(_mm512_permutex2var_epi8(lo, pick, hi), v);
+  /* word `at` of block i over lanes 4i..4i+3 (f16 scale: at = 0; Q4_1's offset: 1) */
+  short di[32], mi[32];
+  for (int i = 0; i < 32; i++) di[i] = (short)(i < 16 ? i / 4 * bb / 2 : 0), mi[i] = (short)(di[i] + 1);
+  const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(lo, _mm512_loadu_si512(di), hi)));
+  __m512 mw = _mm512_setzero_ps();
+  if (q == LM_Q4_1)
+    mw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(lo, _mm512_loadu_si512(mi), hi)));
+  if (q == LM_Q5_0) {
+    /* word lane w (block w / 8, bytes 2j, 2j + 1 with j = w % 8) of vector e holds value
+     * 2j + (e >> 1) + 16 (e & 1): its fifth bit is that bit of the block's 32-bit qh, i.e. bit
+     * 2j + (e >> 1) of qh's low (e even) or high (e odd) half */
+    short lo_half[32], hi_half[32], shift[32];
+    for (int i = 0; i < 32; i++)
+      lo_half[i] = (short)(i / 8 * bb / 2 + 1), hi_half[i] = (short)(lo_half[i] + 1), shift[i] = (short)(2 * (i % 8));
+    const __m512i halves[2] = {_mm512_permutex2var_epi16(lo, _mm512_loadu_si512(lo_half), hi),
+                               _mm512_permutex2var_epi16(lo, _mm512_loadu_si512(hi_half), hi)};
+    const __m512i sh = _mm512_loadu_si512(shift);
+    for (int e = 0; e < 4; e++) {
+      const __m512i bit = _mm512_srlv_epi16(halves[e & 1], e >> 1 ? _mm512_add_epi16(sh, _mm512_set1_epi16(1)) : sh);
+      v[e] = _mm512_ternarylogic_epi32(v[e], _mm512_slli_epi16(bit, 4), _mm512_set1_epi16(16), 0xF8);
+    }
+  }
+  for (int m = 0; m < M; m++) {
+    const short *xq = x[m].q + 256 * c;
+    __m512i sum[2];
+    for (int digit = 0; digit < 2; digit++) {
+      sum[digit] = q == LM_Q4_1 ? _mm512_setzero_si512() : _mm512_loadu_si512(x[m].z + 32 * c + 16 * digit);
+      for (int e = 0; e < 4; e++)
+        sum[digit] = lm_dot16(sum[digit], v[e], _mm512_loadu_si512(xq + 128 * digit + 32 * e));
+    }
+    acc[m] = _mm512_fmadd_ps(lm_digits(sum), _mm512_mul_ps(dw, _mm512_loadu_ps(x[m].d + 16 * c)), acc[m]);
+    if (q == LM_Q4_1) acc[m] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(x[m].s + 16 * c), acc[m]);
+  }
+}
+
+/* ----- the K-quants: one 256-value block per step ---------------------------------------- */
+/* int16 lanes: idx[i] of a (as 32 words) */
+static inline __m512i lm_words(const short idx[32], __m512i a) {
+  return _mm512_permutexvar_epi16(_mm512_loadu_si512(idx), a);
+}
+
+/* sum[digit] + v[e] . the 32 int16 of digit `digit` at xq + 32 e (the K-quants' layout: a
+ * block's 256 first digits, then its 256 second ones) */
+static inline __attribute__((always_inline)) void lm_q16_dot4(const __m512i v[4], const short *xq,
+                                                              __m512i sum[2]) {
+  for (int digit = 0; digit < 2; digit++)
+    for (int e = 0; e < 4; e++)
+      sum[digit] = lm_dot16(sum[digit], v[e], _mm512_loadu_si512(xq + 256 * digit + 32 * e));
+}
+
+static inline __attribute__((always_inline)) void lm_q16_block256(
+    const unsigned char *restrict blk, long c, const lm_q16x *x, int q, int M, __m512 *acc,
+    __m256 *minacc) {
+  __m512i sum[LM_GEMV_MAX_M][2];
+  for (int m = 0; m < M; m++) sum[m][0] = sum[m][1] = _mm512_setzero_si512();
+  /* lane idx for the sub-block scales: scale s over lanes 0..15, s + 2 over 16..31 (Q4_K /
+   * Q5_K: with s = 4P or 4P + 1); Q6_K: four scales, each over 8 lanes */
+  short pair[4][32], quad[4][32];
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < 32; i++)
+      pair[k][i] = (short)(2 * (k / 2) * 2 + k % 2 + 2 * (i / 16)), quad[k][i] = (short)(4 * k + i / 8);
+  if (q == LM_Q6_K) {
+    const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 192))));
+    const __m512i bits45 = _mm512_set1_epi16(0x30), thirty_two = _mm512_set1_epi16(32);
+    for (int h = 0; h < 2; h++) {
+      __m512i v[4];
+      lm_nibble_words(_mm512_loadu_si512(blk + 64 * h), v);
+      const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h)));
+      const __m512i sa = lm_words(quad[2 * h], sc), sb = lm_words(quad[2 * h + 1], sc);
+      for (int e = 0; e < 4; e++) {
+        /* bits 2g, 2g + 1 of qh[l] on top: g = (lane >= 16) + 2 (e odd), l odd for e >= 2 */
+        short sh[32];
+        for (int i = 0; i < 32; i++) sh[i] = (short)(8 * (e >> 1) + 2 * ((i >= 16) + 2 * (e & 1)));
+        const __m512i top = _mm512_slli_epi16(_mm512_srlv_epi16(hb, _mm512_loadu_si512(sh)), 4);
+        const __m512i val = _mm512_sub_epi16(_mm512_ternarylogic_epi32(v[e], top, bits45, 0xF8), thirty_two);
+        v[e] = _mm512_mullo_epi16(val, e & 1 ? sb : sa);
+      }
+      for (int m = 0; m < M; m++) lm_q16_dot4(v, x[m].q + 512 * c + 128 * h, sum[m]);
+    }
+    const __m512 d = _mm512_set1_ps(lm_half_at(blk + 208));
+    for (int m = 0; m < M; m++)
+      acc[m] = _mm512_fmadd_ps(lm_digits(sum[m]), _mm512_mul_ps(d, _mm512_set1_ps(x[m].d[c])), acc[m]);
+    return;
+  }
+  /* Q4_K / Q5_K: the 6-bit scales and mins of the 8 sub-blocks (lm_kq_scale_min), as bytes */
+  unsigned int a, b, cc;
+  memcpy(&a, blk + 4, 4), memcpy(&b, blk + 8, 4), memcpy(&cc, blk + 12, 4);
+  const unsigned long long scb = (a & 0x3f3f3f3fu) |
+      (unsigned long long)((cc & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4) << 32;
+  const unsigned long long mnb = (b & 0x3f3f3f3fu) |
+      (unsigned long long)(((cc >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4) << 32;
+  const __m512i sc = _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)scb)));
+  const unsigned char *qs = blk + (q == LM_Q5_K ? 48 : 16);
+  __m512i hb = _mm512_setzero_si512();
+  if (q == LM_Q5_K) hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 16)));
+  for (int p = 0; p < 2; p++) {
+    __m512i v[4];
+    lm_nibble_words(_mm512_loadu_si512(qs + 64 * p), v);
+    const __m512i se = lm_words(pair[2 * p], sc), so = lm_words(pair[2 * p + 1], sc);
+    for (int e = 0; e < 4; e++) {
+      if (q == LM_Q5_K) { /* the fifth bit of value l of sub-block s is bit s of qh[l] */
+        short sh[32];
+        for (int i = 0; i < 32; i++) sh[i] = (short)(4 * p + 2 * (i >= 16) + (e & 1) + 8 * (e >> 1));
+        const __m512i top = _mm512_slli_epi16(_mm512_srlv_epi16(hb, _mm512_loadu_si512(sh)), 4);
+        v[e] = _mm512_ternarylogic_epi32(v[e], top, _mm512_set1_epi16(16), 0xF8);
+      }
+      v[e] = _mm512_mullo_epi16(v[e], e & 1 ? so : se);
+    }
+    for (int m = 0; m < M; m++) lm_q16_dot4(v, x[m].q + 512 * c + 128 * p, sum[m]);
+  }
+  const __m512 d = _mm512_set1_ps(lm_half_at(blk));
+  const __m256 mins = _mm256_mul_ps(_mm256_set1_ps(lm_half_at(blk + 2)),
+      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mnb))));
+  for (int m = 0; m < M; m++) {
+    acc[m] = _mm512_fmadd_ps(lm_digits(sum[m]), _mm512_mul_ps(d, _mm512_set1_ps(x[m].d[c])), acc[m]);
+    minacc[m] = _mm256_fmadd_ps(mins, _mm256_loadu_ps(x[m].s + 8 * c), minacc[m]);
+  }
+}
+
+#define LM_Q16_CHAINS 2
+
+/* out[m] = one row of W . x[m]; steps alternate between LM_Q16_CHAINS accumulators */
+static inline __attribute__((always_inline)) void lm_q16_row(
+    const unsigned char *restrict w, long K, const lm_q16x *x, int q, int M, float *out) {
+  __m512 acc[LM_Q16_CHAINS][LM_GEMV_MAX_M];
+  __m256 minacc[LM_GEMV_MAX_M];
+  for (int m = 0; m < M; m++) {
+    minacc[m] = _mm256_setzero_ps();
+    for (int u = 0; u < LM_Q16_CHAINS; u++) acc[u][m] = _mm512_setzero_ps();
+  }
+  if (q >= LM_Q4_K) {
+    const long bb = lm_kq_block_bytes(q), blocks = K / 256;
+    long c = 0;
+    for (; c + LM_Q16_CHAINS <= blocks; c += LM_Q16_CHAINS)
+      for (int u = 0; u < LM_Q16_CHAINS; u++) lm_q16_block256(w + (c + u) * bb, c + u, x, q, M, acc[u], minacc);
+    for (; c < blocks; c++) lm_q16_block256(w + c * bb, c, x, q, M, acc[0], minacc);
+  } else {
+    const long bb = lm_block_bytes(q), blocks = K / 32, full = blocks / 4;
+    long c = 0;
+    for (; c + LM_Q16_CHAINS <= full; c += LM_Q16_CHAINS)
+      for (int u = 0; u < LM_Q16_CHAINS; u++) lm_q16_group(w + 4 * (c + u) * bb, c + u, 4, x, q, M, acc[u]);
+    for (; c < full; c++) lm_q16_group(w + 4 * c * bb, c, 4, x, q, M, acc[0]);
+    if (blocks % 4) lm_q16_group(w + 4 * full * bb, full, (int)(blocks % 4), x, q, M, acc[0]);
+  }
+  for (int m = 0; m < M; m++) {
+    __m512 total = acc[0][m];
+    for (int u = 1; u < LM_Q16_CHAINS; u++) total = _mm512_add_ps(total, acc[u][m]);
+    const __m256 mn = minacc[m];
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(mn), _mm256_extractf128_ps(mn, 1));
+    s = _mm_hadd_ps(s, s);
+    out[m] = _mm512_reduce_add_ps(total) - _mm_cvtss_f32(_mm_hadd_ps(s, s));
+  }
+}
+
+static inline __attribute__((always_inline)) void lm_q16_gemv_qm(
+    long nb, long N, long K, const lm_q16x *xs, const lm_qmat *W, const lm_out *C, int q, int M) {
+  const long row_bytes = q >= LM_Q4_K ? K / 256 * lm_kq_block_bytes(q) : K / 32 * lm_block_bytes(q);
+  lm_for_begin(nb * N);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+  for (long t = lo; t < hi; t++) {
+    const long b = t / N, n = t % N;
+    float out[LM_GEMV_MAX_M];
+    lm_q16_row(W->w + n * row_bytes, K, xs + b * M, q, M, out);
+    for (int m = 0; m < M; m++) lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, out[m]);
+  }
+}
+
+static inline __attribute__((always_inline)) void lm_q16_gemv_q(
+    long nb, long M, long N, long K, const lm_q16x *xs, const lm_qmat *W, const lm_out *C, int q) {
+  switch (M) {
+    case 1: lm_q16_gemv_qm(nb, N, K, xs, W, C, q, 1); break;
+    case 2: lm_q16_gemv_qm(nb, N, K, xs, W, C, q, 2); break;
+    case 3: lm_q16_gemv_qm(nb, N, K, xs, W, C, q, 3); break;
+    default: lm_q16_gemv_qm(nb, N, K, xs, W, C, q, 4); break;
+  }
+}
+
+/* C[b] = A[b] * W^T through int16 activations; 0 (nothing written) when the float kernels must
+ * run (see above). Every thread rounds every batch itself, so all reach the same answer
+ * without talking. */
+static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+                       const lm_qmat *W, const lm_out *C) {
+  const int q = W->q;
+  if (q == LM_Q8_0) return 0;
+  const long span = lm_q16_span(q), spans = (K + span - 1) / span, lanes = lm_q16_lanes(q);
+  const long rows = nb * M, dlen = q >= LM_Q4_K ? spans : spans * lanes;
+  short order[256];
+  for (int p = 0; p < span; p++) order[p] = (short)lm_q16_order(q, p);
+  float *buf = lm_scratch(A, M, K);
+  const size_t per_row = 64 + sizeof(short) * 2 * spans * span + sizeof(float) * (dlen + spans * lanes) +
+                         sizeof(int) * 2 * spans * lanes;
+  char *mem = (char *)aligned_alloc(64, ((size_t)rows * per_row + 63) / 64 * 64);
+  lm_q16x *xs = (lm_q16x *)malloc(sizeof(lm_q16x) * rows);
+  int ok = 1;
+  char *at = mem;
+  for (long b = 0; b < nb && ok; b++) {
+    const float *x[LM_GEMV_MAX_M];
+    lm_rows_f32(A, aoff[b], M, K, buf, x);
+    for (long m = 0; m < M && ok; m++) {
+      lm_q16x *r = xs + b * M + m;
+      r->q = (short *)at, at += sizeof(short) * 2 * spans * span;
+      r->d = (float *)at, at += sizeof(float) * dlen;
+      r->s = (float *)at, at += sizeof(float) * spans * lanes;
+      r->z = (int *)at, at += sizeof(int) * 2 * spans * lanes;
+      at += 64 - (at - mem) % 64;
+      ok = lm_q16x_quantize(x[m], K, q, order, r);
+    }
+  }
+  if (ok) {
+    switch (q) {
+      case LM_Q4_0: lm_q16_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_0); break;
+      case LM_Q4_1: lm_q16_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_1); break;
+      case LM_Q5_0: lm_q16_gemv_q(nb, M, N, K, xs, W, C, LM_Q5_0); break;
+      case LM_Q4_K: lm_q16_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_K); break;
+      case LM_Q5_K: lm_q16_gemv_q(nb, M, N, K, xs, W, C, LM_Q5_K); break;
+      default: lm_q16_gemv_q(nb, M, N, K, xs, W, C, LM_Q6_K); break;
+    }
+  }
+  free(buf);
+  free(mem);
+  free(xs);
+  return ok;
+}
+#else
+/* no AVX-512 BW / VBMI: the float kernels do all the work */
+static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+                       const lm_qmat *W, const lm_out *C) {
+  (void)nb, (void)aoff, (void)M, (void)N, (void)K, (void)A, (void)W, (void)C;
+  return 0;
+}
+#endif

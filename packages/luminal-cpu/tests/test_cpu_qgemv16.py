@@ -1,0 +1,116 @@
+"""Decode's quantized matvec with int16 activations (csrc/qgemv16.c, the default): x @ W.T for
+up to 4 rows of x writes each row of x as two int16 digits per value, scaled per block (32
+values for Q4_0 / Q4_1 / Q5_0, 256 for the K-quants), and takes integer dot products; Q8_0
+keeps the float kernel. Checked against
+float64 NumPy on the `gguf` package's dequantization with x rounded the same way
+(`luminal.testing.quant.int16_activations`), against the exact float product within the
+rounding's bound, on random blocks (luminal-models' Gemma 3 test runs real ones through the
+default), and for inputs with no int16 rounding (NaN, infinities, tiny values), which must take
+the float kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from luminal.quant import BLOCK_FORMATS
+from luminal.testing.quant import int8_activations, int16_activations
+from luminal_cpu.source import quant_activations
+from test_cpu_qgemv import matvec, weight
+
+gguf = pytest.importorskip("gguf")
+
+FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")
+INT16_FORMATS = ("q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")  # q8_0 keeps float32 x
+rng = np.random.default_rng(16)
+
+
+@pytest.fixture(autouse=True)
+def default_setting(monkeypatch):
+    """These tests run with the default setting, which is int16."""
+    monkeypatch.delenv("LUMINAL_CPU_QUANT_ACTIVATIONS", raising=False)
+
+
+def test_int16_is_the_default():
+    assert quant_activations() == "int16"
+
+
+def reference(qtype: str, x: np.ndarray) -> np.ndarray:
+    """x as the kernel holds it: int16 blocks for the int16 formats, else float32 as is."""
+    if qtype not in INT16_FORMATS:
+        return x.astype(np.float64)
+    return int16_activations(x, BLOCK_FORMATS[qtype].block_size)
+
+
+def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: str, rtol: float = 5e-6):
+    xq = reference(qtype, x)
+    want = xq @ w.T
+    scale = np.abs(xq) @ np.abs(w.T)
+    # float32 rounding of the per-block products and the final sums only
+    worst = np.max(np.abs(got - want) / (scale + 1e-30))
+    assert np.all(np.abs(got - want) <= rtol * scale + 1e-30), (qtype, worst)
+    # and the two int16 digits stay within their bound of x (4.7e-10 max|x| per value)
+    bound = np.abs(x.astype(np.float64) - xq) @ np.abs(w.T)
+    assert np.all(np.abs(got - x.astype(np.float64) @ w.T) <= bound + rtol * scale + 1e-30)
+
+
+def columns(qtype: str) -> list[int]:
+    """One block, a few, and (32-value formats) counts that leave a partial group of four blocks
+    (160 = 5 blocks, 608 = 19) or fill groups exactly (256)."""
+    return [256, 1280, 2816] if BLOCK_FORMATS[qtype].block_size == 256 else [32, 160, 256, 608]
+
+
+@pytest.mark.parametrize("qtype", FORMATS)
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_int16_matvec_matches_gguf(qtype, m):
+    block = BLOCK_FORMATS[qtype].block_size
+    for cols in columns(qtype):
+        rows = 9
+        raw, w = weight(qtype, rows, cols)
+        magnitude = 10.0 ** rng.integers(-3, 3, (m, 1))
+        x = (rng.standard_normal((m, cols)) * magnitude).astype(np.float32)
+        x[0, :block] = 0  # a block of zeros: dx = 0
+        if qtype in INT16_FORMATS:  # outliers: large terms beside small ones in a block
+            x[:, 7::61] *= 3e4
+        check(matvec(raw, qtype, (rows, cols), x), x, w, qtype)
+
+
+@pytest.mark.parametrize("qtype", INT16_FORMATS)
+def test_int16_error_is_a_fraction_of_int8s(qtype):
+    """Against the exact product (float64 x): the int16 kernel's largest error is under 0.1% of
+    what rounding x to int8 blocks (llama.cpp's numerics, the opt-in int8 setting) costs on
+    the same data."""
+    block = BLOCK_FORMATS[qtype].block_size
+    raw, w = weight(qtype, 64, 1024)
+    x = rng.standard_normal((1, 1024)).astype(np.float32)
+    x[0, 5] = 40.0  # an outlier, as in real activations
+    got = matvec(raw, qtype, (64, 1024), x)
+    exact = x.astype(np.float64) @ w.T
+    int8_error = np.max(np.abs(int8_activations(x, block) @ w.T - exact))
+    assert np.max(np.abs(got - exact)) <= 1e-3 * int8_error
+
+
+@pytest.mark.parametrize("qtype", INT16_FORMATS)
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan, 1e-35])
+def test_rows_without_int16_rounding_take_the_float_kernels(qtype, bad):
+    """A non-finite row of x propagates like the float product (every output non-finite; NaN
+    for NaN), and the whole call runs the float kernels: the finite row beside it matches the
+    exact product to float32 rounding. Values so small that 32767 / max|x| overflows (1e-35)
+    also go to the float kernels."""
+    cols = 512
+    raw, w = weight(qtype, 7, cols)
+    x = rng.standard_normal((2, cols)).astype(np.float32)
+    if bad == 1e-35:
+        x[0] *= np.float32(1e-35)
+    else:
+        x[0, 37] = bad
+    got = matvec(raw, qtype, (7, cols), x)
+    with np.errstate(invalid="ignore"):  # inf * 0 in row 0
+        exact = x.astype(np.float64) @ w.T
+        scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
+    if bad == 1e-35:
+        assert np.all(np.abs(got - exact) <= 1e-5 * scale + 1e-45)
+    else:
+        assert not np.isfinite(got[0]).any()
+        if np.isnan(bad):
+            assert np.isnan(got[0]).all()
+        assert np.all(np.abs(got[1] - exact[1]) <= 1e-5 * scale[1] + 1e-30)
