@@ -10,7 +10,7 @@ from luminal_codegen import lower, plan_memory
 
 from . import device, implicit_gemm, toolchain
 from .dialect import C
-from .runtime import CpuRuntime
+from .runtime import CpuRuntime, direct_writes
 from .source import QUANT_KERNELS, program_source, runtime_source
 
 NO_COMPILER = "no C compiler found (looked for $CC, gcc, clang, cc): install gcc or clang"
@@ -57,13 +57,15 @@ class CpuBackend(Backend):
         program = implicit_gemm.fuse(lower(graph, self.schedule, QUANT_KERNELS,
                                            C.max_kernel_args))
         plan = plan_memory(program)
+        direct = direct_writes(graph, program)
         t1 = time.perf_counter()
-        source = program_source(program, toolchain.VECTOR_MATH if cc.vector_math else "")
+        source = program_source(program, toolchain.VECTOR_MATH if cc.vector_math else "",
+                                plan, direct)
         t2 = time.perf_counter()
         support = toolchain.build(runtime_source(), cc)
         library = toolchain.build(source, cc, links=(support.path,))
         t3 = time.perf_counter()
-        runtime = CpuRuntime(graph, program, plan, library)
+        runtime = CpuRuntime(graph, program, plan, library, direct)
         runtime.stats.update({
             "lower_s": t1 - t0, "render_s": t2 - t1, "build_s": t3 - t2,
             "cached": library.cached, "kernels": len(program.kernels),
