@@ -17,7 +17,8 @@ to 60 s) until other processes use less than 0.2 CPU; the table says how many ru
 `--busy N` keeps N cores busy meanwhile: N bounded busy-loop processes (they stop after at
 most 30 minutes even if this script is killed) run through all timed rounds, so every system
 is measured under the same contention. Luminal's row also gives its host overhead: the part
-of a decode step spent outside the compiled program (Python, binding, sampling the argmax),
+of a decode step spent outside the compiled program's native call (everything else the
+generation loop does: Python, binding inputs and dims, reading the logits, greedy sampling),
 the threads its governor gave each timed prefill (fewer than --threads when other processes
 kept cores busy) and the prefill's CPU time (all threads together).
 
@@ -125,15 +126,17 @@ def bench_luminal(model_path: Path, backend_name: str) -> None:
     prefill_cpu: list[float] = []  # per run: the prefill's CPU seconds, all threads together
 
     def run_once() -> tuple[float, float]:
-        generator.reset()
+        # the loop `luminal generate` runs (greedy sampling included): the first id comes
+        # after the prefill, each of the others after one decode step
+        tokens = generator.stream(ids, DECODE_TOKENS + 1, stop_ids=())
         cpu0, t0 = time.process_time(), time.perf_counter()
-        token = int(generator.forward(ids).argmax())
+        next(tokens)
         t1 = time.perf_counter()
         prefill_cpu.append(time.process_time() - cpu0)
         prefill_threads.append(getattr(runtime, "last_threads", 0))
         native0 = getattr(runtime, "native_s", 0.0)
-        for _ in range(DECODE_TOKENS):
-            token = int(generator.forward([token]).argmax())
+        for _ in tokens:
+            pass
         t2 = time.perf_counter()
         if hasattr(runtime, "native_s"):
             host.append((t2 - t1) - (runtime.native_s - native0))

@@ -197,3 +197,13 @@ def test_llama_seeded_sampling_is_reproducible(generator: Generator, oracle):
     first = generator.generate(oracle["story_ids"], 6, params).token_ids
     assert generator.generate(oracle["story_ids"], 6, params).token_ids == first
     assert len(first) == 6
+
+
+def test_llama_forward_rejects_ids_outside_the_vocabulary(generator: Generator, oracle):
+    generator.reset()
+    generator.forward(oracle["story_ids"][:4])
+    for bad in ([generator.vocab_size], [-1], [1, 2, 49152 * 2]):
+        with pytest.raises(ValueError, match=f"token id {bad[-1]} is outside the vocabulary"):
+            generator.forward(bad)
+    assert generator.position == 4  # nothing was fed
+    assert generator.context_ids == oracle["story_ids"][:4]

@@ -134,7 +134,7 @@ class Graph:
         self._free_dims_cache: tuple[int, frozenset[str]] = (-1, frozenset())
         self._toposort_cache: tuple[int, list[Node]] = (-1, [])
         self._input_shapes_cache: tuple[int, Any] = (-1, None)
-        self._writes_cache: tuple[int, Any] = (-1, None)
+        self._writes_cache: tuple[int, Any] = (-1, (None, []))
         self._input_kinds_cache: tuple[int, Any] = (-1, None)
         self._runtime_version = -1  # the graph version the installed runtime was built from
         self._zero_dims_checked: tuple | None = None  # (version, dims) last checked
@@ -444,14 +444,19 @@ class Graph:
     def _check_writes(self, dims: dict[str, int]) -> None:
         """Every `write` must land inside its input: a runtime stores the rows in place, so a
         write past the end would corrupt memory instead of failing."""
-        version, evaluate = self._writes_cache
+        version, (evaluate, targets) = self._writes_cache
         if version != self._version:
-            # per write: the offset, the rows written and the room the input has
-            evaluate = evaluator(e for target, w in self.writes.items() for e in (
-                w.offset, self.nodes[w.src].shape[w.dim], self.nodes[target].shape[w.dim]))
-            self._writes_cache = (self._version, evaluate)
+            # per write: the offset, the rows written and the room the input has; writes alike
+            # in all three (a KV cache's layers) are checked once, as the first of them
+            alike = {}
+            for target, w in self.writes.items():
+                alike.setdefault((w.offset, self.nodes[w.src].shape[w.dim],
+                                  self.nodes[target].shape[w.dim]), target)
+            evaluate = evaluator(e for triple in alike for e in triple)
+            targets = list(alike.values())
+            self._writes_cache = (self._version, (evaluate, targets))
         flat = evaluate(dims)
-        for k, target in enumerate(self.writes):
+        for k, target in enumerate(targets):
             start, rows, room = flat[3 * k:3 * k + 3]
             if start < 0 or start + rows > room:
                 name = self.nodes[target].op.label_name

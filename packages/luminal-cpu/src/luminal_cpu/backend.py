@@ -10,7 +10,7 @@ from luminal_codegen import lower, plan_memory
 
 from . import device, implicit_gemm, toolchain
 from .dialect import C
-from .runtime import CpuRuntime
+from .runtime import CpuRuntime, direct_writes
 from .source import (
     MATMUL_TUNABLE,
     QUANT_KERNELS,
@@ -82,13 +82,15 @@ class CpuBackend(Backend):
         program = implicit_gemm.fuse(lower(graph, self.schedule, self.quant_kernels,
                                            C.max_kernel_args))
         plan = plan_memory(program)
+        direct = direct_writes(graph, program)
         t1 = time.perf_counter()
-        source = program_source(program, toolchain.VECTOR_MATH if cc.vector_math else "")
+        source = program_source(program, toolchain.VECTOR_MATH if cc.vector_math else "",
+                                plan, direct)
         t2 = time.perf_counter()
         support = toolchain.build(runtime_source(), cc)
         library = toolchain.build(source, cc, links=(support.path,))
         t3 = time.perf_counter()
-        runtime = CpuRuntime(graph, program, plan, library)
+        runtime = CpuRuntime(graph, program, plan, library, direct)
         runtime.stats.update({
             "lower_s": t1 - t0, "render_s": t2 - t1, "build_s": t3 - t2,
             "cached": library.cached, "kernels": len(program.kernels),

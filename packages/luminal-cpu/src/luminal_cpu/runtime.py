@@ -9,17 +9,18 @@ arrays that no one references any more are recycled instead of reallocated, so a
 keeps only the latest result alternates between two arrays (no allocation, no page faults).
 
 Assignments, `fetch` and the evaluation of shapes are core's `luminal.Runtime` steps; this
-module binds pointers and lays out the arena.
+module binds pointers and lays out the arena. What changes every decode step stays out of
+Python: the compiled entry point itself checks that the arena's slots still fit the new dims
+and points the values written straight into an input (a KV cache's new rows) at their rows
+(source.py), so a step binds one new token and the dims, and runs.
 """
 
 from __future__ import annotations
 
 import ctypes
 import mmap
-import operator
 import sys
 import time
-from itertools import pairwise
 
 import numpy as np
 from luminal import ops
@@ -28,7 +29,7 @@ from luminal.runtime import Runtime, Shape
 from luminal.symbolic import evaluator
 from luminal_codegen import MemoryPlan, Program
 
-from .source import ENTRY_POINT
+from .source import ENTRY_POINT, DirectWrite
 from .threads import governor
 from .toolchain import Library
 
@@ -37,6 +38,30 @@ _ALIGN = 64
 
 def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
+
+
+def direct_writes(graph: Graph, program: Program) -> list[DirectWrite]:
+    """The writes (`Graph.write`) whose rows form one contiguous block of the input (every
+    axis before the written one has size 1) and whose value is an output of the program that
+    nothing retrieves nor writes elsewhere too: the program computes those values straight
+    into the input. In the order of `graph.writes`."""
+    bufs = program.buffers
+    index = {(b.node, b.role): k for k, b in enumerate(bufs)}
+    fresh = graph.retrieved | set(graph.assignments.values())
+    sources = [w.src for w in graph.writes.values()]
+    direct = []
+    for target, write in graph.writes.items():
+        shape = graph.nodes[target].shape
+        k, into = index.get((write.src, "output")), index.get((target, "input"))
+        if (k is None or into is None or write.src in fresh or sources.count(write.src) > 1
+                or not write.offset.free_vars <= set(program.dims)
+                or not all(d.is_const and d.value == 1 for d in shape[:write.dim])
+                or not all(d.is_const for d in shape[write.dim + 1:])):
+            continue
+        row = int(np.prod([d.value for d in shape[write.dim + 1:]], dtype=np.int64))
+        direct.append(DirectWrite(target, k, into, write.offset,
+                                  row * bufs[k].dtype.itemsize))
+    return direct
 
 
 def _fresh_pages(nbytes: int) -> np.ndarray:
@@ -80,16 +105,18 @@ class _Recycler:
 
 
 class CpuRuntime(Runtime):
-    """Runs a `Program` compiled into `library` (see the module docstring)."""
+    """Runs a `Program` compiled into `library` (see the module docstring), whose entry
+    point binds `direct` (`direct_writes(graph, program)`)."""
 
     host_buffers = True
 
-    def __init__(self, graph: Graph, program: Program, plan: MemoryPlan, library: Library):
+    def __init__(self, graph: Graph, program: Program, plan: MemoryPlan, library: Library,
+                 direct: list[DirectWrite]):
         super().__init__(graph)
         self.program, self.plan, self.library = program, plan, library
         self._run = getattr(library.handle, ENTRY_POINT)
-        self._run.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
-        self._run.restype = None
+        self._run.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+        self._run.restype = ctypes.c_int
         bufs = program.buffers
         self._ptrs = (ctypes.c_void_p * max(len(bufs), 1))()
         self._dim_args = (ctypes.c_long * max(len(program.dims), 1))()
@@ -99,14 +126,17 @@ class CpuRuntime(Runtime):
         self._bound_clock = -1  # graph.data_clock when the inputs were last bound
         fresh = graph.retrieved | set(graph.assignments.values())
         self._fresh = [k for k, b in enumerate(bufs) if b.role == "output" and b.node in fresh]
-        self._direct = self._direct_writes(graph, fresh)
-        self._direct_of = {bufs[d[0]].node: d for d in self._direct}
-        direct = {k for k, *_ in self._direct}
+        # value node -> (the write, its position in `writes`); the program stores them itself
+        positions = {target: pos for pos, target in enumerate(self.writes)}
+        self._direct_of = {bufs[w.buffer].node: (w, positions[w.target]) for w in direct}
+        for w in direct:
+            del self.host_writes[w.target]
+        direct_bufs = {w.buffer for w in direct}
         self._kept = [k for k, b in enumerate(bufs)
-                      if b.role == "output" and b.node not in fresh and k not in direct]
-        # the buffers whose element counts a run needs (arrays of their own, written values
-        # read back): evaluated whenever the dims change, so not the arena's hundreds
-        self._sized = sorted({*self._kept, *self._fresh, *direct})
+                      if b.role == "output" and b.node not in fresh and k not in direct_bufs]
+        # the buffers whose element counts a run needs (arrays of their own): evaluated
+        # whenever the dims change, so not the arena's hundreds nor the written values
+        self._sized = sorted({*self._kept, *self._fresh})
         self._numel: dict[int, int] = {}
         self._evaluate_numel = evaluator(bufs[k].numel for k in self._sized)
         self._dims_key: tuple[int, ...] | None = None
@@ -116,8 +146,8 @@ class CpuRuntime(Runtime):
         self._assigned: dict[int, tuple[np.ndarray, int]] = {}
         self._addresses: dict[int, int] = {}  # this run's fresh outputs' addresses
         self._arena = np.empty(0, np.uint8)
-        self._layout_dims: dict[str, int] = {}  # the dims the arena was last laid out for
-        self._room = [-1] * sum(map(len, plan.slots))  # bytes each arena member may take now
+        self._layout_dims: dict[str, int] | None = None  # the dims of the arena's layout
+        self._room = (ctypes.c_long * max(len(plan.slots), 1))()  # bytes each slot may take
         self._kept_arrays: dict[int, np.ndarray] = {}
         self._recyclers = {k: _Recycler(bufs[k].dtype.numpy) for k in self._fresh}
         self.stats: dict[str, object] = {}  # compile-time facts, filled in by the backend
@@ -125,33 +155,13 @@ class CpuRuntime(Runtime):
         # time is host overhead (binding, Python), which benchmarks report
         self.native_s = 0.0
         self.last_threads = 0  # the thread count the governor gave the last run
-
-    def _direct_writes(self, graph: Graph, fresh: set[int]) -> list[tuple[int, int, int, int]]:
-        """The writes (`Graph.write`) whose rows form one contiguous block of the input (every
-        axis before the written one has size 1) and whose value is an output of the program
-        that nothing retrieves: the program computes those values straight into the input.
-        Each as (value's buffer, input's buffer, position in `writes`, bytes per row); they
-        leave `host_writes`."""
-        bufs = self.program.buffers
-        index = {(b.node, b.role): k for k, b in enumerate(bufs)}
-        direct = []
-        for pos, (target, write) in enumerate(self.writes.items()):
-            shape = graph.nodes[target].shape
-            k, into = index.get((write.src, "output")), index.get((target, "input"))
-            if (k is None or into is None or write.src in fresh
-                    or not all(d.is_const and d.value == 1 for d in shape[:write.dim])
-                    or not all(d.is_const for d in shape[write.dim + 1:])):
-                continue
-            row = int(np.prod([d.value for d in shape[write.dim + 1:]], dtype=np.int64))
-            direct.append((k, into, pos, row * bufs[k].dtype.itemsize))
-            del self.host_writes[target]
-        return direct
+        self._governor = governor()
 
     def _lay_out_arena(self, dims: dict[str, int]) -> None:
         """Give every arena slot room for these dims and a quarter more: a decode step's
         temporaries grow by a row per step, and are only laid out anew (pointers rebound,
-        the arena perhaps reallocated) when one no longer fits, or when a dim fell below
-        half its value at the last layout (see `_arena_shrinks`)."""
+        the arena perhaps reallocated) when one no longer fits (the entry point says so), or
+        when a dim fell below half its value at the last layout (see `_arena_shrinks`)."""
         offsets, total = self.plan.layout(dims, _Recycler.HEADROOM)
         self._layout_dims = dict(dims)
         if not total + _ALIGN <= self._arena.size <= 2 * (total + _ALIGN):
@@ -160,16 +170,16 @@ class CpuRuntime(Runtime):
         for slot, members in enumerate(self.plan.slots):
             for b in members:
                 self._ptrs[b] = base + offsets[slot]
-        # each member's room (its slot's), in the order of MemoryPlan.member_bytes
-        self._room = [end - start for (start, end), members in zip(
-            pairwise([*offsets, total]), self.plan.slots) for _ in members]
+        for slot, (start, end) in enumerate(zip(offsets, [*offsets[1:], total])):
+            self._room[slot] = end - start
 
     def _arena_shrinks(self, dims: dict[str, int]) -> bool:
         """Whether a dim fell below half its value at the last layout: the first decode step
         after a prefill, whose temporaries (megabytes for a 128-token prompt) the decode
         steps no longer need. Laying out again then gives the arena back, so it does not add
         to the peak memory while the KV cache grows."""
-        return any(2 * dims.get(d, 0) < v for d, v in self._layout_dims.items())
+        return self._layout_dims is None or any(
+            2 * dims.get(d, 0) < v for d, v in self._layout_dims.items())
 
     def _bind_dims(self, dims: dict[str, int]) -> None:
         key = tuple(dims[d] for d in self.program.dims)
@@ -180,8 +190,7 @@ class CpuRuntime(Runtime):
             self._dim_args[k] = v
         bufs = self.program.buffers
         self._numel = dict(zip(self._sized, self._evaluate_numel(dims)))
-        if self._arena_shrinks(dims) or not all(
-                map(operator.le, self.plan.member_bytes(dims), self._room)):
+        if self._arena_shrinks(dims):
             self._lay_out_arena(dims)
         for k in self._kept:
             spec = bufs[k]
@@ -211,27 +220,32 @@ class CpuRuntime(Runtime):
             a, self._ptrs[k] = recycler.view(entry, self._numel[k]), entry[1]
             values[bufs[k].node] = a
             addresses[bufs[k].node] = entry[1]
-        if self._direct:
-            ptrs, offsets = self._ptrs, self.write_offsets(dims)
-            for k, into, pos, row_bytes in self._direct:
-                ptrs[k] = ptrs[into] + offsets[pos] * row_bytes
-        threads = self.last_threads = governor().threads()
-        start = time.perf_counter()
-        self._run(self._ptrs, self._dim_args, threads)
-        self.native_s += time.perf_counter() - start
+        threads = self.last_threads = self._governor.threads()
+        if self._run_native(threads):
+            self._lay_out_arena(dims)  # a slot outgrew its room: nothing ran
+            if self._run_native(threads):
+                raise RuntimeError("cpu runtime: the arena laid out for dims "
+                                   f"{self._layout_dims} does not fit them")
         self._addresses = addresses
         self._assigned.clear()
         self.finish_run(graph, values, dims)
+
+    def _run_native(self, threads: int) -> int:
+        """One call of the entry point (timed into `native_s`); nonzero: it did not run."""
+        start = time.perf_counter()
+        misfit = self._run(self._ptrs, self._dim_args, threads, self._room)
+        self.native_s += time.perf_counter() - start
+        return misfit
 
     def fetch(self, node_id: int) -> np.ndarray:
         direct = self._direct_of.get(node_id)
         if direct is None:
             return super().fetch(node_id)
-        k, into, pos, row_bytes = direct  # the value is its rows in the input's array
-        target = self._bound[into]
-        start = self.write_offsets(self._dims)[pos] * row_bytes // target.itemsize
+        write, pos = direct  # the value is its rows in the input's array
+        target = self._bound[write.into]
+        start = self.write_offsets(self._dims)[pos] * write.row_bytes // target.itemsize
         (shape,) = self.shapes((node_id,), self._dims)
-        return target.reshape(-1)[start:start + self._numel[k]].reshape(shape)
+        return target.reshape(-1)[start:start + int(np.prod(shape))].reshape(shape)
 
     def _bind_inputs(self, graph: Graph, inputs: list[tuple[int, int]]) -> None:
         """Point the program's input buffers `inputs` (buffer, node) at their arrays."""

@@ -1,11 +1,15 @@
 """The C source of a whole compiled graph: one shared library with one entry point.
 
-    void lm_run(void **buffers, const long *dims, int threads);
+    int lm_run(void **buffers, const long *dims, int threads, const long *room);
 
-`lm_run` opens one OpenMP parallel region of `threads` threads (chosen per run by
-`threads.py`), whose threads enter one team (csrc/runtime.h) and call every kernel in program
-order; kernels split their work with the team's loops, each of which returns once all its
-chunks are done, which orders the kernels without barriers.
+`lm_run` first checks that every arena slot's members fit the bytes `room` gives the slot at
+these dims, and returns 1 without running when one does not (the runtime lays the arena out
+again and calls again); it then points the buffers of the values written straight into an
+input (a KV cache's new rows) at their rows, so a decode step's Python binds neither. Then it
+opens one OpenMP parallel region of `threads` threads (chosen per run by `threads.py`), whose
+threads enter one team (csrc/runtime.h) and call every kernel in program order; kernels split
+their work with the team's loops, each of which returns once all its chunks are done, which
+orders the kernels without barriers; and returns 0.
 Generic kernels are rendered by the backend-neutral renderer (`luminal_codegen`, C dialect);
 matmuls become calls into the hand-written runtime (`csrc/runtime.c`, API `csrc/runtime.h`),
 which is built once into a library of its own, so a graph's build compiles only its kernels.
@@ -14,12 +18,15 @@ which is built once into a library of its own, so a graph's build compiles only 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from importlib.resources import files
+from typing import NamedTuple
 
 from luminal.symbolic import Expr
 from luminal_codegen import (
     Kernel,
     Matmul,
+    MemoryPlan,
     Program,
     QuantOperand,
     dim_names,
@@ -31,6 +38,18 @@ from . import flash, implicit_gemm, rows
 from .dialect import C
 
 ENTRY_POINT = "lm_run"
+
+
+class DirectWrite(NamedTuple):
+    """A value the program computes straight into rows of an input (`Graph.write` into node
+    `target`): buffer `buffer` starts `offset` (an expression of the dims) rows into input
+    buffer `into`."""
+
+    target: int
+    buffer: int
+    into: int
+    offset: Expr
+    row_bytes: int
 _DTYPE_CODE = {"float32": "LM_F32", "float16": "LM_F16", "bfloat16": "LM_BF16"}
 _QTYPE_CODE = {"q8_0": "LM_Q8_0", "q4_0": "LM_Q4_0", "q4_1": "LM_Q4_1", "q5_0": "LM_Q5_0",
                "q4_k": "LM_Q4_K", "q5_k": "LM_Q5_K", "q6_k": "LM_Q6_K"}
@@ -159,15 +178,36 @@ def kernel_source(kernel: Kernel | Matmul | implicit_gemm.GatherMatmul, name: st
     return rows.render(kernel, name) or render_kernel(kernel, name, C)
 
 
-def program_source(program: Program, vector_math: str = "") -> str:
+def program_source(program: Program, vector_math: str = "", plan: MemoryPlan | None = None,
+                   direct_writes: Sequence[DirectWrite] = ()) -> str:
     """The complete C translation unit of `program`; `vector_math` declares the vectorisable
-    math functions the toolchain found (`toolchain.VECTOR_MATH`), if any."""
+    math functions the toolchain found (`toolchain.VECTOR_MATH`), if any. The entry point
+    checks the arena slots of `plan` against their room and binds `direct_writes` (see the
+    module docstring)."""
     parts = [C.prelude(), vector_math, _csrc("runtime.h")]
     if any(isinstance(k, Kernel) and flash.match(k) for k in program.kernels):
         parts.append(_csrc("flash.h"))
     parts += [kernel_source(k, f"lm_k{i}") for i, k in enumerate(program.kernels)]
-    dim_index = {d: i for i, d in enumerate(program.dims)}
-    body = []
+    parts.append(_entry_point(program, plan, direct_writes))
+    return "\n".join(parts)
+
+
+def _entry_point(program: Program, plan: MemoryPlan | None,
+                 direct_writes: Sequence[DirectWrite]) -> str:
+    names = dim_names(program.dims)
+    lines = [f"int {ENTRY_POINT}(void **b, const long *lm_d, int threads, const long *room) {{",
+             "  (void)room;"]
+    lines += [f"  const long {c} = lm_d[{k}]; (void){c};" for k, c in enumerate(names.values())]
+    # a slot's members of constant size always fit the room of any layout
+    for slot, sizes in enumerate(plan.sizes if plan is not None else ()):
+        grown = sorted({s.render_c(names) for s in sizes if not s.is_const})
+        if grown:
+            fits = " || ".join(f"({e}) > room[{slot}]" for e in grown)
+            lines.append(f"  if ({fits}) return 1;")
+    lines += [f"  b[{w.buffer}] = (char *)b[{w.into}] + ({w.offset.render_c(names)}) * "
+              f"{w.row_bytes}L;" for w in direct_writes]
+    lines += ["  lm_team team = {0};", "  #pragma omp parallel num_threads(threads)", "  {",
+              "    lm_team_enter(&team);"]
     for call in program.calls:
         kernel = program.kernels[call.kernel]
         args = [
@@ -175,14 +215,7 @@ def program_source(program: Program, vector_math: str = "") -> str:
         ]
         dims = kernel.dims if isinstance(kernel, implicit_gemm.GatherMatmul) else kernel_dims(
             kernel)
-        args += [f"d[{dim_index[d]}]" for d in dims]
-        body.append(f"    lm_k{call.kernel}({', '.join(args)});")
-    parts.append(
-        f"void {ENTRY_POINT}(void **b, const long *d, int threads) {{\n"
-        "  (void)d;\n"
-        "  lm_team team = {0};\n"
-        "  #pragma omp parallel num_threads(threads)\n"
-        "  {\n"
-        "    lm_team_enter(&team);\n" + "\n".join(body) + "\n    lm_team_leave();\n  }\n}\n"
-    )
-    return "\n".join(parts)
+        args += [names[d] for d in dims]
+        lines.append(f"    lm_k{call.kernel}({', '.join(args)});")
+    lines += ["    lm_team_leave();", "  }", "  return 0;", "}", ""]
+    return "\n".join(lines)

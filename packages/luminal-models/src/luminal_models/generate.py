@@ -112,6 +112,17 @@ class Generator:
         with tqdm(total=len(steps), desc="compiling", unit="step", disable=not progress,
                   leave=False) as bar:
             g.compile(tuple(_CompileStep(name, compiler, bar) for name, compiler in steps))
+        # a decode step's Python runs with caches the weights just streamed through, so each
+        # step binds the ids and reads the logits by node, with nothing else to look up (the
+        # logits through their view when they are not their node's whole buffer)
+        layout = self.logits.layout
+        whole = layout.is_contiguous and layout.shape == self.logits.node.shape
+        self._tokens_node = self.tokens.id
+        # a decode step's single id goes into this array, set again every step: the runtime
+        # sees the array it bound last step and keeps its pointer
+        self._one_token = np.zeros((1, 1), np.int32)
+        self._logits_node = self.logits.id if whole else None
+        self.vocab_size = model.config.vocab_size
 
     @property
     def _lowering_backend(self) -> Any:
@@ -142,15 +153,28 @@ class Generator:
         new = [int(i) for i in ids]
         if not new:
             raise ValueError("forward: needs at least one token id")
+        if not 0 <= min(new) <= max(new) < self.vocab_size:
+            bad = next(i for i in new if not 0 <= i < self.vocab_size)
+            raise ValueError(f"forward: token id {bad} is outside the vocabulary "
+                             f"[0, {self.vocab_size})")
         if self.position + len(new) > self.max_context:
             raise ContextLengthError(f"the sequence would exceed the context of "
                                      f"{self.max_context} tokens ({self.position} cached + "
                                      f"{len(new)} new)")
-        self.tokens.set(np.asarray(new, dtype=np.int32).reshape(1, -1))
-        self.graph.execute()
+        # what `tokens.set` does, less its checks of arbitrary data: these are in-range ints
+        g = self.graph
+        if len(new) == 1:
+            self._one_token[0, 0] = new[0]
+            g.set_data(self._tokens_node, self._one_token)
+        else:
+            g.set_data(self._tokens_node, np.array([new], dtype=np.int32))
+        g.set_dim("seq", len(new))
+        g.execute()
         self.cache.advance(len(new))
         self.context_ids.extend(new)
-        return self.logits.numpy().reshape(-1)
+        if self._logits_node is None:
+            return self.logits.numpy().reshape(-1)
+        return g.fetch(self._logits_node).reshape(-1)
 
     def stream(self, prompt_ids: list[int], max_tokens: int,
                sampling: SamplingParams = GREEDY,

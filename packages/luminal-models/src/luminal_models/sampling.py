@@ -117,8 +117,12 @@ class Sampler:
         """The next token id from a 1-D logits vector; `history` holds the ids so far (the
         repetition penalty looks at its last `repeat_last_n`)."""
         p = self.params
+        penalized = p.repeat_penalty != 1 and p.repeat_last_n > 0
+        if p.temperature == 0 and not penalized:
+            # the same index as in float64 (the conversion is exact), without the copy
+            return int(np.argmax(logits))
         logits = np.asarray(logits, dtype=np.float64).reshape(-1)
-        if p.repeat_penalty != 1 and p.repeat_last_n > 0:
+        if penalized:
             recent = np.asarray(history[-p.repeat_last_n:], dtype=np.int64)
             logits = repetition_penalty(logits, recent, p.repeat_penalty)
         if p.temperature == 0:
