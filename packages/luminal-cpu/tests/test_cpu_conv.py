@@ -89,9 +89,15 @@ DIRECT = [
     ((1, 4, 6, 5), (9, 4, 3, 2), 1, (1, 0), 1, True),   # narrower than a vector
     ((1, 2, 4, 70), (3, 2, 2, 3), 1, (3, 4), 1, True),  # rows and columns wholly in the padding
     ((1, 5, 12, 9), (7, 5, 3, 3), (2, 1), 0, 1, True),  # stride 2 down the columns only
-    ((1, 72, 64, 64), (40, 72, 1, 3), 1, (0, 1), 1, False),  # many channels, input past 1 MiB
-    ((1, 3, 33, 131), (16, 3, 3, 3), 2, 1, 1, False),   # stride 2 along rows (YOLO's stem)
+    ((1, 72, 64, 64), (40, 72, 3, 3), 1, 1, 1, True),   # many channels, input past 1 MiB
+    ((1, 3, 33, 131), (16, 3, 3, 3), 2, 1, 1, True),    # stride 2 along rows (YOLO's stem)
+    ((1, 6, 9, 70), (11, 6, 3, 2), 2, 0, 1, True),      # stride 2, 35 columns: two tiles
+    ((1, 3, 7, 67), (5, 3, 2, 2), 2, 0, 1, True),       # stride 2, two taps, a ragged last tile
+    ((1, 4, 10, 45), (9, 4, 5, 5), 2, 2, 1, True),      # stride 2, taps shifted by two lanes
+    ((1, 2, 6, 9), (3, 2, 3, 4), 2, (2, 3), 1, True),   # stride 2, columns wholly in the padding
     ((1, 4, 15, 15), (6, 4, 3, 3), 1, 2, 2, False),     # dilation
+    ((1, 4, 15, 40), (6, 4, 3, 3), 2, 1, 2, False),     # stride 2 with dilation
+    ((1, 4, 15, 40), (6, 4, 3, 3), 3, 1, 1, False),     # stride 3
 ]
 
 
