@@ -230,6 +230,24 @@ def render(g, conv: DirectConv, name: str) -> list[str]:
     ahead = affine(conv.load.index, k.loop_vars)[0][3].value * PREFETCH_ROWS
     inner = _unit_stride if conv.stride == 1 else _double_stride
     masks, body = inner(conv, names, sizes, f"g{conv.load.buf - 1}", ahead)
+    out = f"p0 + {mm.out_offset.value} + lm_m0 * {mm.out_stride.value} + {oh} * {n_ow} + lm_w0"
+    store = [f"    float *lm_c = {out};",
+             "    for (int lm_i = 0; lm_i < lm_mr; lm_i++) {",
+             f"      _mm512_mask_storeu_ps(lm_c + lm_i * {mm.out_stride.value}, lm_s0, "
+             "lm_acc[lm_i][0]);",
+             f"      _mm512_mask_storeu_ps(lm_c + lm_i * {mm.out_stride.value} + 16, lm_s1, "
+             "lm_acc[lm_i][1]);",
+             "    }"]
+    if g.epilogue is not None:  # the tile through the epilogue (`epilogue`), then stored
+        inputs = "".join(f", e{i}" for i in range(len(g.epilogue.inputs)))
+        store = [f"    _Alignas(64) float lm_tile[{TILE_M}][{TILE_N}];",
+                 "    for (int lm_i = 0; lm_i < lm_mr; lm_i++) {",
+                 "      _mm512_store_ps(lm_tile[lm_i], lm_acc[lm_i][0]);",
+                 "      _mm512_store_ps(lm_tile[lm_i] + 16, lm_acc[lm_i][1]);",
+                 "    }",
+                 f"    {name}_epi(&lm_tile[0][0], {TILE_N}, {out}, {mm.out_stride.value}, lm_m0, "
+                 f"lm_mr, {oh} * {n_ow} + lm_w0, lm_left < {TILE_N} ? lm_left : {TILE_N}"
+                 f"{inputs});"]
     return [
         f"  lm_for_begin({m_blocks * n_oh * w_blocks});",
         "  for (long lm_lo, lm_hi; lm_for_next(&lm_lo, &lm_hi);)",
@@ -255,11 +273,6 @@ def render(g, conv: DirectConv, name: str) -> list[str]:
         "    const __mmask16 lm_s0 = lm_left >= 16 ? 0xffff : (__mmask16)((1u << lm_left) - 1);",
         "    const __mmask16 lm_s1 = lm_left >= 32 ? 0xffff : lm_left <= 16 ? 0 : "
         "(__mmask16)((1u << (lm_left - 16)) - 1);",
-        "    for (int lm_i = 0; lm_i < lm_mr; lm_i++) {",
-        f"      float *lm_c = p0 + {mm.out_offset.value} + (lm_m0 + lm_i) * {mm.out_stride.value}"
-        f" + {oh} * {n_ow} + lm_w0;",
-        "      _mm512_mask_storeu_ps(lm_c, lm_s0, lm_acc[lm_i][0]);",
-        "      _mm512_mask_storeu_ps(lm_c + 16, lm_s1, lm_acc[lm_i][1]);",
-        "    }",
+        *store,
         "  }",
     ]

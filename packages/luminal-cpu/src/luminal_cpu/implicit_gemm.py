@@ -35,8 +35,9 @@ from luminal_codegen import (
 from luminal_codegen.indexing import flat_index
 from luminal_codegen.ir import Binary, Const, Load, Value, Where, exprs_of, map_exprs, walk
 
-from . import direct_conv
+from . import direct_conv, epilogue
 from .dialect import C, odometer
+from .epilogue import Epilogue
 from .masks import case_chain, case_intervals, edge_atoms, without_atoms
 
 
@@ -49,14 +50,19 @@ class GatherMatmul:
     matmul: Matmul
     gather: Kernel
     split: int
+    epilogue: Epilogue | None = None  # then the output is the epilogue's, its inputs last
 
     @property
     def params(self) -> tuple[Param, ...]:
-        return (*self.matmul.params[:2], *self.gather.params[1:])
+        if self.epilogue is None:
+            return (*self.matmul.params[:2], *self.gather.params[1:])
+        return (self.epilogue.kernel.params[0], self.matmul.params[1], *self.gather.params[1:],
+                *self.epilogue.params)
 
     @property
     def dims(self) -> tuple[str, ...]:
-        return tuple(sorted({*kernel_dims(self.matmul), *kernel_dims(self.gather)}))
+        then = kernel_dims(self.epilogue.kernel) if self.epilogue else ()
+        return tuple(sorted({*kernel_dims(self.matmul), *kernel_dims(self.gather), *then}))
 
 
 def _moves_data(v: Value) -> bool:
@@ -95,7 +101,17 @@ def _operand_is_gathered(mm: Matmul) -> bool:
 
 def fuse(program: Program) -> Program:
     """`program` with every gather-then-matmul pair of the module docstring fused (a gather
-    read by several such matmuls, two convolutions of one input, is fused into each)."""
+    read by several such matmuls, two convolutions of one input, is fused into each), and
+    the elementwise kernels after direct convolutions folded into them (`epilogue`)."""
+    return epilogue.fuse(_fuse_gathers(program), _direct_without_epilogue)
+
+
+def _direct_without_epilogue(kernel) -> bool:
+    return (isinstance(kernel, GatherMatmul) and kernel.epilogue is None
+            and direct_conv.match(kernel) is not None)
+
+
+def _fuse_gathers(program: Program) -> Program:
     writer_of: dict[int, int] = {}  # temp buffer -> the call writing it
     readers: dict[int, list[int]] = {}  # buffer -> the calls reading it
     for c, call in enumerate(program.calls):
@@ -285,9 +301,12 @@ def render(g: GatherMatmul, name: str, dtype_code: dict[str, str]) -> str:
 
     gather_dims = kernel_dims(g.gather)
     gather_params = g.gather.params[1:]
-    params = [(C.storage_type(mm.params[0].dtype), "p0", True),
+    then = g.epilogue
+    params = [(C.storage_type(g.params[0].dtype), "p0", True),
               (C.storage_type(mm.params[1].dtype), "p1", False),
-              *((C.storage_type(p.dtype), f"g{i}", False) for i, p in enumerate(gather_params))]
+              *((C.storage_type(p.dtype), f"g{i}", False) for i, p in enumerate(gather_params)),
+              *((C.storage_type(p.dtype), f"e{i}", False)
+                for i, p in enumerate(then.params if then else ()))]
     ctx = (f"{{{{{', '.join(f'g{i}' for i in range(len(gather_params))) or '0'}}}, "
            f"{{{', '.join(names[d] for d in gather_dims) or '0'}}}}}")
     a_dt = dtype_code[mm.params[1].dtype.name]
@@ -300,14 +319,24 @@ def render(g: GatherMatmul, name: str, dtype_code: dict[str, str]) -> str:
         f"(lm_packer){{{name}_pack, &lm_ctx}}, "
         f"(lm_out){{p0, {c_dt}, &lm_co, {ex(mm.out_stride)}}});",
     ]
+    finish = []
+    if then is not None:  # the product is in the output: the epilogue runs over it in place
+        inputs = "".join(f", e{i}" for i in range(len(then.inputs)))
+        finish = [f"  lm_for_begin({ex(mm.m)});",
+                  "  for (long lm_lo, lm_hi; lm_for_next(&lm_lo, &lm_hi);)",
+                  f"    {name}_epi(p0 + lm_lo * {ex(mm.n)}, {ex(mm.n)}, p0 + lm_lo * {ex(mm.n)}, "
+                  f"{ex(mm.n)}, lm_lo, lm_hi - lm_lo, 0, {ex(mm.n)}{inputs});"]
     conv = direct_conv.match(g)
     include = []
     if conv is not None:  # the packed GEMM stays for compilers without AVX-512
         include = ["#if defined(__AVX512F__)", "#include <immintrin.h>", "#endif"]
         packed = ["#if defined(__AVX512F__)", *direct_conv.render(g, conv, name), "#else",
-                  *packed, "#endif"]
+                  *packed, *finish, "#endif"]
+    else:
+        packed += finish
     return "\n".join([
         *include,
+        *(epilogue.render_function(then, f"{name}_epi") if then else ()),
         *_render_pack(g, name),
         C.signature(name, params, [names[d] for d in dims]) + " {",
         *packed,
