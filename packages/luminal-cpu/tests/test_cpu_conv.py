@@ -296,3 +296,73 @@ def test_upsampled_concatenation_feeds_the_gemm(kernel, padding):
     t = torch.nn.functional.interpolate(torch.from_numpy(xs), scale_factor=2, mode="nearest")
     want = torch_conv(np.concatenate([t.numpy(), ss], 1), ws, None, False, padding=padding)
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def epilogues(g) -> int:
+    return sum(isinstance(k, GatherMatmul) and k.epilogue is not None
+               for k in g.runtime.program.kernels)
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding", [
+    ((1, 5, 13, 45), (11, 5, 3, 3), 1, 1),  # 11 = 8 + 3 channels, a ragged last tile
+    ((1, 3, 18, 70), (16, 3, 3, 3), 2, 1),  # YOLO's stem
+])
+def test_bias_and_silu_run_as_the_direct_convolutions_epilogue(x_shape, w_shape, stride,
+                                                                padding, avx512, monkeypatch):
+    """conv -> bias + SiLU: the SiLU kernel becomes the direct convolution's epilogue (its
+    product never stored), NaN propagating and huge values saturating as in torch; without
+    AVX-512 the packed GEMM's product goes through the same epilogue in place."""
+    if not avx512:
+        monkeypatch.setenv("CC", "gcc -mno-avx512f")
+    kw = dict(stride=stride, padding=padding)
+    g, (x, w, b), y = conv_graph(x_shape, w_shape, True, True, **kw)
+    xs, ws, bs = randn(*x_shape), randn(*w_shape), randn(w_shape[0])
+    xs[0, 0, 0, 0], xs[0, -1, -1, -1], xs[0, 1, x_shape[2] // 2, 5] = np.nan, 1e30, -1e30
+    x.set(xs), w.set(ws), b.set(bs)
+    g.execute()
+    np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, bs, True, **kw),
+                               rtol=1e-4, atol=1e-4)
+    assert epilogues(g) == 1 and len(g.runtime.program.kernels) == 1
+
+
+def test_epilogue_exp2_over_its_whole_range():
+    """An epilogue's exp2 (its own inline polynomial) within 1 ulp of NumPy's from 2^-160 (0)
+    through the subnormals to 2^140 (infinity), NaN kept."""
+    g = lm.Graph()
+    x, w = g.tensor((1, 2, 4, 600), name="x"), g.tensor((2, 2, 3, 3), name="w")
+    y = (F.conv2d(x, w, padding=1) * 150.0).exp2().retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    xs = np.zeros((1, 2, 4, 600), np.float32)  # channel 1: weights 0 (one is no axis)
+    xs[0, 0] = np.linspace(-1.07, 0.94, 2400, dtype=np.float32).reshape(4, 600)
+    xs[0, 0, 1, 7] = np.nan  # the taps' zero weights carry it to rows 0-2, columns 6-8
+    ws = np.zeros((2, 2, 3, 3), np.float32)
+    ws[:, 0, 1, 1] = 1, -1
+    x.set(xs), w.set(ws)
+    g.execute()
+    got = y.numpy()[0]
+    with np.errstate(over="ignore"):
+        want = np.exp2((np.float32(150) * np.stack([xs[0, 0], -xs[0, 0]])).astype(np.float64))
+        want = want.astype(np.float32)
+    want[:, 0:3, 6:9] = np.nan
+    assert (np.isnan(got) == np.isnan(want)).all()
+    ok = ~np.isnan(want)
+    np.testing.assert_array_max_ulp(got[ok], want[ok], maxulp=1)
+    assert np.isinf(got).any() and (got == 0).any() and epilogues(g) == 1
+
+
+def test_a_product_read_twice_keeps_its_own_kernels():
+    """A convolution whose output two kernels read is stored; neither becomes its epilogue."""
+    g = lm.Graph()
+    x, w = g.tensor((1, 3, 10, 40), name="x"), g.tensor((8, 3, 3, 3), name="w")
+    h = F.conv2d(x, w, padding=1)
+    y1, y2 = h.relu().retrieve(), (h * h.sigmoid()).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    xs, ws = randn(1, 3, 10, 40), randn(8, 3, 3, 3)
+    x.set(xs), w.set(ws)
+    g.execute()
+    want = torch_conv(xs, ws, None, False, padding=1)
+    np.testing.assert_allclose(y1.numpy(), np.maximum(want, 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(y2.numpy(), torch_conv(xs, ws, None, True, padding=1),
+                               rtol=1e-4, atol=1e-4)
+    assert epilogues(g) == 0 and direct_convs(g) == 1
