@@ -9,7 +9,7 @@ import luminal_nn.functional as F
 import numpy as np
 import pytest
 import torch
-from luminal_cpu import CpuBackend, direct_conv, rows
+from luminal_cpu import CpuBackend, direct_conv, implicit_gemm, rows
 from luminal_cpu.implicit_gemm import GatherMatmul
 
 rng = np.random.default_rng(7)
@@ -48,7 +48,8 @@ CASES = [
     ((1, 3, 32, 32), (16, 3, 3, 3), 2, 1, 1, 1, True),   # YOLO's stem
     ((1, 5, 13, 11), (7, 5, 5, 3), (2, 3), (2, 0), 1, 1, True),
     ((1, 4, 15, 15), (6, 4, 3, 3), 1, 2, 2, 1, True),    # dilation
-    ((1, 16, 9, 9), (33, 16, 1, 1), 1, 0, 1, 1, False),  # 1x1: a plain GEMM on x itself
+    ((1, 16, 9, 9), (33, 16, 1, 1), 1, 0, 1, 1, True),   # 1x1: x read as it is, direct
+    ((1, 16, 2, 9), (33, 16, 1, 1), 1, 0, 1, 1, False),  # 1x1 under a tile's columns: GEMM
     ((1, 6, 12, 10), (4, 6, 2, 2), 2, 0, 1, 1, True),    # non-overlapping windows
     ((2, 4, 11, 13), (8, 4, 3, 3), 1, 1, 1, 1, False),   # a batch: the im2col GEMM
     ((1, 8, 10, 10), (12, 2, 3, 3), 1, 1, 1, 4, False),  # groups
@@ -349,6 +350,23 @@ def test_epilogue_exp2_over_its_whole_range():
     ok = ~np.isnan(want)
     np.testing.assert_array_max_ulp(got[ok], want[ok], maxulp=1)
     assert np.isinf(got).any() and (got == 0).any() and epilogues(g) == 1
+
+
+@pytest.mark.parametrize("x_shape,w_shape", [
+    ((1, 48, 40, 45), (32, 48, 1, 1)),    # C2f's 1x1, 1800 columns: a ragged last tile
+    ((1, 520, 4, 9), (16, 520, 1, 1)),    # a sum past POINTWISE_MAX_K: left to the GEMM
+])
+def test_pointwise_convolutions_run_direct_with_their_epilogue(x_shape, w_shape):
+    """1x1 conv -> bias + SiLU: the matmul reads x as it is (a direct convolution of one tap)
+    with the SiLU as its epilogue, NaN propagating as in torch."""
+    g, (x, w, b), y = conv_graph(x_shape, w_shape, True, True)
+    xs, ws, bs = randn(*x_shape), randn(*w_shape), randn(w_shape[0])
+    xs[0, 3, 1, 2] = np.nan
+    x.set(xs), w.set(ws), b.set(bs)
+    g.execute()
+    np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, bs, True), rtol=1e-4, atol=1e-4)
+    direct = w_shape[1] <= implicit_gemm.POINTWISE_MAX_K
+    assert direct_convs(g) == epilogues(g) == int(direct)
 
 
 def test_a_product_read_twice_keeps_its_own_kernels():

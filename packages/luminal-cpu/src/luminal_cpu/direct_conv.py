@@ -60,7 +60,7 @@ def match(g) -> DirectConv | None:
     """The direct form of `g` (an `implicit_gemm.GatherMatmul`), or None (module docstring)."""
     k, mm = g.gather, g.matmul
     v = k.out.value
-    if g.split != 3 or len(k.domain) != 5 or not isinstance(v, Load):
+    if not isinstance(v, Load) or (g.split, len(k.domain)) not in ((3, 5), (1, 2)):
         return None
     if not all(e.is_const for e in (*k.domain, mm.m, mm.n, mm.k, mm.a.offset, mm.a.stride_row,
                                     mm.a.stride_k, mm.out_offset, mm.out_stride)):
@@ -68,10 +68,14 @@ def match(g) -> DirectConv | None:
     if (mm.a.stride_k.value != 1 or v.dtype.name != "float32"
             or any(p.dtype.name != "float32" for p in (*mm.params[:2], k.params[v.buf]))):
         return None
-    _, kh, kw, oh, ow = k.loop_vars
     split = affine(v.index, k.loop_vars)
     if split is None or not all(e.is_const for e in (*split[0], split[1])):
         return None
+    if len(k.domain) == 2:  # a 1 x 1 convolution (`implicit_gemm._pointwise`): rows of B
+        if split[0][1].value != 1 or not v.valid.is_const or v.valid.value != 1:
+            return None
+        return DirectConv(v, Expr.const(1), Expr.const(1), 1)
+    _, kh, kw, oh, ow = k.loop_vars
     stride = split[0][4].value
     if split[0][2].value != 1 or stride not in (1, 2) or k.domain[2].value > MAX_KW:
         return None
@@ -220,14 +224,18 @@ def render(g, conv: DirectConv, name: str) -> list[str]:
     k, mm = g.gather, g.matmul
     names = tuple(v.name for v in k.loop_vars)
     sizes = tuple(e.value for e in k.domain)
+    if len(sizes) == 2:  # 1 x 1: one window tap, one row of N columns
+        names = (names[0], "lm_kh", "lm_kw", "lm_oh", names[1])
+        sizes = (sizes[0], 1, 1, 1, sizes[1])
     c, kh, _, oh, _ = names
     n_c, n_kh, _, n_oh, n_ow = sizes
     m_total = mm.m.value
     m_blocks = -(-m_total // TILE_M)
     w_blocks = -(-n_ow // TILE_N)
     lda = mm.a.stride_row.value
-    # how far the input index moves PREFETCH_ROWS output rows down
-    ahead = affine(conv.load.index, k.loop_vars)[0][3].value * PREFETCH_ROWS
+    # how far the input index moves PREFETCH_ROWS output rows down (1 x 1: tiles on)
+    ahead = (PREFETCH_ROWS * TILE_N if len(k.domain) == 2
+             else affine(conv.load.index, k.loop_vars)[0][3].value * PREFETCH_ROWS)
     inner = _unit_stride if conv.stride == 1 else _double_stride
     masks, body = inner(conv, names, sizes, f"g{conv.load.buf - 1}", ahead)
     out = f"p0 + {mm.out_offset.value} + lm_m0 * {mm.out_stride.value} + {oh} * {n_ow} + lm_w0"

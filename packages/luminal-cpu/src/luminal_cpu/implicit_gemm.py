@@ -33,12 +33,27 @@ from luminal_codegen import (
     unravel_declarations,
 )
 from luminal_codegen.indexing import flat_index
-from luminal_codegen.ir import Binary, Const, Load, Value, Where, exprs_of, map_exprs, walk
+from luminal_codegen.ir import (
+    Binary,
+    Const,
+    Load,
+    Store,
+    Value,
+    Where,
+    exprs_of,
+    loop_var,
+    map_exprs,
+    walk,
+)
 
 from . import direct_conv, epilogue
 from .dialect import C, odometer
 from .epilogue import Epilogue
 from .masks import case_chain, case_intervals, edge_atoms, without_atoms
+
+# the longest sum a 1 x 1 convolution runs direct (a tile's columns of B, K x 128 bytes, stay
+# in L1 and L2 across its row blocks): YOLOv8n's go to 512
+POINTWISE_MAX_K = 512
 
 
 @dataclass(frozen=True)
@@ -103,7 +118,40 @@ def fuse(program: Program) -> Program:
     """`program` with every gather-then-matmul pair of the module docstring fused (a gather
     read by several such matmuls, two convolutions of one input, is fused into each), and
     the elementwise kernels after direct convolutions folded into them (`epilogue`)."""
-    return epilogue.fuse(_fuse_gathers(program), _direct_without_epilogue)
+    return epilogue.fuse(_pointwise(_fuse_gathers(program)), _direct_without_epilogue)
+
+
+def _pointwise(program: Program) -> Program:
+    """`program` with each matmul whose right operand a 1 x 1 convolution reads (a float32
+    buffer walked along n, constant sizes, no batch) given the gather that reads it as it is,
+    so that it runs as a direct convolution (`direct_conv`) and takes an epilogue. Only for
+    products of at least TILE_M rows over a whole tile of columns (smaller ones are the GEMV
+    shapes `lm_gemm` has paths for) and sums of at most POINTWISE_MAX_K terms (longer ones
+    are left to the GEMM's cache blocking)."""
+    kernels = list(program.kernels)
+    for kid, mm in enumerate(program.kernels):
+        if (not isinstance(mm, Matmul) or mm.batch or not isinstance(mm.b, MatOperand)
+                or (mm.out, mm.a.buf, mm.b.buf) != (0, 1, 2)):
+            continue
+        b = mm.b
+        if not all(e.is_const for e in (mm.m, mm.n, mm.k, b.offset, b.stride_row, b.stride_k,
+                                        mm.a.offset, mm.a.stride_row, mm.a.stride_k,
+                                        mm.out_offset, mm.out_stride)):
+            continue
+        if (b.stride_row.value != 1 or b.stride_k.value < mm.n.value or mm.a.stride_k.value != 1
+                or mm.m.value < direct_conv.TILE_M or mm.n.value < direct_conv.TILE_N
+                or mm.k.value > POINTWISE_MAX_K
+                or any(mm.params[j].dtype.name != "float32" for j in (0, 1, b.buf))):
+            continue
+        domain = (mm.k, mm.n)
+        k, n = (loop_var(j, e) for j, e in enumerate(domain))
+        read = Load(1, b.offset + k * b.stride_k + n, Expr.const(1), mm.params[b.buf].dtype)
+        gather = Kernel((Param(read.dtype, output=True), mm.params[b.buf]), domain,
+                        Store(0, flat_index(domain, (k, n)), read))
+        operand = MatOperand(2, Expr.const(0), Expr.const(1), mm.n)
+        params = (*mm.params[:2], gather.params[0])
+        kernels[kid] = GatherMatmul(replace(mm, params=params, b=operand), gather, 1)
+    return replace(program, kernels=kernels)  # the calls' arguments stay (out, A, B)
 
 
 def _direct_without_epilogue(kernel) -> bool:
