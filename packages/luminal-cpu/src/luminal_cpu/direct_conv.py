@@ -11,7 +11,9 @@ columns of one output row; the weights are broadcast straight from the matmul's 
 `match(g)` accepts a `GatherMatmul` whose gather is one masked load from an input, affine in
 the five axes (c, kh, kw | oh, ow) with kw moving one element and ow one or two, whose masks
 each read only (kh, oh) or only the input column (kw, ow), with constant sizes and float32
-operands. The rendered kernel keeps the implicit GEMM for compilers without AVX-512.
+operands; or a 1 x 1 convolution's (k | n) gather of B as it is (`implicit_gemm._pointwise`),
+one tap over a single row of N columns. The rendered kernel keeps the implicit GEMM for
+compilers without AVX-512.
 
 The input is read one row per channel at a time, a stream per channel (64 channels: 64
 streams), more than the hardware prefetchers follow: once the input is past the L2 cache the

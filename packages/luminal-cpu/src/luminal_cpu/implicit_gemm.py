@@ -11,8 +11,10 @@ and the im2col matrix is never written.
 float32 temporary read as B(n, k) = buf[k*N + n], written by a `Kernel` that only moves data
 (loads, masks, and the sums of a concatenation's masked loads) and whose domain, walked
 row-major, is that (k, n) layout, and read only by such matmuls, becomes one `GatherMatmul`
-per matmul (two convolutions of one input each gather their own panels).
-Everything else is left as it is.
+per matmul (two convolutions of one input each gather their own panels). A 1 x 1
+convolution's plain matmul (B read along n) gets the gather that reads B as it is
+(`_pointwise`), so that it runs direct too; then the elementwise kernels after direct
+convolutions become their epilogues (`epilogue.fuse`). Everything else is left as it is.
 """
 
 from __future__ import annotations
