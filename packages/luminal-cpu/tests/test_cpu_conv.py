@@ -9,7 +9,7 @@ import luminal_nn.functional as F
 import numpy as np
 import pytest
 import torch
-from luminal_cpu import CpuBackend, direct_conv, rows
+from luminal_cpu import CpuBackend, direct_conv, implicit_gemm, rows
 from luminal_cpu.implicit_gemm import GatherMatmul
 
 rng = np.random.default_rng(7)
@@ -48,7 +48,8 @@ CASES = [
     ((1, 3, 32, 32), (16, 3, 3, 3), 2, 1, 1, 1, True),   # YOLO's stem
     ((1, 5, 13, 11), (7, 5, 5, 3), (2, 3), (2, 0), 1, 1, True),
     ((1, 4, 15, 15), (6, 4, 3, 3), 1, 2, 2, 1, True),    # dilation
-    ((1, 16, 9, 9), (33, 16, 1, 1), 1, 0, 1, 1, False),  # 1x1: a plain GEMM on x itself
+    ((1, 16, 9, 9), (33, 16, 1, 1), 1, 0, 1, 1, True),   # 1x1: x read as it is, direct
+    ((1, 16, 2, 9), (33, 16, 1, 1), 1, 0, 1, 1, False),  # 1x1 under a tile's columns: GEMM
     ((1, 6, 12, 10), (4, 6, 2, 2), 2, 0, 1, 1, True),    # non-overlapping windows
     ((2, 4, 11, 13), (8, 4, 3, 3), 1, 1, 1, 1, False),   # a batch: the im2col GEMM
     ((1, 8, 10, 10), (12, 2, 3, 3), 1, 1, 1, 4, False),  # groups
@@ -89,9 +90,15 @@ DIRECT = [
     ((1, 4, 6, 5), (9, 4, 3, 2), 1, (1, 0), 1, True),   # narrower than a vector
     ((1, 2, 4, 70), (3, 2, 2, 3), 1, (3, 4), 1, True),  # rows and columns wholly in the padding
     ((1, 5, 12, 9), (7, 5, 3, 3), (2, 1), 0, 1, True),  # stride 2 down the columns only
-    ((1, 72, 64, 64), (40, 72, 1, 3), 1, (0, 1), 1, False),  # many channels, input past 1 MiB
-    ((1, 3, 33, 131), (16, 3, 3, 3), 2, 1, 1, False),   # stride 2 along rows (YOLO's stem)
+    ((1, 72, 64, 64), (40, 72, 3, 3), 1, 1, 1, True),   # many channels, input past 1 MiB
+    ((1, 3, 33, 131), (16, 3, 3, 3), 2, 1, 1, True),    # stride 2 along rows (YOLO's stem)
+    ((1, 6, 9, 70), (11, 6, 3, 2), 2, 0, 1, True),      # stride 2, 35 columns: two tiles
+    ((1, 3, 7, 67), (5, 3, 2, 2), 2, 0, 1, True),       # stride 2, two taps, a ragged last tile
+    ((1, 4, 10, 45), (9, 4, 5, 5), 2, 2, 1, True),      # stride 2, taps shifted by two lanes
+    ((1, 2, 6, 9), (3, 2, 3, 4), 2, (2, 3), 1, True),   # stride 2, columns wholly in the padding
     ((1, 4, 15, 15), (6, 4, 3, 3), 1, 2, 2, False),     # dilation
+    ((1, 4, 15, 40), (6, 4, 3, 3), 2, 1, 2, False),     # stride 2 with dilation
+    ((1, 4, 15, 40), (6, 4, 3, 3), 3, 1, 1, False),     # stride 3
 ]
 
 
@@ -290,3 +297,90 @@ def test_upsampled_concatenation_feeds_the_gemm(kernel, padding):
     t = torch.nn.functional.interpolate(torch.from_numpy(xs), scale_factor=2, mode="nearest")
     want = torch_conv(np.concatenate([t.numpy(), ss], 1), ws, None, False, padding=padding)
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def epilogues(g) -> int:
+    return sum(isinstance(k, GatherMatmul) and k.epilogue is not None
+               for k in g.runtime.program.kernels)
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding", [
+    ((1, 5, 13, 45), (11, 5, 3, 3), 1, 1),  # 11 = 8 + 3 channels, a ragged last tile
+    ((1, 3, 18, 70), (16, 3, 3, 3), 2, 1),  # YOLO's stem
+])
+def test_bias_and_silu_run_as_the_direct_convolutions_epilogue(x_shape, w_shape, stride,
+                                                                padding, avx512, monkeypatch):
+    """conv -> bias + SiLU: the SiLU kernel becomes the direct convolution's epilogue (its
+    product never stored), NaN propagating and huge values saturating as in torch; without
+    AVX-512 the packed GEMM's product goes through the same epilogue in place."""
+    if not avx512:
+        monkeypatch.setenv("CC", "gcc -mno-avx512f")
+    kw = dict(stride=stride, padding=padding)
+    g, (x, w, b), y = conv_graph(x_shape, w_shape, True, True, **kw)
+    xs, ws, bs = randn(*x_shape), randn(*w_shape), randn(w_shape[0])
+    xs[0, 0, 0, 0], xs[0, -1, -1, -1], xs[0, 1, x_shape[2] // 2, 5] = np.nan, 1e30, -1e30
+    x.set(xs), w.set(ws), b.set(bs)
+    g.execute()
+    np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, bs, True, **kw),
+                               rtol=1e-4, atol=1e-4)
+    assert epilogues(g) == 1 and len(g.runtime.program.kernels) == 1
+
+
+def test_epilogue_exp2_over_its_whole_range():
+    """An epilogue's exp2 (its own inline polynomial) within 1 ulp of NumPy's from 2^-160 (0)
+    through the subnormals to 2^140 (infinity), NaN kept."""
+    g = lm.Graph()
+    x, w = g.tensor((1, 2, 4, 600), name="x"), g.tensor((2, 2, 3, 3), name="w")
+    y = (F.conv2d(x, w, padding=1) * 150.0).exp2().retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    xs = np.zeros((1, 2, 4, 600), np.float32)  # channel 1: weights 0 (one is no axis)
+    xs[0, 0] = np.linspace(-1.07, 0.94, 2400, dtype=np.float32).reshape(4, 600)
+    xs[0, 0, 1, 7] = np.nan  # the taps' zero weights carry it to rows 0-2, columns 6-8
+    ws = np.zeros((2, 2, 3, 3), np.float32)
+    ws[:, 0, 1, 1] = 1, -1
+    x.set(xs), w.set(ws)
+    g.execute()
+    got = y.numpy()[0]
+    with np.errstate(over="ignore"):
+        want = np.exp2((np.float32(150) * np.stack([xs[0, 0], -xs[0, 0]])).astype(np.float64))
+        want = want.astype(np.float32)
+    want[:, 0:3, 6:9] = np.nan
+    assert (np.isnan(got) == np.isnan(want)).all()
+    ok = ~np.isnan(want)
+    np.testing.assert_array_max_ulp(got[ok], want[ok], maxulp=1)
+    assert np.isinf(got).any() and (got == 0).any() and epilogues(g) == 1
+
+
+@pytest.mark.parametrize("x_shape,w_shape", [
+    ((1, 48, 40, 45), (32, 48, 1, 1)),    # C2f's 1x1, 1800 columns: a ragged last tile
+    ((1, 520, 4, 9), (16, 520, 1, 1)),    # a sum past POINTWISE_MAX_K: left to the GEMM
+])
+def test_pointwise_convolutions_run_direct_with_their_epilogue(x_shape, w_shape):
+    """1x1 conv -> bias + SiLU: the matmul reads x as it is (a direct convolution of one tap)
+    with the SiLU as its epilogue, NaN propagating as in torch."""
+    g, (x, w, b), y = conv_graph(x_shape, w_shape, True, True)
+    xs, ws, bs = randn(*x_shape), randn(*w_shape), randn(w_shape[0])
+    xs[0, 3, 1, 2] = np.nan
+    x.set(xs), w.set(ws), b.set(bs)
+    g.execute()
+    np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, bs, True), rtol=1e-4, atol=1e-4)
+    direct = w_shape[1] <= implicit_gemm.POINTWISE_MAX_K
+    assert direct_convs(g) == epilogues(g) == int(direct)
+
+
+def test_a_product_read_twice_keeps_its_own_kernels():
+    """A convolution whose output two kernels read is stored; neither becomes its epilogue."""
+    g = lm.Graph()
+    x, w = g.tensor((1, 3, 10, 40), name="x"), g.tensor((8, 3, 3, 3), name="w")
+    h = F.conv2d(x, w, padding=1)
+    y1, y2 = h.relu().retrieve(), (h * h.sigmoid()).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    xs, ws = randn(1, 3, 10, 40), randn(8, 3, 3, 3)
+    x.set(xs), w.set(ws)
+    g.execute()
+    want = torch_conv(xs, ws, None, False, padding=1)
+    np.testing.assert_allclose(y1.numpy(), np.maximum(want, 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(y2.numpy(), torch_conv(xs, ws, None, True, padding=1),
+                               rtol=1e-4, atol=1e-4)
+    assert epilogues(g) == 0 and direct_convs(g) == 1

@@ -1,4 +1,4 @@
-"""Direct convolution: a stride-1 convolution's implicit GEMM without packing its input.
+"""Direct convolution: a stride-1 or 2 convolution's implicit GEMM without packing its input.
 
 An implicit GEMM (`implicit_gemm`) gathers the im2col panels of B before the micro-kernel
 reads them. Where the window moves one element per output column (stride 1), a row of 32
@@ -9,13 +9,26 @@ gathered element is used M times) disappears. A tile is 8 output channels x 32 o
 columns of one output row; the weights are broadcast straight from the matmul's left operand.
 
 `match(g)` accepts a `GatherMatmul` whose gather is one masked load from an input, affine in
-the five axes (c, kh, kw | oh, ow) with kw and ow both moving one element, whose masks each
-read only (kh, oh) or only (kw, ow), with constant sizes and float32 operands. The rendered
-kernel keeps the implicit GEMM for compilers without AVX-512.
+the five axes (c, kh, kw | oh, ow) with kw moving one element and ow one or two, whose masks
+each read only (kh, oh) or only the input column (kw, ow), with constant sizes and float32
+operands; or a 1 x 1 convolution's (k | n) gather of B as it is (`implicit_gemm._pointwise`),
+one tap over a single row of N columns. The rendered kernel keeps the implicit GEMM for
+compilers without AVX-512.
 
-Tried and dropped: stride 2 along rows (two loads and a permute per 16 outputs), 1.5x slower
-than the gather on YOLOv8n's stride-2 convolutions (the packed panel is read from L1, the
-direct loads from a streamed input, again for every 8 output channels).
+The input is read one row per channel at a time, a stream per channel (64 channels: 64
+streams), more than the hardware prefetchers follow: once the input is past the L2 cache the
+kernel waited on memory (64 channels of 128 x 128, 4 MiB, ran 8% slower than the gather). The
+first tile of each output row therefore prefetches, for every (c, kh), the input row that
+the output row PREFETCH_ROWS below will read: 6.3 -> 4.8 ms on those layers, faster than the
+gather on every stride-1 convolution of YOLOv8n (Zen 5, one thread).
+
+Stride 2 (`_double_stride`): a tile's 32 outputs read 2 * 31 + kw_n input columns; they are
+loaded once per (c, kh), split into even and odd columns with two-source permutes, and tap
+kw is one of those shifted by kw // 2 lanes. On YOLOv8n's seven stride-2 convolutions
+(Zen 5, one thread, thread CPU time) 25 -> 17 ms against the gather (the 16 -> 32 channel
+one at 512 x 512 6.5 -> 3.6 ms, the stem 3.8 -> 1.9). An earlier try loaded each tap on its
+own (two loads and a permute per 16 outputs, without the prefetch) and was 1.5x slower than
+the gather.
 """
 
 from __future__ import annotations
@@ -29,29 +42,27 @@ from .masks import atoms
 
 TILE_M = 8  # output channels per tile (accumulator rows)
 TILE_N = 32  # output columns per tile (two 16-lane vectors)
-# Where direct is faster, measured on YOLOv8n (Zen 5, one thread): always with at most
-# FEW_CHANNELS output channels (the gather costs more than its few uses); with more, only
-# while the input fits in CACHED_INPUT bytes (64 channels of 128 x 128, 4 MiB, ran 8% slower
-# direct: each 8-channel tile reads its input again, the packed panel is read from L1)
-FEW_CHANNELS = 32
-CACHED_INPUT = 1 << 20
+MAX_KW = 16  # widest stride-2 window (its shifts are lane rotations of at most 15)
+PREFETCH_ROWS = 2  # output rows ahead whose input the first tile of a row prefetches into L2
 
 
 @dataclass(frozen=True)
 class DirectConv:
     """The pieces of a matched convolution: `load` (the gather's value), its masks split into
-    `rows` (read kh, oh) and `cols` (read kw, ow)."""
+    `rows` (read kh, oh) and `cols` (read kw, ow), and how many input columns one output
+    column moves (`stride`, 1 or 2)."""
 
     load: Load
     rows: Expr
     cols: Expr
+    stride: int
 
 
 def match(g) -> DirectConv | None:
     """The direct form of `g` (an `implicit_gemm.GatherMatmul`), or None (module docstring)."""
     k, mm = g.gather, g.matmul
     v = k.out.value
-    if g.split != 3 or len(k.domain) != 5 or not isinstance(v, Load):
+    if not isinstance(v, Load) or (g.split, len(k.domain)) not in ((3, 5), (1, 2)):
         return None
     if not all(e.is_const for e in (*k.domain, mm.m, mm.n, mm.k, mm.a.offset, mm.a.stride_row,
                                     mm.a.stride_k, mm.out_offset, mm.out_stride)):
@@ -59,14 +70,16 @@ def match(g) -> DirectConv | None:
     if (mm.a.stride_k.value != 1 or v.dtype.name != "float32"
             or any(p.dtype.name != "float32" for p in (*mm.params[:2], k.params[v.buf]))):
         return None
-    _, kh, kw, oh, ow = k.loop_vars
     split = affine(v.index, k.loop_vars)
     if split is None or not all(e.is_const for e in (*split[0], split[1])):
         return None
-    if split[0][2].value != 1 or split[0][4].value != 1:
-        return None
-    input_bytes = 4 * split[0][0].value * k.domain[0].value  # channel stride x channels
-    if mm.m.value > FEW_CHANNELS and input_bytes > CACHED_INPUT:
+    if len(k.domain) == 2:  # a 1 x 1 convolution (`implicit_gemm._pointwise`): rows of B
+        if split[0][1].value != 1 or not v.valid.is_const or v.valid.value != 1:
+            return None
+        return DirectConv(v, Expr.const(1), Expr.const(1), 1)
+    _, kh, kw, oh, ow = k.loop_vars
+    stride = split[0][4].value
+    if split[0][2].value != 1 or stride not in (1, 2) or k.domain[2].value > MAX_KW:
         return None
     rows, cols = [], []
     for atom in atoms(v.valid) if not v.valid.is_const else ():
@@ -75,25 +88,176 @@ def match(g) -> DirectConv | None:
         if atom.free_vars <= {kh.name, oh.name}:
             rows.append(atom)
         elif atom.free_vars <= {kw.name, ow.name}:
+            # stride 2 reads a span of input columns once for every kw: its masks must be
+            # masks of the input column (stride * ow + kw) alone
+            coefs = affine(atom.args[0] - atom.args[1], k.loop_vars)[0]
+            if not (coefs[2].is_const and coefs[4].is_const
+                    and coefs[4].value == stride * coefs[2].value):
+                return None
             cols.append(atom)
         else:
             return None
     if v.valid.is_const and v.valid.value == 0:
         return None
-    return DirectConv(v, logical_and(*rows), logical_and(*cols))
+    return DirectConv(v, logical_and(*rows), logical_and(*cols), stride)
+
+
+def _fma(k: str) -> list[str]:
+    """Accumulate the tile's products with input vectors lm_b0, lm_b1 at weight column `k`."""
+    return [f"for (int lm_i = 0; lm_i < {TILE_M}; lm_i++) {{",
+            f"  const __m512 lm_x = _mm512_set1_ps(lm_a[lm_i][{k}]);",
+            "  lm_acc[lm_i][0] = _mm512_fmadd_ps(lm_x, lm_b0, lm_acc[lm_i][0]);",
+            "  lm_acc[lm_i][1] = _mm512_fmadd_ps(lm_x, lm_b1, lm_acc[lm_i][1]);",
+            "}"]
+
+
+def _prefetch(ahead: int, floats: int) -> list[str]:
+    """The input of the row PREFETCH_ROWS below (`ahead` elements on) into L2, by the first
+    tile of a row: an address maybe past the input (a prefetch never faults; integer
+    arithmetic keeps C's pointer rules)."""
+    return ["if (lm_m0 == 0)",
+            f"  for (long lm_l = 0; lm_l < {floats}; lm_l += 16)",
+            "    _mm_prefetch((const char *)((unsigned long)lm_b + "
+            f"sizeof(float) * ({ahead} + lm_l)), _MM_HINT_T1);"]
+
+
+def _unit_stride(conv: DirectConv, names: tuple[str, ...], sizes: tuple[int, ...], g_buf: str,
+                 ahead: int) -> tuple[list[str], list[str]]:
+    """Stride 1: per kw, two masked loads of the tile's 32 input columns. Returns the tile's
+    mask set-up and the body of the (c, kh) loop."""
+    c, kh, kw, _, ow = names
+    _, n_kh, n_kw, _, n_ow = sizes
+    cols = conv.cols.render_c()
+    # lane masks per kw: the outputs inside the row whose input column is inside the input
+    # (affine: they hold on the whole run when they hold at its ends)
+    masks = [
+        f"__mmask16 lm_cm[{n_kw}][2];",
+        f"for (long {kw} = 0; {kw} < {n_kw}; {kw}++) {{",
+        "  int lm_whole;",
+        f"  {{ const long {ow} = lm_w0; lm_whole = {cols}; }}",
+        f"  {{ const long {ow} = lm_w0 + {TILE_N - 1}; "
+        f"lm_whole = lm_whole && {ow} < {n_ow} && {cols}; }}",
+        "  unsigned lm_bits = lm_whole ? 0xffffffffu : 0;",
+        f"  for (int lm_l = 0; lm_l < {TILE_N} && !lm_whole; lm_l++) {{",
+        f"    const long {ow} = lm_w0 + lm_l;",
+        f"    lm_bits |= (unsigned)(({ow} < {n_ow}) && {cols}) << lm_l;",
+        "  }",
+        f"  lm_cm[{kw}][0] = (__mmask16)lm_bits, lm_cm[{kw}][1] = (__mmask16)(lm_bits >> 16);",
+        "}",
+    ]
+    body = [
+        f"for (long {kw} = 0; {kw} < {n_kw}; {kw}++) {{",
+        f"  const long {ow} = lm_w0;",
+        f"  const float *lm_b = {g_buf} + {conv.load.index.render_c()};",
+        f"  if ({kw} == 0) {{",
+        *("    " + x for x in _prefetch(ahead, TILE_N + 16)),
+        "  }",
+        f"  const __m512 lm_b0 = _mm512_maskz_loadu_ps(lm_cm[{kw}][0], lm_b);",
+        f"  const __m512 lm_b1 = _mm512_maskz_loadu_ps(lm_cm[{kw}][1], lm_b + 16);",
+        *("  " + x for x in _fma(f"({c} * {n_kh} + {kh}) * {n_kw} + {kw}")),
+        "}",
+    ]
+    return masks, body
+
+
+def _double_stride(conv: DirectConv, names: tuple[str, ...], sizes: tuple[int, ...],
+                   g_buf: str, ahead: int) -> tuple[list[str], list[str]]:
+    """Stride 2: the span of input columns the tile reads (2 * 31 + kw_n of them) is loaded
+    once per (c, kh), split into its even and odd columns (two-source permutes), and tap kw
+    is those shifted by kw // 2 lanes (lane rotations). The loads are masked by input
+    column, which the masks read alone (`match`). Returns the tile's mask set-up and the
+    body of the (c, kh) loop."""
+    c, kh, kw, _, ow = names
+    _, n_kh, n_kw, _, n_ow = sizes
+    cols = conv.cols.render_c()
+    span = 2 * (TILE_N - 1) + n_kw  # input columns the tile reads
+    vecs = -(-span // 16)
+    shifted = n_kw > 2  # some tap starts past the first even / odd column
+    halves = 3 if shifted else 2  # vectors of even (odd) columns the taps need
+    parities = ("e", "o") if n_kw > 1 else ("e",)
+    masks = [
+        # whole: every output column and every tap inside (affine masks: checked at the ends)
+        f"int lm_whole = lm_w0 + {TILE_N - 1} < {n_ow};",
+        f"for (long {kw} = 0; {kw} < {n_kw}; {kw}++) {{",
+        f"  {{ const long {ow} = lm_w0; lm_whole = lm_whole && {cols}; }}",
+        f"  {{ const long {ow} = lm_w0 + {TILE_N - 1}; lm_whole = lm_whole && {cols}; }}",
+        "}",
+        f"__mmask16 lm_sm[{vecs}];",
+        f"for (int lm_j = 0; lm_j < {vecs}; lm_j++) lm_sm[lm_j] = lm_whole ? 0xffff : 0;",
+        f"if (lm_whole) lm_sm[{vecs - 1}] = (__mmask16)((1u << {span - 16 * (vecs - 1)}) - 1);",
+        f"else for (long {kw} = 0; {kw} < {n_kw}; {kw}++)",
+        f"  for (int lm_l = 0; lm_l < {TILE_N}; lm_l++) {{",
+        f"    const long {ow} = lm_w0 + lm_l;",
+        f"    if ({ow} < {n_ow} && {cols}) lm_sm[(2 * lm_l + {kw}) / 16] |= "
+        f"(__mmask16)(1u << (2 * lm_l + {kw}) % 16);",
+        "  }",
+    ]
+    body = [
+        f"const long {kw} = 0, {ow} = lm_w0;",
+        f"const float *lm_b = {g_buf} + {conv.load.index.render_c()};",
+        *_prefetch(ahead, 16 * vecs),
+        f"__m512 lm_v[{2 * halves}];",
+        f"for (int lm_j = 0; lm_j < {2 * halves}; lm_j++)",
+        f"  lm_v[lm_j] = lm_j < {vecs} ? _mm512_maskz_loadu_ps(lm_sm[lm_j], lm_b + 16 * lm_j) "
+        ": _mm512_setzero_ps();",
+        *(f"const __m512i lm_{p}{h} = _mm512_castps_si512(_mm512_permutex2var_ps("
+          f"lm_v[{2 * h}], lm_{p}idx, lm_v[{2 * h + 1}]));"
+          for p in parities for h in range(halves)),
+    ]
+    for tap in range(n_kw):
+        p, q = parities[tap % 2], tap // 2
+        half = [f"lm_{p}{h}" if q == 0 else f"_mm512_alignr_epi32(lm_{p}{h + 1}, lm_{p}{h}, {q})"
+                for h in range(2)]
+        body += [
+            "{",
+            f"  const __m512 lm_b0 = _mm512_castsi512_ps({half[0]});",
+            f"  const __m512 lm_b1 = _mm512_castsi512_ps({half[1]});",
+            *("  " + x for x in _fma(f"({c} * {n_kh} + {kh}) * {n_kw} + {tap}")),
+            "}",
+        ]
+    consts = ["const __m512i lm_eidx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, "
+              "10, 8, 6, 4, 2, 0);",
+              "const __m512i lm_oidx = _mm512_add_epi32(lm_eidx, _mm512_set1_epi32(1));"]
+    return consts + masks, body
 
 
 def render(g, conv: DirectConv, name: str) -> list[str]:
     """The AVX-512 body of `g`'s kernel function (`name`): tiles of TILE_M x TILE_N."""
     k, mm = g.gather, g.matmul
-    c, kh, kw, oh, ow = (v.name for v in k.loop_vars)
-    n_c, n_kh, n_kw, n_oh, n_ow = (e.value for e in k.domain)
+    names = tuple(v.name for v in k.loop_vars)
+    sizes = tuple(e.value for e in k.domain)
+    if len(sizes) == 2:  # 1 x 1: one window tap, one row of N columns
+        names = (names[0], "lm_kh", "lm_kw", "lm_oh", names[1])
+        sizes = (sizes[0], 1, 1, 1, sizes[1])
+    c, kh, _, oh, _ = names
+    n_c, n_kh, _, n_oh, n_ow = sizes
     m_total = mm.m.value
     m_blocks = -(-m_total // TILE_M)
     w_blocks = -(-n_ow // TILE_N)
     lda = mm.a.stride_row.value
-    load = conv.load
-    cols = conv.cols.render_c()
+    # how far the input index moves PREFETCH_ROWS output rows down (1 x 1: tiles on)
+    ahead = (PREFETCH_ROWS * TILE_N if len(k.domain) == 2
+             else affine(conv.load.index, k.loop_vars)[0][3].value * PREFETCH_ROWS)
+    inner = _unit_stride if conv.stride == 1 else _double_stride
+    masks, body = inner(conv, names, sizes, f"g{conv.load.buf - 1}", ahead)
+    out = f"p0 + {mm.out_offset.value} + lm_m0 * {mm.out_stride.value} + {oh} * {n_ow} + lm_w0"
+    store = [f"    float *lm_c = {out};",
+             "    for (int lm_i = 0; lm_i < lm_mr; lm_i++) {",
+             f"      _mm512_mask_storeu_ps(lm_c + lm_i * {mm.out_stride.value}, lm_s0, "
+             "lm_acc[lm_i][0]);",
+             f"      _mm512_mask_storeu_ps(lm_c + lm_i * {mm.out_stride.value} + 16, lm_s1, "
+             "lm_acc[lm_i][1]);",
+             "    }"]
+    if g.epilogue is not None:  # the tile through the epilogue (`epilogue`), then stored
+        inputs = "".join(f", e{i}" for i in range(len(g.epilogue.inputs)))
+        store = [f"    _Alignas(64) float lm_tile[{TILE_M}][{TILE_N}];",
+                 "    for (int lm_i = 0; lm_i < lm_mr; lm_i++) {",
+                 "      _mm512_store_ps(lm_tile[lm_i], lm_acc[lm_i][0]);",
+                 "      _mm512_store_ps(lm_tile[lm_i] + 16, lm_acc[lm_i][1]);",
+                 "    }",
+                 f"    {name}_epi(&lm_tile[0][0], {TILE_N}, {out}, {mm.out_stride.value}, lm_m0, "
+                 f"lm_mr, {oh} * {n_ow} + lm_w0, lm_left < {TILE_N} ? lm_left : {TILE_N}"
+                 f"{inputs});"]
     return [
         f"  lm_for_begin({m_blocks * n_oh * w_blocks});",
         "  for (long lm_lo, lm_hi; lm_for_next(&lm_lo, &lm_hi);)",
@@ -106,50 +270,19 @@ def render(g, conv: DirectConv, name: str) -> list[str]:
         f"    for (int lm_i = 0; lm_i < {TILE_M}; lm_i++)",
         f"      lm_a[lm_i] = p1 + {mm.a.offset.value} + "
         f"(lm_m0 + (lm_i < lm_mr ? lm_i : lm_mr - 1)) * {lda};",
-        # lane masks per kw: the outputs inside the row whose input column is inside the
-        # input (affine: they hold on the whole run when they hold at its ends)
-        f"    __mmask16 lm_cm[{n_kw}][2];",
-        f"    for (long {kw} = 0; {kw} < {n_kw}; {kw}++) {{",
-        "      int lm_whole;",
-        f"      {{ const long {ow} = lm_w0; lm_whole = {cols}; }}",
-        f"      {{ const long {ow} = lm_w0 + {TILE_N - 1}; "
-        f"lm_whole = lm_whole && {ow} < {n_ow} && {cols}; }}",
-        "      unsigned lm_bits = lm_whole ? 0xffffffffu : 0;",
-        f"      for (int lm_l = 0; lm_l < {TILE_N} && !lm_whole; lm_l++) {{",
-        f"        const long {ow} = lm_w0 + lm_l;",
-        f"        lm_bits |= (unsigned)(({ow} < {n_ow}) && {cols}) << lm_l;",
-        "      }",
-        f"      lm_cm[{kw}][0] = (__mmask16)lm_bits, lm_cm[{kw}][1] = (__mmask16)(lm_bits >> 16);",
-        "    }",
+        *("    " + x for x in masks),
         f"    __m512 lm_acc[{TILE_M}][2];",
         f"    for (int lm_i = 0; lm_i < {TILE_M}; lm_i++)",
         "      lm_acc[lm_i][0] = lm_acc[lm_i][1] = _mm512_setzero_ps();",
         f"    for (long {c} = 0; {c} < {n_c}; {c}++)",
         f"    for (long {kh} = 0; {kh} < {n_kh}; {kh}++) {{",
         f"      if (!({conv.rows.render_c()})) continue;",
-        f"      for (long {kw} = 0; {kw} < {n_kw}; {kw}++) {{",
-        f"        const long {ow} = lm_w0;",
-        f"        const long lm_src = {load.index.render_c()};",
-        f"        const long lm_k = ({c} * {n_kh} + {kh}) * {n_kw} + {kw};",
-        f"        const float *lm_b = g{load.buf - 1} + lm_src;",
-        f"        const __m512 lm_b0 = _mm512_maskz_loadu_ps(lm_cm[{kw}][0], lm_b);",
-        f"        const __m512 lm_b1 = _mm512_maskz_loadu_ps(lm_cm[{kw}][1], lm_b + 16);",
-        f"        for (int lm_i = 0; lm_i < {TILE_M}; lm_i++) {{",
-        "          const __m512 lm_x = _mm512_set1_ps(lm_a[lm_i][lm_k]);",
-        "          lm_acc[lm_i][0] = _mm512_fmadd_ps(lm_x, lm_b0, lm_acc[lm_i][0]);",
-        "          lm_acc[lm_i][1] = _mm512_fmadd_ps(lm_x, lm_b1, lm_acc[lm_i][1]);",
-        "        }",
-        "      }",
+        *("      " + x for x in body),
         "    }",
         f"    const long lm_left = {n_ow} - lm_w0;",
         "    const __mmask16 lm_s0 = lm_left >= 16 ? 0xffff : (__mmask16)((1u << lm_left) - 1);",
         "    const __mmask16 lm_s1 = lm_left >= 32 ? 0xffff : lm_left <= 16 ? 0 : "
         "(__mmask16)((1u << (lm_left - 16)) - 1);",
-        "    for (int lm_i = 0; lm_i < lm_mr; lm_i++) {",
-        f"      float *lm_c = p0 + {mm.out_offset.value} + (lm_m0 + lm_i) * {mm.out_stride.value}"
-        f" + {oh} * {n_ow} + lm_w0;",
-        "      _mm512_mask_storeu_ps(lm_c, lm_s0, lm_acc[lm_i][0]);",
-        "      _mm512_mask_storeu_ps(lm_c + 16, lm_s1, lm_acc[lm_i][1]);",
-        "    }",
+        *store,
         "  }",
     ]

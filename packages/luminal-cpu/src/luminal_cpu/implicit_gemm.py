@@ -11,8 +11,10 @@ and the im2col matrix is never written.
 float32 temporary read as B(n, k) = buf[k*N + n], written by a `Kernel` that only moves data
 (loads, masks, and the sums of a concatenation's masked loads) and whose domain, walked
 row-major, is that (k, n) layout, and read only by such matmuls, becomes one `GatherMatmul`
-per matmul (two convolutions of one input each gather their own panels).
-Everything else is left as it is.
+per matmul (two convolutions of one input each gather their own panels). A 1 x 1
+convolution's plain matmul (B read along n) gets the gather that reads B as it is
+(`_pointwise`), so that it runs direct too; then the elementwise kernels after direct
+convolutions become their epilogues (`epilogue.fuse`). Everything else is left as it is.
 """
 
 from __future__ import annotations
@@ -33,11 +35,27 @@ from luminal_codegen import (
     unravel_declarations,
 )
 from luminal_codegen.indexing import flat_index
-from luminal_codegen.ir import Binary, Const, Load, Value, Where, exprs_of, map_exprs, walk
+from luminal_codegen.ir import (
+    Binary,
+    Const,
+    Load,
+    Store,
+    Value,
+    Where,
+    exprs_of,
+    loop_var,
+    map_exprs,
+    walk,
+)
 
-from . import direct_conv
+from . import direct_conv, epilogue
 from .dialect import C, odometer
+from .epilogue import Epilogue
 from .masks import case_chain, case_intervals, edge_atoms, without_atoms
+
+# the longest sum a 1 x 1 convolution runs direct (a tile's columns of B, K x 128 bytes, stay
+# in L1 and L2 across its row blocks): YOLOv8n's go to 512
+POINTWISE_MAX_K = 512
 
 
 @dataclass(frozen=True)
@@ -49,14 +67,19 @@ class GatherMatmul:
     matmul: Matmul
     gather: Kernel
     split: int
+    epilogue: Epilogue | None = None  # then the output is the epilogue's, its inputs last
 
     @property
     def params(self) -> tuple[Param, ...]:
-        return (*self.matmul.params[:2], *self.gather.params[1:])
+        if self.epilogue is None:
+            return (*self.matmul.params[:2], *self.gather.params[1:])
+        return (self.epilogue.kernel.params[0], self.matmul.params[1], *self.gather.params[1:],
+                *self.epilogue.params)
 
     @property
     def dims(self) -> tuple[str, ...]:
-        return tuple(sorted({*kernel_dims(self.matmul), *kernel_dims(self.gather)}))
+        then = kernel_dims(self.epilogue.kernel) if self.epilogue else ()
+        return tuple(sorted({*kernel_dims(self.matmul), *kernel_dims(self.gather), *then}))
 
 
 def _moves_data(v: Value) -> bool:
@@ -95,7 +118,50 @@ def _operand_is_gathered(mm: Matmul) -> bool:
 
 def fuse(program: Program) -> Program:
     """`program` with every gather-then-matmul pair of the module docstring fused (a gather
-    read by several such matmuls, two convolutions of one input, is fused into each)."""
+    read by several such matmuls, two convolutions of one input, is fused into each), and
+    the elementwise kernels after direct convolutions folded into them (`epilogue`)."""
+    return epilogue.fuse(_pointwise(_fuse_gathers(program)), _direct_without_epilogue)
+
+
+def _pointwise(program: Program) -> Program:
+    """`program` with each matmul whose right operand a 1 x 1 convolution reads (a float32
+    buffer walked along n, constant sizes, no batch) given the gather that reads it as it is,
+    so that it runs as a direct convolution (`direct_conv`) and takes an epilogue. Only for
+    products of at least TILE_M rows over a whole tile of columns (smaller ones are the GEMV
+    shapes `lm_gemm` has paths for) and sums of at most POINTWISE_MAX_K terms (longer ones
+    are left to the GEMM's cache blocking)."""
+    kernels = list(program.kernels)
+    for kid, mm in enumerate(program.kernels):
+        if (not isinstance(mm, Matmul) or mm.batch or not isinstance(mm.b, MatOperand)
+                or (mm.out, mm.a.buf, mm.b.buf) != (0, 1, 2)):
+            continue
+        b = mm.b
+        if not all(e.is_const for e in (mm.m, mm.n, mm.k, b.offset, b.stride_row, b.stride_k,
+                                        mm.a.offset, mm.a.stride_row, mm.a.stride_k,
+                                        mm.out_offset, mm.out_stride)):
+            continue
+        if (b.stride_row.value != 1 or b.stride_k.value < mm.n.value or mm.a.stride_k.value != 1
+                or mm.m.value < direct_conv.TILE_M or mm.n.value < direct_conv.TILE_N
+                or mm.k.value > POINTWISE_MAX_K
+                or any(mm.params[j].dtype.name != "float32" for j in (0, 1, b.buf))):
+            continue
+        domain = (mm.k, mm.n)
+        k, n = (loop_var(j, e) for j, e in enumerate(domain))
+        read = Load(1, b.offset + k * b.stride_k + n, Expr.const(1), mm.params[b.buf].dtype)
+        gather = Kernel((Param(read.dtype, output=True), mm.params[b.buf]), domain,
+                        Store(0, flat_index(domain, (k, n)), read))
+        operand = MatOperand(2, Expr.const(0), Expr.const(1), mm.n)
+        params = (*mm.params[:2], gather.params[0])
+        kernels[kid] = GatherMatmul(replace(mm, params=params, b=operand), gather, 1)
+    return replace(program, kernels=kernels)  # the calls' arguments stay (out, A, B)
+
+
+def _direct_without_epilogue(kernel) -> bool:
+    return (isinstance(kernel, GatherMatmul) and kernel.epilogue is None
+            and direct_conv.match(kernel) is not None)
+
+
+def _fuse_gathers(program: Program) -> Program:
     writer_of: dict[int, int] = {}  # temp buffer -> the call writing it
     readers: dict[int, list[int]] = {}  # buffer -> the calls reading it
     for c, call in enumerate(program.calls):
@@ -285,9 +351,12 @@ def render(g: GatherMatmul, name: str, dtype_code: dict[str, str]) -> str:
 
     gather_dims = kernel_dims(g.gather)
     gather_params = g.gather.params[1:]
-    params = [(C.storage_type(mm.params[0].dtype), "p0", True),
+    then = g.epilogue
+    params = [(C.storage_type(g.params[0].dtype), "p0", True),
               (C.storage_type(mm.params[1].dtype), "p1", False),
-              *((C.storage_type(p.dtype), f"g{i}", False) for i, p in enumerate(gather_params))]
+              *((C.storage_type(p.dtype), f"g{i}", False) for i, p in enumerate(gather_params)),
+              *((C.storage_type(p.dtype), f"e{i}", False)
+                for i, p in enumerate(then.params if then else ()))]
     ctx = (f"{{{{{', '.join(f'g{i}' for i in range(len(gather_params))) or '0'}}}, "
            f"{{{', '.join(names[d] for d in gather_dims) or '0'}}}}}")
     a_dt = dtype_code[mm.params[1].dtype.name]
@@ -300,14 +369,24 @@ def render(g: GatherMatmul, name: str, dtype_code: dict[str, str]) -> str:
         f"(lm_packer){{{name}_pack, &lm_ctx}}, "
         f"(lm_out){{p0, {c_dt}, &lm_co, {ex(mm.out_stride)}}});",
     ]
+    finish = []
+    if then is not None:  # the product is in the output: the epilogue runs over it in place
+        inputs = "".join(f", e{i}" for i in range(len(then.inputs)))
+        finish = [f"  lm_for_begin({ex(mm.m)});",
+                  "  for (long lm_lo, lm_hi; lm_for_next(&lm_lo, &lm_hi);)",
+                  f"    {name}_epi(p0 + lm_lo * {ex(mm.n)}, {ex(mm.n)}, p0 + lm_lo * {ex(mm.n)}, "
+                  f"{ex(mm.n)}, lm_lo, lm_hi - lm_lo, 0, {ex(mm.n)}{inputs});"]
     conv = direct_conv.match(g)
     include = []
     if conv is not None:  # the packed GEMM stays for compilers without AVX-512
         include = ["#if defined(__AVX512F__)", "#include <immintrin.h>", "#endif"]
         packed = ["#if defined(__AVX512F__)", *direct_conv.render(g, conv, name), "#else",
-                  *packed, "#endif"]
+                  *packed, *finish, "#endif"]
+    else:
+        packed += finish
     return "\n".join([
         *include,
+        *(epilogue.render_function(then, f"{name}_epi") if then else ()),
         *_render_pack(g, name),
         C.signature(name, params, [names[d] for d in dims]) + " {",
         *packed,

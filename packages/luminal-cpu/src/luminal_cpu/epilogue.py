@@ -1,0 +1,193 @@
+"""Epilogues: the elementwise kernel after a direct convolution, applied to each output tile
+while it is in registers.
+
+A convolution lowers to its product and then, in a kernel of its own, whatever reads the
+product element by element (the bias, an activation: YOLO's bias + SiLU). That kernel reads
+the whole product back from memory, which the convolution has just written out. Here it is
+folded into the convolution: each finished 8 x 32 tile goes through the kernel's value (the
+product's loads reading the tile) and only the kernel's result is stored; the product is
+never written.
+
+`fuse(program)` folds a call of a `Kernel` into the call just before it when that one is a
+direct convolution (`direct_conv.match`) writing a float32 temporary (M x N, row-major) read
+by that kernel alone, and the kernel is elementwise over the product: its domain is M by
+axes of N points in all (the image's rows and columns, or N), it stores float32 in
+row-major order, and it reads the product only at the element it
+stores (no reductions). The kernel's other inputs are any buffers, read at any index.
+Compilers without AVX-512 keep the packed GEMM (`implicit_gemm.render`), which writes the
+product into the output, and the kernel's value then runs over it in place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from luminal.symbolic import Expr
+from luminal_codegen import (
+    BodyWriter,
+    Call,
+    Kernel,
+    Program,
+    kernel_dims,
+    unravel_declarations,
+)
+from luminal_codegen.indexing import flat_index
+from luminal_codegen.ir import Bind, Load, Reduce, SoftmaxSum, map_loads, walk
+
+from .dialect import C, CDialect
+
+RUN = Expr.var("lm_l", 0, 1 << 30)  # the position in the run of outputs
+
+# 2^x in arithmetic the compiler vectorises inline: in an epilogue over a tile's 32 columns,
+# libmvec's exp2f (a call per 16 lanes, `lm_exp2`'s range masks around it) cost more than
+# the tile's store and read back it saves. x = k + f with k = rint(x), |f| <= 1/2; e^(f ln 2)
+# by its Taylor series to degree 7 (remainder below 6e-9 relative), times 2^k as two powers
+# of two, so results from 2^-151 (rounds to 0) to 2^129 (infinity) round once, subnormals
+# included; NaN stays NaN. Within 2 ulp of exp2f.
+_EXP2 = """\
+#ifndef LM_EPI_EXP2
+#define LM_EPI_EXP2
+static inline float lm_epi_exp2(float x) {
+  float t = x > -151.0f ? x : -151.0f;  /* NaN too: put back at the end */
+  t = t < 129.0f ? t : 129.0f;
+  const float k = rintf(t), y = (t - k) * 0.69314718055994531f;
+  float p = 1.0f / 5040.0f;
+  p = p * y + 1.0f / 720.0f;
+  p = p * y + 1.0f / 120.0f;
+  p = p * y + 1.0f / 24.0f;
+  p = p * y + 1.0f / 6.0f;
+  p = p * y + 0.5f;
+  p = p * y + 1.0f;
+  p = p * y + 1.0f;
+  const int k1 = (int)k / 2, k2 = (int)k - k1;
+  union { int i; float f; } s1 = {(k1 + 127) << 23}, s2 = {(k2 + 127) << 23};
+  const float r = p * s1.f * s2.f;
+  return x != x ? x : r;
+}
+#endif"""
+
+
+class _EpilogueDialect(CDialect):
+    math_functions = {**CDialect.math_functions, "exp2": "lm_epi_exp2"}
+
+
+_C = _EpilogueDialect()
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """`kernel` applied to a product: its parameters `product` read the product (at the
+    element it stores), `inputs` are its other inputs, in the fused call's order."""
+
+    kernel: Kernel
+    product: tuple[int, ...]
+    inputs: tuple[int, ...]
+    split: int  # the kernel's axes before it walk the M rows, the others a row; 0: one axis
+    n: int  # the product's row length
+
+    @property
+    def params(self):
+        return tuple(self.kernel.params[j] for j in self.inputs)
+
+
+def _split(kernel: Kernel, product: tuple[int, ...], m: int, n: int) -> int | None:
+    """Where `kernel`'s axes that walk a row start, if it is elementwise over the (m, n)
+    product (module docstring); 0 for a single axis of m * n points."""
+    if kernel_dims(kernel):  # constant sizes and indices
+        return None
+    sizes = [e.value for e in kernel.domain]
+    split = next((j for j in range(1, len(sizes)) if math.prod(sizes[:j]) == m
+                  and math.prod(sizes[j:]) == n), 0 if sizes == [m * n] else None)
+    if split is None or kernel.out.buf != 0 or kernel.params[0].dtype.name != "float32":
+        return None
+    index = flat_index(kernel.domain, kernel.loop_vars)
+    if kernel.out.index != index:
+        return None
+    for v in walk(kernel.out.value):
+        if isinstance(v, (Reduce, SoftmaxSum, Bind)):
+            return None
+        if isinstance(v, Load) and v.buf in product and (v.index != index or v.valid != 1):
+            return None
+    return split
+
+
+def fuse(program: Program, direct: Callable[[object], bool]) -> Program:
+    """`program` with each elementwise kernel after a direct convolution folded into it
+    (module docstring); `direct(kernel)` tells whether a kernel is a direct convolution
+    (an `implicit_gemm.GatherMatmul`) without an epilogue."""
+    readers: dict[int, int] = {}
+    for call in program.calls:
+        for p, buf in zip(program.kernels[call.kernel].params, call.args):
+            if not p.output:
+                readers[buf] = readers.get(buf, 0) + 1
+    kernels = list(program.kernels)
+    calls = []
+    for call in program.calls:
+        prev = calls[-1] if calls else None
+        conv = kernels[prev.kernel] if prev else None
+        kernel = kernels[call.kernel]
+        product = prev.args[0] if prev else None
+        if (conv is None or not direct(conv) or not isinstance(kernel, Kernel)
+                or program.buffers[product].role != "temp" or readers.get(product) != 1):
+            calls.append(call)
+            continue
+        mm = conv.matmul
+        reads = tuple(j for j, buf in enumerate(call.args) if buf == product and j > 0)
+        split = (_split(kernel, reads, mm.m.value, mm.n.value)
+                 if reads and mm.out_offset == 0 and mm.out_stride == mm.n else None)
+        if split is None:
+            calls.append(call)
+            continue
+        inputs = tuple(j for j in range(1, len(call.args)) if j not in reads)
+        kernels.append(replace(conv, epilogue=Epilogue(kernel, reads, inputs, split, mm.n.value)))
+        calls[-1] = Call(len(kernels) - 1, (call.args[0], *prev.args[1:],
+                                            *(call.args[j] for j in inputs)))
+    used = sorted({c.kernel for c in calls})
+    renumber = {old: new for new, old in enumerate(used)}
+    return replace(program, kernels=[kernels[k] for k in used],
+                   calls=[Call(renumber[c.kernel], c.args) for c in calls])
+
+
+def render_function(epi: Epilogue, name: str) -> list[str]:
+    """`static void name(const float *src, long lds, float *dst, long ldd, long m0, long mr,
+    long n0, long n, inputs...)`: dst[i * ldd + l] = the kernel's value at (m0 + i, n0 + l)
+    for i < mr, l < n, the product's element read from src[i * lds + l] (src may be dst:
+    each element is read before it is written). Not inlined: on its own the compiler
+    vectorises it as it does the kernel (inlined into the tile loop, 1.6x slower)."""
+    k = epi.kernel
+    names = [v.name for v in k.loop_vars]
+    sizes = [str(e.value) for e in k.domain]
+    src = len(k.params)  # the run of the product: a parameter number the kernel leaves free
+    value = map_loads(k.out.value, lambda x: replace(x, buf=src, index=RUN)
+                      if x.buf in epi.product else x)
+    writer = BodyWriter(_C, {})
+    out = writer.emit(value)
+    inputs = "".join(f", const {C.storage_type(k.params[j].dtype)} *restrict p{j}"
+                     for j in epi.inputs)
+    at = f"lm_n0 + {RUN.name}"
+    if epi.split == 0:  # one axis: the flat position
+        row, within = [], [f"const long {names[0]} = (lm_m0 + lm_i) * {epi.n} + {at};"]
+    else:
+        split = epi.split
+        row = unravel_declarations("(lm_m0 + lm_i)", sizes[:split], names[:split])
+        within = unravel_declarations(f"({at})", sizes[split:], names[split:])
+    return [
+        *_EXP2.splitlines(),
+        f"static __attribute__((noinline)) void {name}(const float *lm_src, long lm_lds, "
+        f"float *lm_dst, long lm_ldd, long lm_m0, long lm_mr, long lm_n0, long lm_n{inputs}) {{",
+        "  for (long lm_i = 0; lm_i < lm_mr; lm_i++) {",
+        *("    " + x for x in row),
+        f"    const float *p{src} = lm_src + lm_i * lm_lds;",
+        "    float *lm_out = lm_dst + lm_i * lm_ldd;",
+        "    #pragma omp simd",
+        f"    for (long {RUN.name} = 0; {RUN.name} < lm_n; {RUN.name}++) {{",
+        *("      " + x for x in within),
+        *(f"      (void){v};" for v in names),
+        *("      " + x for x in writer.root.lines),
+        f"      lm_out[{RUN.name}] = {out};",
+        "    }",
+        "  }",
+        "}",
+    ]
