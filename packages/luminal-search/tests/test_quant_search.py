@@ -48,11 +48,12 @@ def dequantized(qtype: str, raw: np.ndarray, rows: int, cols: int) -> np.ndarray
 
 
 def test_space_holds_float_and_the_users_choice(monkeypatch):
-    """Sound by default: only "float" (exact up to summation order); a value that rounds x is
-    searched once the user opted into it, with "float" beside it."""
+    """Sound by default: "float" (exact up to summation order) and the default "int16" (two
+    int16 digits per value: float-like); int8, which rounds x coarsely, is searched once the
+    user opted into it, with "float" beside it."""
     monkeypatch.delenv("LUMINAL_CPU_QUANT_ACTIVATIONS", raising=False)
     cpu = CpuBackend()
-    assert cpu.schedule_space["quant_activations"] == (CODES["float"],)
+    assert cpu.schedule_space["quant_activations"] == (CODES["float"], CODES["int16"])
     assert cpu.matmul_settings == {"quant_activations"}
     assert cpu.schedule_space.keys() - cpu.kernel_space.keys() == {"quant_activations"}
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "int8")
