@@ -91,24 +91,7 @@ def test_rows_without_int8_rounding_take_the_float_kernels(qtype, bad):
     for NaN), and the whole call runs the float kernels: the finite row beside it matches the
     exact product to float32 rounding (1e-5), not the int8 rounding (1e-3). Values so small
     that 127 / max|x| overflows (1e-35) also go to the float kernels."""
-    cols = 512
-    raw, w = weight(qtype, 7, cols)
-    x = rng.standard_normal((2, cols)).astype(np.float32)
-    if bad == 1e-35:
-        x[0] *= np.float32(1e-35)
-    else:
-        x[0, 37] = bad
-    got = matvec(raw, qtype, (7, cols), x)
-    with np.errstate(invalid="ignore"):  # inf * 0 in row 0
-        exact = x.astype(np.float64) @ w.T
-        scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
-    if bad == 1e-35:
-        assert np.all(np.abs(got - exact) <= 1e-5 * scale + 1e-45)
-    else:
-        assert not np.isfinite(got[0]).any()
-        if np.isnan(bad):
-            assert np.isnan(got[0]).all()
-        assert np.all(np.abs(got[1] - exact[1]) <= 1e-5 * scale[1] + 1e-30)
+    assert_float_fallback(qtype, bad, rng)
 
 
 @pytest.mark.parametrize("qtype", ["q4_1", "q6_k"])
@@ -129,3 +112,26 @@ def test_unknown_activation_setting_is_refused(monkeypatch):
     with pytest.raises(ValueError, match="LUMINAL_CPU_QUANT_ACTIVATIONS must be one of "
                                          "'float', 'int8', 'int16', not 'int4'"):
         matvec(raw, "q8_0", (4, 64), np.ones((1, 64), np.float32))
+
+
+def assert_float_fallback(qtype: str, bad: float, rng: np.random.Generator) -> None:
+    """Row 0 of x holds `bad` (or is scaled by it when tiny): it propagates like the float
+    product and the finite row 1 matches the exact product to float32 rounding."""
+    cols = 512
+    raw, w = weight(qtype, 7, cols)
+    x = rng.standard_normal((2, cols)).astype(np.float32)
+    if bad == 1e-35:
+        x[0] *= np.float32(1e-35)
+    else:
+        x[0, 37] = bad
+    got = matvec(raw, qtype, (7, cols), x)
+    with np.errstate(invalid="ignore"):  # inf * 0 in row 0
+        exact = x.astype(np.float64) @ w.T
+        scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
+    if bad == 1e-35:
+        assert np.all(np.abs(got - exact) <= 1e-5 * scale + 1e-45)
+    else:
+        assert not np.isfinite(got[0]).any()
+        if np.isnan(bad):
+            assert np.isnan(got[0]).all()
+        assert np.all(np.abs(got[1] - exact[1]) <= 1e-5 * scale[1] + 1e-30)

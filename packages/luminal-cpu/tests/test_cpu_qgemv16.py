@@ -15,7 +15,7 @@ import pytest
 from luminal.quant import BLOCK_FORMATS
 from luminal.testing.quant import int8_activations, int16_activations
 from luminal_cpu.source import quant_activations
-from test_cpu_qgemv import matvec, weight
+from test_cpu_qgemv import assert_float_fallback, matvec, weight
 
 gguf = pytest.importorskip("gguf")
 
@@ -96,21 +96,4 @@ def test_rows_without_int16_rounding_take_the_float_kernels(qtype, bad):
     for NaN), and the whole call runs the float kernels: the finite row beside it matches the
     exact product to float32 rounding. Values so small that 32767 / max|x| overflows (1e-35)
     also go to the float kernels."""
-    cols = 512
-    raw, w = weight(qtype, 7, cols)
-    x = rng.standard_normal((2, cols)).astype(np.float32)
-    if bad == 1e-35:
-        x[0] *= np.float32(1e-35)
-    else:
-        x[0, 37] = bad
-    got = matvec(raw, qtype, (7, cols), x)
-    with np.errstate(invalid="ignore"):  # inf * 0 in row 0
-        exact = x.astype(np.float64) @ w.T
-        scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
-    if bad == 1e-35:
-        assert np.all(np.abs(got - exact) <= 1e-5 * scale + 1e-45)
-    else:
-        assert not np.isfinite(got[0]).any()
-        if np.isnan(bad):
-            assert np.isnan(got[0]).all()
-        assert np.all(np.abs(got[1] - exact[1]) <= 1e-5 * scale[1] + 1e-30)
+    assert_float_fallback(qtype, bad, rng)
