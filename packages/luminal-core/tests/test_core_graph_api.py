@@ -244,3 +244,46 @@ def test_inputs_set_after_a_run_are_checked_again():
     g.set_data(w.id, np.ones(4, np.float32))  # bypassing set()'s own check
     with pytest.raises(ValueError, match="input 'w' holds data of shape"):
         g.execute()
+
+
+def test_scalar_constants_are_one_node_per_value_and_dtype():
+    g = lm.Graph()
+    x = g.tensor((4,), name="x").set(np.array([1.0, -2.0, 0.5, 3.0], np.float32))
+    a, b = g.constant(2.0), g.constant(2)
+    assert a.id == b.id  # 2 and 2.0 are one float32 value
+    assert g.constant(2.0, lm.int32).id != a.id
+    assert g.constant(-0.0).id != g.constant(0.0).id  # 1/x tells them apart
+    assert g.constant(float("nan")).id == g.constant(float("nan")).id
+    assert g.constant("n").id == g.constant("n").id != g.constant("n + 1").id
+    before = len(g.nodes)
+    outs = [(x * 0.5 + 1.0).retrieve(), (x * 0.5 - 1.0).retrieve(), (x * 0.5).retrieve()]
+    # three products, two sums, and one node each for 0.5, 1.0 and -1.0 (what - 1.0 adds)
+    assert len(g.nodes) - before == 3 + 2 + 3
+    g.compile((lm.GenericCompiler(), lm.backend("reference")))
+    g.execute()
+    xs = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    for out, want in zip(outs, (xs * 0.5 + 1, xs * 0.5 - 1, xs * 0.5)):
+        np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_an_interned_constant_a_compiler_removed_is_made_again():
+    g = lm.Graph()
+    c = g.constant(3.0)
+    g.remove(c.id)  # what DCE does to a constant nothing reads
+    again = g.constant(3.0)
+    assert again.id != c.id and again.id in g.nodes
+
+
+def test_graph_shared_builds_once_per_key():
+    g, other = lm.Graph(), lm.Graph()
+    built = []
+
+    def build():
+        built.append(1)
+        return g.arange(4)
+
+    first = g.shared(("positions", 4), build)
+    assert g.shared(("positions", 4), build) is first and len(built) == 1
+    g.shared(("positions", 5), build)
+    other.shared(("positions", 4), build)  # per graph
+    assert len(built) == 3

@@ -303,3 +303,35 @@ def test_nn_transformer_block_matches_transformers_llama_layer(rng, bias):
         want = ref(t, attention_mask=mask, position_ids=pos, position_embeddings=cos_sin)
     want = want[0] if isinstance(want, tuple) else want
     np.testing.assert_allclose(out.numpy(), want.numpy(), atol=1e-4)
+
+
+def test_nn_layers_share_one_rope_table_and_one_causal_mask(rng):
+    """Layers sharing a rotary module read one set of angles and one mask per graph (not a
+    copy per layer for CSE to merge); the result still equals the unshared computation."""
+    rope = nn.RotaryEmbedding(8)
+    attns = [nn.MultiHeadAttention(16, 2, rope=rope) for _ in range(3)]
+    xs = rng.standard_normal((1, 5, 16)).astype(np.float32)
+
+    def forward(layers):
+        g = lm.Graph()
+        h = g.tensor((1, 5, 16), name="x").set(xs)
+        for layer in layers:
+            h = layer(h)
+        return g, h.retrieve()
+
+    one_g, _ = forward(attns[:1])
+    three_g, out = forward(attns)
+    ops = [type(n.op).__name__ for n in three_g.nodes.values()]
+    one_ops = [type(n.op).__name__ for n in one_g.nodes.values()]
+    assert ops.count("Sin") == one_ops.count("Sin") and ops.count("LessThan") == one_ops.count(
+        "LessThan")
+    three_g.compile((lm.GenericCompiler(), lm.backend("reference")))
+    three_g.execute()
+    want = xs
+    for layer in attns:  # each layer on a graph of its own: nothing shared across layers
+        g = lm.Graph()
+        y = layer(g.tensor((1, 5, 16), name="x").set(want)).retrieve()
+        g.compile((lm.GenericCompiler(), lm.backend("reference")))
+        g.execute()
+        want = y.numpy()
+    np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)

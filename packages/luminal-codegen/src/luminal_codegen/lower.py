@@ -279,21 +279,11 @@ class Lowering:
             holds_shared = any(e.src in shared for e in node.inputs)
             if node.id in self.one_hot:
                 pass  # shared by several gathers perhaps, but each gather reads indices only
-            elif len(readers) > 1 and (
+            elif (len(readers) > 1 and (
                 len(readers) > SHARED_INLINE_READERS or cost[node.id] > SHARED_INLINE_LIMIT
                 or holds_shared or any(self._long_reduction(nodes[r]) for r in readers)
-            ):
+            )) or (cost[node.id] > BROADCAST_INLINE_LIMIT and self._broadcast(node, readers)):
                 mat.add(node.id)
-            elif readers:
-                # the one-hot of a gather is never computed: it must stay inline to be seen
-                broadcast = any(
-                    reader not in self.gather_muls and any(
-                        e.src == node.id and patterns.expands(e.view)
-                        for e in nodes[reader].inputs)
-                    for reader in readers
-                )
-                if broadcast and cost[node.id] > BROADCAST_INLINE_LIMIT:
-                    mat.add(node.id)
             if node.id in self.schedule.store and node.id not in self.one_hot:
                 mat.add(node.id)
             elif node.id in self.schedule.inline:
@@ -302,6 +292,16 @@ class Lowering:
                 cost[node.id] = 0
             elif len(readers) > 1 or holds_shared:
                 shared.add(node.id)
+
+    def _broadcast(self, node: Node, readers: set[int]) -> bool:
+        """Whether a reader reads `node` through a view that repeats elements (the one-hot of
+        a gather is never computed: it must stay inline to be seen)."""
+        nodes = self.graph.nodes
+        return any(
+            reader not in self.gather_muls and any(
+                e.src == node.id and patterns.expands(e.view) for e in nodes[reader].inputs)
+            for reader in readers
+        )
 
     @staticmethod
     def _long_reduction(node: Node) -> bool:

@@ -8,7 +8,8 @@ backend and says so once.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
 
 from . import ops
 from .dtypes import DType, dtype_of, float32
@@ -21,6 +22,13 @@ from .symbolic import Expr, ExprLike, to_expr
 from .tensor import GraphTensor
 
 __all__ = ["Edge", "Graph", "GraphModifiedError", "Node", "RemovedTensorError"]
+
+T = TypeVar("T")
+
+
+def _constant_key(value: float | int | bool | Expr, dtype: DType) -> tuple:
+    # repr tells 0.0 from -0.0 and makes every NaN one key
+    return (dtype, value) if isinstance(value, Expr) else (dtype, type(value), repr(value))
 
 
 class Graph(IRGraph):
@@ -56,7 +64,32 @@ class Graph(IRGraph):
             value = bool(value) if dtype.name == "bool" else (
                 float(value) if dtype.is_float else int(value)
             )
-        return self.wrap(self.add_node(ops.Constant(value), [], (), dtype).id)
+        return self.wrap(self._interned_constant(value, dtype))
+
+    def _interned_constant(self, value: float | int | bool | Expr, dtype: DType) -> int:
+        """The node of a scalar constant, one per (value, dtype): a model's high-level ops ask
+        for the same few scalars thousands of times (SmolLM2: a third of its graph were
+        duplicate constants), and every pass would otherwise walk and merge them."""
+        key = _constant_key(value, dtype)
+        node = self.nodes.get(self._constants.get(key, -1))
+        # a compiler may have removed or rewritten the node since
+        if node is None or not isinstance(node.op, ops.Constant) or node.inputs or (
+                _constant_key(node.op.value, node.dtype) != key):
+            node = self.add_node(ops.Constant(value), [], (), dtype)
+            self._constants[key] = node.id
+        return node.id
+
+    def shared(self, key: Hashable, build: Callable[[], T]) -> T:
+        """`build()`'s result, built on the first call for `key` and returned again after.
+
+        For what every layer of a model would otherwise build identically (RoPE angles,
+        causal masks): one subgraph the layers share instead of a copy per layer, which
+        common-subexpression elimination would have to find and merge at every compile.
+        `key` must name everything the result depends on. Handles stay valid across
+        compilation, so a shared tensor is as good after `compile()` as any other handle."""
+        if key not in self._shared:
+            self._shared[key] = build()
+        return self._shared[key]
 
     def arange(self, start, end=None, step=1, dtype=None) -> GraphTensor:
         """`torch.arange` as a graph tensor, computed from the index (no data)."""

@@ -124,6 +124,8 @@ class Graph:
         self.assignments: dict[int, int] = {}  # input id -> node whose value it takes next run
         self.writes: dict[int, Write] = {}  # input id -> the rows each run writes into it
         self.dims: dict[str, int] = {}
+        self._constants: dict[tuple, int] = {}  # (dtype, value) -> its node (Graph.constant)
+        self._shared: dict[Any, Any] = {}  # Graph.shared's results
         self.data: dict[int, np.ndarray] = {}  # host values of inputs
         self.data_version: dict[int, int] = {}  # bumped on every set(), lets runtimes skip uploads
         self._data_clock = 0

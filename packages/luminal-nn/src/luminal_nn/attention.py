@@ -166,14 +166,19 @@ def causal_mask(graph: Graph, seq: ExprLike, offset: ExprLike = 0,
                 window: int | None = None) -> GraphTensor:
     """Bool (seq, offset + seq): query i (at position p = offset + i) sees keys 0 .. p, or
     with a sliding `window` only the last `window` of them, keys p - window + 1 .. p (as
-    Hugging Face's Mistral: key j is visible when p - window < j <= p)."""
+    Hugging Face's Mistral: key j is visible when p - window < j <= p). Built once per graph
+    and arguments: the layers of a model share it."""
     seq, offset = to_expr(seq), to_expr(offset)
-    rows = graph.arange(seq) + offset
-    cols = graph.arange(offset + seq)
-    keep = cols.unsqueeze(0) <= rows.unsqueeze(1)
-    if window is not None:
-        keep = keep & (cols.unsqueeze(0) > rows.unsqueeze(1) - int(window))
-    return keep
+    window = None if window is None else int(window)
+
+    def build() -> GraphTensor:
+        rows = graph.arange(seq) + offset
+        cols = graph.arange(offset + seq)
+        keep = cols.unsqueeze(0) <= rows.unsqueeze(1)
+        if window is not None:
+            keep = keep & (cols.unsqueeze(0) > rows.unsqueeze(1) - window)
+        return keep
+    return graph.shared(("causal mask", seq, offset, window), build)
 
 
 class MultiHeadAttention(Module):

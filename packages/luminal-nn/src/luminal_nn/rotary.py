@@ -86,11 +86,18 @@ class RotaryEmbedding(Module):
         self.inv_freq = Buffer(np.asarray(freqs, np.float32), persistent=False)
 
     def angles(self, graph: lm.Graph, seq: ExprLike, offset: ExprLike = 0):
-        """(cos, sin), each (seq, head_dim // 2), for positions offset .. offset + seq - 1."""
+        """(cos, sin), each (seq, head_dim // 2), for positions offset .. offset + seq - 1.
+        Built once per graph, frequencies, `seq` and `offset`: every layer sharing this
+        module reads the same two tensors."""
         start = to_expr(offset) if not isinstance(offset, str) else Expr.var(offset)
-        pos = graph.arange(start, start + to_expr(seq)).to(lm.float32)
-        freqs = pos.unsqueeze(-1) * self.inv_freq.tensor(graph).unsqueeze(0)
-        return freqs.cos(), freqs.sin()
+        seq = to_expr(seq)
+        inv_freq = self.inv_freq.tensor(graph)
+
+        def build():
+            pos = graph.arange(start, start + seq).to(lm.float32)
+            freqs = pos.unsqueeze(-1) * inv_freq.unsqueeze(0)
+            return freqs.cos(), freqs.sin()
+        return graph.shared(("rope angles", inv_freq.id, seq, start), build)
 
     def forward(self, x: GraphTensor, offset: ExprLike = 0) -> GraphTensor:
         """Rotate `x` (..., seq, head_dim) whose first row sits at position `offset`."""

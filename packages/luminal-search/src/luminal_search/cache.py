@@ -32,18 +32,22 @@ def structure_digest(graph: Graph) -> str:
     order = graph.toposort()
     local = {n.id: k for k, n in enumerate(order)}
     h = hashlib.sha256()
-    texts: dict = {}  # a model reads through a few hundred distinct views: render each once
+    # a model has a few hundred distinct views, shapes and ops: render each once
+    texts: dict = {}
 
-    def text(view) -> str:
-        got = texts.get(view)
+    def text(thing) -> str:
+        got = texts.get(thing)
         if got is None:
-            got = texts[view] = repr(view)
+            got = texts[thing] = repr(thing)
         return got
 
     for node in order:
-        op = f"in {node.op.label_name}" if isinstance(node.op, ops.Input) else repr(node.op)
+        op = node.op
+        # equal constants may print differently (0.0 and -0.0): those are never looked up
+        op = f"in {op.label_name}" if isinstance(op, ops.Input) else (
+            repr(op) if isinstance(op, ops.Constant) else text(op))
         edges = " ".join(f"{local[e.src]}@{text(e.view)}" for e in node.inputs)
-        h.update(f"{op} {node.dtype.name} {node.shape!r} <- {edges}\n".encode())
+        h.update(f"{op} {node.dtype.name} {text(node.shape)} <- {edges}\n".encode())
     outputs = sorted(local[n] for n in graph.outputs() if n in local)
     assigned = sorted((local[k], local[v]) for k, v in graph.assignments.items()
                       if k in local and v in local)
