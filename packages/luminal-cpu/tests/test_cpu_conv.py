@@ -278,6 +278,38 @@ def test_sppf_pools_and_concatenation_match_torch():
                                rtol=1e-4, atol=1e-4)
 
 
+def test_dfl_head_concatenation_along_rows_and_transposed_softmax_match_torch():
+    """YOLOv8's DFL head: three scales' box outputs (each + its bias) concatenated along the
+    anchors, viewed as (4 sides, 16 bins, anchors), transposed so that the softmax runs over
+    the bins, transposed back and weighted by the bin numbers. The concatenation along the
+    row is rendered as one unmasked run per input; the softmax is computed along memory.
+    Ragged scales (anchor counts that are not multiples of a vector), NaN and infinities."""
+    g = lm.Graph()
+    sizes = (37, 20, 5)
+    xs = [g.tensor((1, 64, n), name=f"x{i}") for i, n in enumerate(sizes)]
+    bs = [g.tensor((64, 1), name=f"b{i}") for i in range(3)]
+    cat = lm.cat([x + b for x, b in zip(xs, bs)], 2)
+    t = cat.reshape((1, 4, 16, sum(sizes))).permute((0, 3, 1, 2))
+    soft = t.softmax(3)
+    weights = g.arange(16).to(lm.float32)
+    y = (soft * weights).sum(3).retrieve()
+    s_out = soft.retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    assert rendered_by_rows(g) >= 1
+    xv = [randn(1, 64, n) for n in sizes]
+    xv[0][0, 3, 2], xv[1][0, 17, 19], xv[2][0, 40, 0] = np.nan, np.inf, -np.inf
+    xv[0][0, 48:64, 36] = -np.inf  # a whole softmax row of -inf: NaN, like torch
+    bv = [randn(64, 1) for _ in range(3)]
+    for tensor, value in zip([*xs, *bs], [*xv, *bv]):
+        tensor.set(value)
+    g.execute()
+    tt = torch.cat([torch.from_numpy(a) + torch.from_numpy(b) for a, b in zip(xv, bv)], 2)
+    want = torch.softmax(tt.double().reshape(1, 4, 16, -1).permute(0, 3, 1, 2), 3)
+    np.testing.assert_allclose(s_out.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y.numpy(), (want * torch.arange(16).double()).sum(3).numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("kernel,padding", [(1, 0), (3, 1)])
 def test_upsampled_concatenation_feeds_the_gemm(kernel, padding):
     """YOLOv8's neck: a 2x nearest upsample concatenated with a skip connection, then a

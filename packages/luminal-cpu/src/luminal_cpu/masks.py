@@ -86,10 +86,15 @@ def case_chain(var: Expr, intervals: list[tuple[int, int]], value: Value,
     range narrowed to it (the symbolic simplifier folds the masks that read it alone)."""
     lines: list[str] = []
     for k, (lo, hi) in enumerate(intervals):
-        env = {var.name: Expr.var(var.name, lo, hi)}
-        narrowed = map_exprs(value, lambda e, env=env: e.substitute(env))
         head = ("if" if k == 0 else "} else if") + f" ({var.name} <= {hi}) {{"
         lines += [head if k < len(intervals) - 1 else "} else {",
-                  *("  " + x for x in code(narrowed))]
+                  *("  " + x for x in code(narrowed(value, var, lo, hi)))]
     return [*lines, "}"]
+
+
+def narrowed(value: Value, var: Expr, lo: int, hi: int) -> Value:
+    """`value` with `var`'s range narrowed to [lo, hi]: the symbolic simplifier folds the
+    masks that read it alone (and divisions with one quotient there)."""
+    env = {var.name: Expr.var(var.name, lo, hi)}
+    return map_exprs(value, lambda e: e.substitute(env))
 

@@ -7,7 +7,10 @@ for the masked load) nor a pooling window's max with its NaN flag. Here:
 - **Cases**: a mask that reads only one outer axis (a concatenation along channels) holds on
   whole intervals of that axis; each interval gets its own copy of the row loop with the
   masks folded to constants (the axis's range narrowed, `luminal.symbolic` simplifies), so
-  each copy reads one input, unmasked.
+  each copy reads one input, unmasked. A concatenation along the row itself (YOLOv8's DFL
+  head: three scales' anchors) splits the row into consecutive runs, one loop each, its
+  reductions (at most RUN_REDUCE_MAX steps, the max as the select below) unrolled inside
+  so that gcc vectorises across the row.
 - **Windows** (reductions shorter than 16 steps: pooling): each row is cut into its interior,
   where every mask along the row holds for every window step, and the two edges. The interior
   runs without those masks, its max a NaN-propagating select that gcc vectorises across the
@@ -27,7 +30,11 @@ from luminal_codegen.ir import Bind, Reduce, SoftmaxSum, Value, walk
 from luminal_codegen.render import SIMD_REDUCE_MIN
 
 from .dialect import C
-from .masks import case_chain, case_intervals, edge_atoms, without_atoms
+from .masks import case_chain, case_intervals, edge_atoms, narrowed, without_atoms
+
+# longest reduction a concatenation along the row keeps inside its row loops (YOLOv8's DFL
+# head: the max over 16 bins of the three scales' concatenated anchors)
+RUN_REDUCE_MAX = 16
 
 
 class _SelectMaxWriter(BodyWriter):
@@ -64,6 +71,15 @@ def _windowed(kernel: Kernel) -> bool | None:
     return bool(reductions)
 
 
+def _short(kernel: Kernel) -> bool:
+    """Whether every reduction of the kernel is at most RUN_REDUCE_MAX constant steps (none
+    data-dependent): unrolled inside a row's loop, they vectorise across the row."""
+    values = list(walk(kernel.out.value))
+    return not any(isinstance(v, (Bind, SoftmaxSum)) for v in values) and all(
+        r.size.is_const and r.size.value <= RUN_REDUCE_MAX
+        for r in values if isinstance(r, Reduce))
+
+
 def render(kernel: Kernel, name: str) -> str | None:
     """`kernel` as a C function rendered a row at a time, or None when neither cases nor
     windows apply (the generic renderer then renders it)."""
@@ -72,7 +88,10 @@ def render(kernel: Kernel, name: str) -> str | None:
     windowed = _windowed(kernel)
     cases = (case_intervals(kernel.out.value, zip(kernel.loop_vars[:-1], kernel.domain[:-1]))
              if windowed is not None else None)
-    if windowed is None or (not windowed and cases is None):
+    # a concatenation along the row itself: consecutive runs of the row
+    runs = (case_intervals(kernel.out.value, [(kernel.loop_vars[-1], kernel.domain[-1])])
+            if not windowed and cases is None and _short(kernel) else None)
+    if runs is None and (windowed is None or (not windowed and cases is None)):
         return None
     dims = kernel_dims(kernel)
     names = dim_names(dims)
@@ -109,7 +128,12 @@ def render(kernel: Kernel, name: str) -> str | None:
                 *loop(without_atoms(value, edges), "lm_a", "lm_b", _SelectMaxWriter),
                 *loop(value, "lm_b", n)]
 
-    if cases is None:
+    if runs is not None:
+        var, intervals = runs
+        body = [line for lo, hi in intervals
+                for line in loop(narrowed(kernel.out.value, var, lo, hi), str(lo), str(hi + 1),
+                                 _SelectMaxWriter)]
+    elif cases is None:
         body = row(kernel.out.value)
     else:
         var, intervals = cases
