@@ -96,6 +96,8 @@ DIRECT = [
     ((1, 3, 7, 67), (5, 3, 2, 2), 2, 0, 1, True),       # stride 2, two taps, a ragged last tile
     ((1, 4, 10, 45), (9, 4, 5, 5), 2, 2, 1, True),      # stride 2, taps shifted by two lanes
     ((1, 2, 6, 9), (3, 2, 3, 4), 2, (2, 3), 1, True),   # stride 2, columns wholly in the padding
+    ((1, 8, 20, 70), (20, 8, 3, 3), 2, 1, 1, True),     # stride 2, 8 + 8 + 4 channels reuse a split
+    ((1, 176, 6, 40), (9, 176, 3, 3), 2, 1, 1, True),   # stride 2, splits past SPLIT_CACHE_BYTES
     ((1, 4, 15, 15), (6, 4, 3, 3), 1, 2, 2, False),     # dilation
     ((1, 4, 15, 40), (6, 4, 3, 3), 2, 1, 2, False),     # stride 2 with dilation
     ((1, 4, 15, 40), (6, 4, 3, 3), 3, 1, 1, False),     # stride 3
@@ -114,6 +116,31 @@ def test_direct_conv_matches_torch_with_nan_and_inf(x_shape, w_shape, stride, pa
     np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, bs, False, **kw),
                                rtol=1e-4, atol=1e-4)
     assert direct_convs(g) == direct
+
+
+def test_stride_two_splits_reused_across_tiles_on_two_threads(monkeypatch):
+    """A stride-2 convolution's even / odd input split is kept by each thread for the next
+    tile over the same columns (`direct_conv.SPLIT_CACHE_BYTES`): with 2 threads a thread's
+    chunk starts inside a column's run of output-channel tiles (5 channel tiles, 3 column
+    tiles, 7 rows: 105 tiles), so it must split anew there. Same bits as on one thread and
+    torch's values."""
+    from luminal_cpu import threads
+
+    x_shape, w_shape = (1, 6, 14, 190), (37, 6, 3, 3)
+    xs, ws, bs = randn(*x_shape), randn(*w_shape), randn(w_shape[0])
+    results = []
+    for count in ("1", "2"):
+        monkeypatch.setenv("LUMINAL_CPU_THREADS", count)
+        threads.governor.cache_clear()
+        g, (x, w, b), y = conv_graph(x_shape, w_shape, True, True, stride=2, padding=1)
+        x.set(xs), w.set(ws), b.set(bs)
+        g.execute()
+        assert direct_convs(g)
+        results.append(y.numpy().copy())
+    threads.governor.cache_clear()
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_allclose(results[0], torch_conv(xs, ws, bs, True, stride=2, padding=1),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_conv_chain_stores_the_activation_once():
