@@ -18,7 +18,13 @@ for the masked load) nor a pooling window's max with its NaN flag. Here:
   no branches, the select's `||` would branch per step in scalar code). Each such mask is an
   affine comparison of the row's axis and the window steps, so it holds on the box [t, t] x
   window exactly when it holds at the box's corners, and the outputs t where all of them hold
-  form one interval (found from both ends of the row).
+  form one interval (found from both ends of the row). Where a padded window's rows or
+  columns split into a few intervals on which every mask of that axis (and the window
+  steps) takes one value per step (`masks.window_intervals`: the edge rows and columns one
+  by one, then the interior), each interval gets its own loop with the axis narrowed (to a
+  constant for a single row or column): the masks fold or read the window steps alone, and
+  the window's loops, unrolled before vectorisation, leave no mask at all, so the edge
+  rows vectorise like the interior (YOLOv8n's SPPF pools, one thread, Zen 4: 6.7 -> 5.0 ms).
 """
 
 from __future__ import annotations
@@ -30,7 +36,14 @@ from luminal_codegen.ir import Bind, Reduce, SoftmaxSum, Value, walk
 from luminal_codegen.render import SIMD_REDUCE_MIN
 
 from .dialect import C
-from .masks import case_chain, case_intervals, edge_atoms, narrowed, without_atoms
+from .masks import (
+    case_chain,
+    case_intervals,
+    edge_atoms,
+    narrowed,
+    window_intervals,
+    without_atoms,
+)
 
 # longest reduction a concatenation along the row keeps inside its row loops (YOLOv8's DFL
 # head: the max over 16 bins of the three scales' concatenated anchors)
@@ -50,6 +63,9 @@ class _SelectMaxWriter(BodyWriter):
         x = self.emit(r.body)
         var = self.names.get(r.var.name, r.var.name)
         scope.lines += [f"float {acc} = -INFINITY;",
+                        # unrolled before vectorisation: masks that read only the window
+                        # steps (a pool's edge rows and columns) become constants
+                        f"#pragma GCC unroll {SIMD_REDUCE_MIN}",
                         f"for (long {var} = 0; {var} < {self.expr(r.size)}; {var}++) {{",
                         *("  " + line for line in inner.lines),
                         f"  {acc} = ({x} > {acc} || {x} != {x}) ? {x} : {acc};",
@@ -128,16 +144,39 @@ def render(kernel: Kernel, name: str) -> str | None:
                 *loop(without_atoms(value, edges), "lm_a", "lm_b", _SelectMaxWriter),
                 *loop(value, "lm_b", n)]
 
+    def windows(value: Value) -> list[str]:
+        """A padded window's rows and columns split into edges and interior (masks.
+        window_intervals), each interval's loop with the masks that read its axis folded;
+        `row` where neither axis splits."""
+        reductions = [v for v in walk(value) if isinstance(v, Reduce)]
+        steps = {r.var.name: r.size.value for r in reductions}
+        row_var, row_n = kernel.loop_vars[-2], kernel.domain[-2]
+        row_cases = window_intervals(value, row_var, row_n, steps)
+        col_cases = window_intervals(value, kernel.loop_vars[-1], kernel.domain[-1], steps)
+        if row_cases is None and col_cases is None:
+            return row(value)
+
+        def columns(v: Value) -> list[str]:
+            if col_cases is None:
+                return row(v)
+            return [line for lo, hi in col_cases
+                    for line in loop(narrowed(v, kernel.loop_vars[-1], lo, hi), str(lo),
+                                     str(hi + 1), _SelectMaxWriter)]
+
+        if row_cases is None:
+            return columns(value)
+        return case_chain(row_var, row_cases, value, columns)
+
     if runs is not None:
         var, intervals = runs
         body = [line for lo, hi in intervals
                 for line in loop(narrowed(kernel.out.value, var, lo, hi), str(lo), str(hi + 1),
                                  _SelectMaxWriter)]
     elif cases is None:
-        body = row(kernel.out.value)
+        body = (windows if windowed else row)(kernel.out.value)
     else:
         var, intervals = cases
-        body = case_chain(var, intervals, kernel.out.value, row)
+        body = case_chain(var, intervals, kernel.out.value, windows if windowed else row)
     params = [(C.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
     dialect = C.tuned(kernel.tuning) if kernel.tuning else C  # a searched schedule's split
     return "\n".join([C.signature(name, params, [names[d] for d in dims]) + " {",
