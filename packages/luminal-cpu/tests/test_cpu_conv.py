@@ -236,8 +236,11 @@ def rendered_by_rows(g) -> int:
 
 POOLS = [
     # (N, C, H, W), kernel, stride, padding: SPPF's 5x5 (rows wider than a vector), strided,
-    # no padding (no edges), a window as large as the padded input
+    # no padding (no edges), a window as large as the padded input; rows past
+    # rows.MASKED_ROW_MAX (their edge columns in loops of their own), strided too
     ((1, 6, 21, 45), 5, 1, 2),
+    ((1, 3, 9, 150), 5, 1, 2),
+    ((1, 2, 11, 133), 3, 2, 1),
     ((1, 3, 17, 38), 3, 2, 1),
     ((1, 4, 8, 36), 2, 2, 0),
     ((1, 2, 5, 6), 5, 1, 2),
