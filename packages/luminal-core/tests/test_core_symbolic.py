@@ -115,6 +115,9 @@ def test_substitute_then_evaluate(tree, a):
         ((A + 8) % 8, A),  # 0 <= a < 8
         ((A % 8) // 4, (A // 4) % 2),
         ((A // 2) // 4, A // 8),
+        ((A + 16) // 8, Expr.const(2)),  # one quotient over a's range (16 <= a + 16 < 24)
+        ((A + 8 * B + 40) // 8, B + 5),
+        ((B - 5) // 8, Expr.const(-1)),  # -8 <= b - 5 <= -1: floor semantics
         (N * 6 // (N * 3), Expr.const(2)),
         ((N * N * 4 + N * 2) // (N * 2), N * 2 + 1),
         ((N * 4) % (N * 2), Expr.const(0)),

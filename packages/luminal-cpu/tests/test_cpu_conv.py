@@ -96,6 +96,8 @@ DIRECT = [
     ((1, 3, 7, 67), (5, 3, 2, 2), 2, 0, 1, True),       # stride 2, two taps, a ragged last tile
     ((1, 4, 10, 45), (9, 4, 5, 5), 2, 2, 1, True),      # stride 2, taps shifted by two lanes
     ((1, 2, 6, 9), (3, 2, 3, 4), 2, (2, 3), 1, True),   # stride 2, columns wholly in the padding
+    ((1, 8, 20, 70), (20, 8, 3, 3), 2, 1, 1, True),     # stride 2, 8 + 8 + 4 channels reuse a split
+    ((1, 176, 6, 40), (9, 176, 3, 3), 2, 1, 1, True),   # stride 2, splits past SPLIT_CACHE_BYTES
     ((1, 4, 15, 15), (6, 4, 3, 3), 1, 2, 2, False),     # dilation
     ((1, 4, 15, 40), (6, 4, 3, 3), 2, 1, 2, False),     # stride 2 with dilation
     ((1, 4, 15, 40), (6, 4, 3, 3), 3, 1, 1, False),     # stride 3
@@ -114,6 +116,31 @@ def test_direct_conv_matches_torch_with_nan_and_inf(x_shape, w_shape, stride, pa
     np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, bs, False, **kw),
                                rtol=1e-4, atol=1e-4)
     assert direct_convs(g) == direct
+
+
+def test_stride_two_splits_reused_across_tiles_on_two_threads(monkeypatch):
+    """A stride-2 convolution's even / odd input split is kept by each thread for the next
+    tile over the same columns (`direct_conv.SPLIT_CACHE_BYTES`): with 2 threads a thread's
+    chunk starts inside a column's run of output-channel tiles (5 channel tiles, 3 column
+    tiles, 7 rows: 105 tiles), so it must split anew there. Same bits as on one thread and
+    torch's values."""
+    from luminal_cpu import threads
+
+    x_shape, w_shape = (1, 6, 14, 190), (37, 6, 3, 3)
+    xs, ws, bs = randn(*x_shape), randn(*w_shape), randn(w_shape[0])
+    results = []
+    for count in ("1", "2"):
+        monkeypatch.setenv("LUMINAL_CPU_THREADS", count)
+        threads.governor.cache_clear()
+        g, (x, w, b), y = conv_graph(x_shape, w_shape, True, True, stride=2, padding=1)
+        x.set(xs), w.set(ws), b.set(bs)
+        g.execute()
+        assert direct_convs(g)
+        results.append(y.numpy().copy())
+    threads.governor.cache_clear()
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_allclose(results[0], torch_conv(xs, ws, bs, True, stride=2, padding=1),
+                               rtol=1e-4, atol=1e-4)
 
 
 def test_conv_chain_stores_the_activation_once():
@@ -209,8 +236,11 @@ def rendered_by_rows(g) -> int:
 
 POOLS = [
     # (N, C, H, W), kernel, stride, padding: SPPF's 5x5 (rows wider than a vector), strided,
-    # no padding (no edges), a window as large as the padded input
+    # no padding (no edges), a window as large as the padded input; rows past
+    # rows.MASKED_ROW_MAX (their edge columns in loops of their own), strided too
     ((1, 6, 21, 45), 5, 1, 2),
+    ((1, 3, 9, 150), 5, 1, 2),
+    ((1, 2, 11, 133), 3, 2, 1),
     ((1, 3, 17, 38), 3, 2, 1),
     ((1, 4, 8, 36), 2, 2, 0),
     ((1, 2, 5, 6), 5, 1, 2),
@@ -276,6 +306,38 @@ def test_sppf_pools_and_concatenation_match_torch():
     np.testing.assert_allclose(c.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(y.numpy(), torch_conv(want.numpy(), ws, None, False),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_dfl_head_concatenation_along_rows_and_transposed_softmax_match_torch():
+    """YOLOv8's DFL head: three scales' box outputs (each + its bias) concatenated along the
+    anchors, viewed as (4 sides, 16 bins, anchors), transposed so that the softmax runs over
+    the bins, transposed back and weighted by the bin numbers. The concatenation along the
+    row is rendered as one unmasked run per input; the softmax is computed along memory.
+    Ragged scales (anchor counts that are not multiples of a vector), NaN and infinities."""
+    g = lm.Graph()
+    sizes = (37, 20, 5)
+    xs = [g.tensor((1, 64, n), name=f"x{i}") for i, n in enumerate(sizes)]
+    bs = [g.tensor((64, 1), name=f"b{i}") for i in range(3)]
+    cat = lm.cat([x + b for x, b in zip(xs, bs)], 2)
+    t = cat.reshape((1, 4, 16, sum(sizes))).permute((0, 3, 1, 2))
+    soft = t.softmax(3)
+    weights = g.arange(16).to(lm.float32)
+    y = (soft * weights).sum(3).retrieve()
+    s_out = soft.retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    assert rendered_by_rows(g) >= 1
+    xv = [randn(1, 64, n) for n in sizes]
+    xv[0][0, 3, 2], xv[1][0, 17, 19], xv[2][0, 40, 0] = np.nan, np.inf, -np.inf
+    xv[0][0, 48:64, 36] = -np.inf  # a whole softmax row of -inf: NaN, like torch
+    bv = [randn(64, 1) for _ in range(3)]
+    for tensor, value in zip([*xs, *bs], [*xv, *bv]):
+        tensor.set(value)
+    g.execute()
+    tt = torch.cat([torch.from_numpy(a) + torch.from_numpy(b) for a, b in zip(xv, bv)], 2)
+    want = torch.softmax(tt.double().reshape(1, 4, 16, -1).permute(0, 3, 1, 2), 3)
+    np.testing.assert_allclose(s_out.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y.numpy(), (want * torch.arange(16).double()).sum(3).numpy(),
+                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("kernel,padding", [(1, 0), (3, 1)])

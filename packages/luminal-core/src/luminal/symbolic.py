@@ -429,8 +429,9 @@ def floordiv(x: ExprLike, d: ExprLike) -> Expr:
                 return quotient
             if whole:
                 return add(quotient, floordiv(remainder, dv))
-            if remainder.vmin >= 0 and remainder.vmax < dv:
-                return quotient
+            lo, hi = remainder.vmin, remainder.vmax
+            if lo > -INF and hi < INF and lo // dv == hi // dv:  # one quotient on the range
+                return add(quotient, lo // dv)
             if remainder.vmin >= 0 and remainder.op == "floordiv" and remainder.args[1].is_const:
                 inner, d2 = remainder.args
                 return floordiv(inner, d2.args[0] * dv)

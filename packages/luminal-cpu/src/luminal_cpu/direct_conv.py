@@ -28,7 +28,13 @@ kw is one of those shifted by kw // 2 lanes. On YOLOv8n's seven stride-2 convolu
 (Zen 5, one thread, thread CPU time) 25 -> 17 ms against the gather (the 16 -> 32 channel
 one at 512 x 512 6.5 -> 3.6 ms, the stem 3.8 -> 1.9). An earlier try loaded each tap on its
 own (two loads and a permute per 16 outputs, without the prefetch) and was 1.5x slower than
-the gather.
+the gather. The split costs about as much as the tile's multiply-adds leave room for (on Zen
+4, whose 512-bit FMAs take both halves of the FP pipes, the stride-2 layers ran at 67-78
+GFLOP/s where stride 1 ran at 95-108): the tiles of the other output channels over the
+same columns, which follow on the same thread, reload the taps' vectors the first one split
+(a per-thread array up to SPLIT_CACHE_BYTES) instead of splitting again; YOLOv8n's three
+64-256-channel stride-2 layers 24.0-26.5 -> 20.4 ms (Zen 4, one thread, thread CPU
+time, shared machine).
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ TILE_M = 8  # output channels per tile (accumulator rows)
 TILE_N = 32  # output columns per tile (two 16-lane vectors)
 MAX_KW = 16  # widest stride-2 window (its shifts are lane rotations of at most 15)
 PREFETCH_ROWS = 2  # output rows ahead whose input the first tile of a row prefetches into L2
+# most bytes of split input vectors (stride 2) a thread keeps for the next tile over the same
+# columns: a local array, so within any thread's stack
+SPLIT_CACHE_BYTES = 192 << 10
 
 
 @dataclass(frozen=True)
@@ -122,9 +131,10 @@ def _prefetch(ahead: int, floats: int) -> list[str]:
 
 
 def _unit_stride(conv: DirectConv, names: tuple[str, ...], sizes: tuple[int, ...], g_buf: str,
-                 ahead: int) -> tuple[list[str], list[str]]:
-    """Stride 1: per kw, two masked loads of the tile's 32 input columns. Returns the tile's
-    mask set-up and the body of the (c, kh) loop."""
+                 ahead: int) -> tuple[list[str], list[str], list[str]]:
+    """Stride 1: per kw, two masked loads of the tile's 32 input columns. Returns the
+    declarations before the tile loop (none), the tile's mask set-up and the body of the
+    (c, kh) loop."""
     c, kh, kw, _, ow = names
     _, n_kh, n_kw, _, n_ow = sizes
     cols = conv.cols.render_c()
@@ -157,18 +167,20 @@ def _unit_stride(conv: DirectConv, names: tuple[str, ...], sizes: tuple[int, ...
         *("  " + x for x in _fma(f"({c} * {n_kh} + {kh}) * {n_kw} + {kw}")),
         "}",
     ]
-    return masks, body
+    return [], masks, body
 
 
 def _double_stride(conv: DirectConv, names: tuple[str, ...], sizes: tuple[int, ...],
-                   g_buf: str, ahead: int) -> tuple[list[str], list[str]]:
+                   g_buf: str, ahead: int) -> tuple[list[str], list[str], list[str]]:
     """Stride 2: the span of input columns the tile reads (2 * 31 + kw_n of them) is loaded
     once per (c, kh), split into its even and odd columns (two-source permutes), and tap kw
     is those shifted by kw // 2 lanes (lane rotations). The loads are masked by input
-    column, which the masks read alone (`match`). Returns the tile's mask set-up and the
-    body of the (c, kh) loop."""
-    c, kh, kw, _, ow = names
-    _, n_kh, n_kw, _, n_ow = sizes
+    column, which the masks read alone (`match`). The taps' vectors are kept, per thread,
+    for the tiles of the other output channels over the same columns (`SPLIT_CACHE_BYTES`).
+    Returns the declarations before the tile loop, the tile's mask set-up and the body of
+    the (c, kh) loop."""
+    c, kh, kw, oh, ow = names
+    n_c, n_kh, n_kw, _, n_ow = sizes
     cols = conv.cols.render_c()
     span = 2 * (TILE_N - 1) + n_kw  # input columns the tile reads
     vecs = -(-span // 16)
@@ -192,7 +204,7 @@ def _double_stride(conv: DirectConv, names: tuple[str, ...], sizes: tuple[int, .
         f"(__mmask16)(1u << (2 * lm_l + {kw}) % 16);",
         "  }",
     ]
-    body = [
+    split = [
         f"const long {kw} = 0, {ow} = lm_w0;",
         f"const float *lm_b = {g_buf} + {conv.load.index.render_c()};",
         *_prefetch(ahead, 16 * vecs),
@@ -204,21 +216,42 @@ def _double_stride(conv: DirectConv, names: tuple[str, ...], sizes: tuple[int, .
           f"lm_v[{2 * h}], lm_{p}idx, lm_v[{2 * h + 1}]));"
           for p in parities for h in range(halves)),
     ]
+    taps = []  # per tap, its two input vectors
     for tap in range(n_kw):
         p, q = parities[tap % 2], tap // 2
-        half = [f"lm_{p}{h}" if q == 0 else f"_mm512_alignr_epi32(lm_{p}{h + 1}, lm_{p}{h}, {q})"
-                for h in range(2)]
-        body += [
-            "{",
-            f"  const __m512 lm_b0 = _mm512_castsi512_ps({half[0]});",
-            f"  const __m512 lm_b1 = _mm512_castsi512_ps({half[1]});",
-            *("  " + x for x in _fma(f"({c} * {n_kh} + {kh}) * {n_kw} + {tap}")),
-            "}",
-        ]
+        taps.append([f"_mm512_castsi512_ps(lm_{p}{h})" if q == 0 else
+                     f"_mm512_castsi512_ps(_mm512_alignr_epi32(lm_{p}{h + 1}, lm_{p}{h}, {q}))"
+                     for h in range(2)])
     consts = ["const __m512i lm_eidx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, "
               "10, 8, 6, 4, 2, 0);",
               "const __m512i lm_oidx = _mm512_add_epi32(lm_eidx, _mm512_set1_epi32(1));"]
-    return consts + masks, body
+    per_row = 2 * n_kw  # vectors one (c, kh) keeps
+    pre: list[str] = []
+    if 64 * per_row * n_c * n_kh <= SPLIT_CACHE_BYTES:
+        # the tiles of one output row's columns run one after the other (output channels
+        # innermost), mostly on one thread: the first of them splits, the others reload
+        pre = [f"__m512 lm_split[{per_row * n_c * n_kh}];", "long lm_split_at = -1;"]
+        consts += [f"const long lm_here = {oh} * {n_ow} + lm_w0;",
+                   "const int lm_fresh = lm_here != lm_split_at;",
+                   "lm_split_at = lm_here;"]
+        body = [f"__m512 *lm_cv = lm_split + ({c} * {n_kh} + {kh}) * {per_row};",
+                "if (lm_fresh) {",
+                *("  " + x for x in split),
+                *(f"  lm_cv[{2 * tap + h}] = {v};" for tap, pair in enumerate(taps)
+                  for h, v in enumerate(pair)),
+                "}"]
+        taps = [[f"lm_cv[{2 * tap + h}]" for h in range(2)] for tap in range(n_kw)]
+    else:
+        body = split
+    for tap, (b0, b1) in enumerate(taps):
+        body += [
+            "{",
+            f"  const __m512 lm_b0 = {b0};",
+            f"  const __m512 lm_b1 = {b1};",
+            *("  " + x for x in _fma(f"({c} * {n_kh} + {kh}) * {n_kw} + {tap}")),
+            "}",
+        ]
+    return pre, consts + masks, body
 
 
 def render(g, conv: DirectConv, name: str) -> list[str]:
@@ -239,7 +272,7 @@ def render(g, conv: DirectConv, name: str) -> list[str]:
     ahead = (PREFETCH_ROWS * TILE_N if len(k.domain) == 2
              else affine(conv.load.index, k.loop_vars)[0][3].value * PREFETCH_ROWS)
     inner = _unit_stride if conv.stride == 1 else _double_stride
-    masks, body = inner(conv, names, sizes, f"g{conv.load.buf - 1}", ahead)
+    pre, masks, body = inner(conv, names, sizes, f"g{conv.load.buf - 1}", ahead)
     out = f"p0 + {mm.out_offset.value} + lm_m0 * {mm.out_stride.value} + {oh} * {n_ow} + lm_w0"
     store = [f"    float *lm_c = {out};",
              "    for (int lm_i = 0; lm_i < lm_mr; lm_i++) {",
@@ -259,6 +292,7 @@ def render(g, conv: DirectConv, name: str) -> list[str]:
                  f"lm_mr, {oh} * {n_ow} + lm_w0, lm_left < {TILE_N} ? lm_left : {TILE_N}"
                  f"{inputs});"]
     return [
+        *("  " + x for x in pre),
         f"  lm_for_begin({m_blocks * n_oh * w_blocks});",
         "  for (long lm_lo, lm_hi; lm_for_next(&lm_lo, &lm_hi);)",
         "  for (long lm_t = lm_lo; lm_t < lm_hi; lm_t++) {",

@@ -7,6 +7,7 @@ masked by a loop-invariant condition do not, with gcc 12)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from itertools import product
 
 from luminal.symbolic import Expr, logical_and
 from luminal_codegen.ir import Load, Value, Where, affine, map_exprs, walk
@@ -14,6 +15,9 @@ from luminal_codegen.ir import Load, Value, Where, affine, map_exprs, walk
 # axes longer than this are not split into cases (each point is evaluated at compile time)
 _CASE_AXIS_MAX = 1 << 16
 _CASES_MAX = 8  # copies of a loop one kernel may get
+# longest axis split into a window's edges and interior (every point's masks are evaluated
+# at every window step at compile time)
+_WINDOW_AXIS_MAX = 1 << 12
 
 
 def atoms(cond: Expr) -> tuple[Expr, ...]:
@@ -86,10 +90,45 @@ def case_chain(var: Expr, intervals: list[tuple[int, int]], value: Value,
     range narrowed to it (the symbolic simplifier folds the masks that read it alone)."""
     lines: list[str] = []
     for k, (lo, hi) in enumerate(intervals):
-        env = {var.name: Expr.var(var.name, lo, hi)}
-        narrowed = map_exprs(value, lambda e, env=env: e.substitute(env))
         head = ("if" if k == 0 else "} else if") + f" ({var.name} <= {hi}) {{"
         lines += [head if k < len(intervals) - 1 else "} else {",
-                  *("  " + x for x in code(narrowed))]
+                  *("  " + x for x in code(narrowed(value, var, lo, hi)))]
     return [*lines, "}"]
+
+
+def narrowed(value: Value, var: Expr, lo: int, hi: int) -> Value:
+    """`value` with `var`'s range narrowed to [lo, hi] (a constant where lo == hi): the
+    symbolic simplifier folds the masks that read it alone (and divisions with one quotient
+    there)."""
+    env = {var.name: Expr.const(lo) if lo == hi else Expr.var(var.name, lo, hi)}
+    return map_exprs(value, lambda e: e.substitute(env))
+
+
+def window_intervals(value: Value, var: Expr, extent: Expr, steps: dict[str, int]
+                     ) -> list[tuple[int, int]] | None:
+    """Intervals of `var` (extent `extent`) on which every mask of `value` that reads `var`
+    and window steps alone (`steps`: each reduction variable's step count) takes the same
+    value at every step: a padded pool's edge rows or columns, each a single point, and its
+    interior. Narrowed to one (`narrowed`), such a mask folds away or reads the steps alone,
+    a constant per step once the window's loops are unrolled. None: fewer than two intervals
+    or more than _CASES_MAX."""
+    if not extent.is_const or extent.value > _WINDOW_AXIS_MAX:
+        return None
+    own = [m for m in _masks(value)
+           if var.name in m.free_vars and m.free_vars <= {var.name, *steps}]
+    if not own:
+        return None
+    envs = [[dict(zip(used, point)) for point in product(*(range(steps[v]) for v in used))]
+            for used in (sorted(m.free_vars - {var.name}) for m in own)]
+    intervals: list[tuple[int, int]] = []
+    previous = None
+    for i in range(extent.value):
+        truth = tuple(m.evaluate({var.name: i, **env}) for m, at in zip(own, envs) for env in at)
+        if truth != previous:
+            if len(intervals) == _CASES_MAX:
+                return None
+            intervals.append((i, i))
+            previous = truth
+        intervals[-1] = (intervals[-1][0], i)
+    return intervals if len(intervals) > 1 else None
 

@@ -175,6 +175,10 @@ class ReductionOps:
         s * (g - sum(g * s)): differentiating the composition leaves rounding where the
         exact gradient is 0 (the gradient of `softmax(x).sum()`)."""
         x = self.to(dtype) if dtype is not None else self._float()
+        order = _memory_order(x)
+        if order is not None:  # computed in the order of x's memory (see `_memory_order`)
+            back = sorted(range(x.ndim), key=order.__getitem__)
+            return x.permute(order).softmax(order.index(_axes(x, dim)[0])).permute(back)
         e = (x - x.amax(dim, keepdim=True)).exp()
         s = e / e.sum(dim, keepdim=True)
         return with_vjp(s, [x], lambda g: [s * (g - (g * s).sum(dim, keepdim=True))])
@@ -284,3 +288,18 @@ def _cat_last(a: GraphTensor, b: GraphTensor) -> GraphTensor:
     from .movement import cat
 
     return cat([a, b], dim=-1)
+
+
+
+def _memory_order(x: GraphTensor) -> list[int] | None:
+    """The axes of a permuted view `x` (positive constant strides) from the largest stride to the
+    smallest, or None when that is already their order. Softmax's max, exponentials and sum
+    are stored in the logical order of the tensor they are computed on: over a transposed
+    view (ONNX's Transpose -> Softmax -> Transpose, YOLOv8's DFL head) every one of those
+    kernels would read across the softmax axis at a large stride and write transposed;
+    computed on the view permuted back, they read and write along memory."""
+    strides = x.layout.strides
+    if not all(s.is_const and s.value > 0 for s in strides):
+        return None
+    order = sorted(range(x.ndim), key=lambda a: -strides[a].value)
+    return order if order != list(range(x.ndim)) else None
