@@ -328,7 +328,7 @@ static inline __attribute__((always_inline)) void lm_q8_row(
   }
 }
 
-LM_INT_GEMV_DRIVER(lm_q8_gemv, lm_q8_row, lm_q8x)
+LM_INT_GEMV_DRIVER(lm_q8_gemv, lm_q8_row, lm_q8x, 1)
 
 /* C[b] = A[b] * W^T through int8 activations; 0 (nothing written) when some row of A has no
  * int8 rounding (not finite, or too small: see above) and the float kernels must run. Every
@@ -357,10 +357,7 @@ static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const l
       ok = lm_q8x_quantize(x[m], K, block, r);
     }
   }
-  if (ok) {
-    if (W->q == LM_Q8_0) lm_q8_gemv_q(nb, M, N, K, xs, W, C, LM_Q8_0);
-    else lm_q8_gemv_formats(nb, M, N, K, xs, W, C);
-  }
+  if (ok) lm_q8_gemv_formats(nb, M, N, K, xs, W, C);
   free(buf);
   free(mem);
   free(xs);

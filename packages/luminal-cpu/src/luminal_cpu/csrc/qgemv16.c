@@ -343,7 +343,7 @@ static inline __attribute__((always_inline)) void lm_q16_row(
   }
 }
 
-LM_INT_GEMV_DRIVER(lm_q16_gemv, lm_q16_row, lm_q16x)
+LM_INT_GEMV_DRIVER(lm_q16_gemv, lm_q16_row, lm_q16x, 0)
 
 /* C[b] = A[b] * W^T through int16 activations; 0 (nothing written) when the float kernels must
  * run (see above). Every thread rounds every batch itself, so all reach the same answer
