@@ -27,7 +27,7 @@
  *   256-value block sums in int32 and is converted once. Q4_K / Q5_K widen and scale in one
  *   step: the nibbles are masked into bytes (two quants per int16 lane) and `vpmaddubsw` meets
  *   each with its scale in the same byte of another vector whose other byte is zero (Q4_K
- *   13.5 ns a block in L2 against 15.4 with the earlier shift, mask and `vpmullw` per lane
+ *   13.6 ns a block in L2 against 15.4 with the earlier shift, mask and `vpmullw` per lane
  *   order on Zen 4: the kernel behaves as bound by its count of 512-bit operations, about one a
  *   cycle, not by latency; splitting the `vpdpwssd` chains measured no gain). Their mins are
  *   applied through per-sub-block sums of x (dx * sum of the digits, float). Q6_K's - 32 is
