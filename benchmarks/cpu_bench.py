@@ -168,24 +168,31 @@ def gemv_graph(qtype: str, data: np.ndarray, x: np.ndarray, rows: int, cols: int
     return g.execute, out
 
 
+GEMV_BYTES = 96 * 2**20  # each GEMV weight streamed: three times the 32 MB L3 of our machines
+
+
 def bench_gemv(values: int, reps: int, rounds: int) -> None:
     """x @ W.T for one token with W fp32 and GGUF-quantized: weight bytes per second, for the
     default activation setting and, for the quantized formats, each other one
-    (`luminal_cpu.source.QUANT_ACTIVATIONS`), timed in interleaved rounds with a copy of 64 MB
-    (the faster of NumPy's and torch's) in each round, so that on a shared machine the
-    percentage compares figures taken in the same minutes (medians over all rounds). The
-    32-value formats use SmolLM2's LM head shape (576 columns); the K-quants need columns in
-    multiples of 256, so they use 2048 (Gemma 3's FFN width) and as many rows as give the
-    same number of weights."""
+    (`luminal_cpu.source.QUANT_ACTIVATIONS`), timed in interleaved rounds with a copy of a
+    GEMV_BYTES array (the faster of NumPy's and torch's) in each round, so that on a shared
+    machine the percentage compares figures taken in the same minutes (medians over all
+    rounds). Every weight is at least GEMV_BYTES, more than the L3 holds, so weights and copy
+    both stream from DRAM: `values` weights are quantized and their rows repeated until the
+    matrix is that large (the repeats are distinct memory: no cache hit helps the kernel).
+    The 32-value formats use SmolLM2's LM head width (576 columns); the K-quants need columns
+    in multiples of 256, so they use 2048 (Gemma 3's FFN width)."""
     from luminal_cpu.source import QUANT_ACTIVATIONS, quant_activations
 
     rng = np.random.default_rng(3)
     default = quant_activations()
-    buffer = rng.standard_normal(16 * 2**20).astype(np.float32)
+    buffer = rng.standard_normal(GEMV_BYTES // 4).astype(np.float32)
     for qtype in GEMV_FORMATS:
         cols = 2048 if qtype.endswith("_k") else 576
-        rows = values // cols
-        data, w = gemv_weight(qtype, rows, cols, rng)
+        block, w = gemv_weight(qtype, values // cols, cols, rng)
+        repeats = -(-GEMV_BYTES // block.nbytes)
+        data = np.tile(block, (repeats, 1))
+        rows = data.shape[0]
         x = rng.standard_normal((1, cols)).astype(np.float32)
         settings = [default] if qtype == "f32" else \
             [default] + [a for a in QUANT_ACTIVATIONS if a != default]
@@ -197,10 +204,11 @@ def bench_gemv(values: int, reps: int, rounds: int) -> None:
             for a, (execute, _) in runs.items():
                 times[a].append(timeit(execute, reps)[0])
         copy_gbs = statistics.median(copies)
-        scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
+        want = np.tile(x @ w.T, repeats)
+        scale = np.tile(np.abs(x).astype(np.float64) @ np.abs(w.T), repeats)
         for a, (execute, out) in runs.items():
             # int8 activations: about 1e-3 of sum |x w| away from the float product
-            assert np.all(np.abs(out.numpy() - x @ w.T) <= 1e-2 * scale + 1e-30), (qtype, a)
+            assert np.all(np.abs(out.numpy() - want) <= 1e-2 * scale + 1e-30), (qtype, a)
             median, best = statistics.median(times[a]), min(times[a])
             gbs = data.nbytes / median / 1e9
             per_cpu_s = data.nbytes / cpu_seconds(execute, reps) / 1e9
@@ -332,7 +340,7 @@ def main() -> None:
     print("| benchmark | luminal-cpu | other | speedup |")
     print("| --- | --- | --- | --- |")
     bench_chain(16 * 1024 * 1024, reps)
-    bench_gemv(49152 * 576, reps, args.rounds)
+    bench_gemv(8192 * 2048, reps, args.rounds)
     if args.gemv:
         return
     for seq in (1, 128):

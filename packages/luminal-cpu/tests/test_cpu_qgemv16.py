@@ -74,6 +74,24 @@ def test_int16_matvec_matches_gguf(qtype, m):
         check(matvec(raw, qtype, (rows, cols), x), x, w, qtype)
 
 
+@pytest.mark.parametrize("qtype", ["q4_k", "q5_k"])
+@pytest.mark.parametrize("fill", [0xFF, 0x00, 0xA5])
+def test_int16_k_quant_extreme_quants_and_scales(qtype, fill):
+    """Q4_K / Q5_K widen a byte of nibbles and apply its sub-block scale in one `vpmaddubsw`
+    (quant times the scale in the matching byte): every quant, 6-bit scale and min and fifth
+    bit at its largest (0xFF), smallest (0x00) and a mixed pattern (0xA5), 1-4 rows of x."""
+    rows, cols = 5, 768
+    raw, _ = weight(qtype, rows, cols)
+    blocks = raw.reshape(rows, cols // 256, -1)
+    blocks[..., 4:] = fill  # scales, mins, (Q5_K) fifth bits, nibbles; d and dmin stay random
+    fmt = BLOCK_FORMATS[qtype]
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(fmt.ggml_type)).astype(np.float64)
+    for m in (1, 4):
+        x = rng.standard_normal((m, cols)).astype(np.float32)
+        x[:, 3::97] *= 3e4
+        check(matvec(raw, qtype, (rows, cols), x), x, w, qtype)
+
+
 @pytest.mark.parametrize("qtype", INT16_FORMATS)
 def test_int16_error_is_a_fraction_of_int8s(qtype):
     """Against the exact product (float64 x): the int16 kernel's largest error is under 0.1% of

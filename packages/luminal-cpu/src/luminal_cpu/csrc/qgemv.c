@@ -328,28 +328,7 @@ static inline __attribute__((always_inline)) void lm_q8_row(
   }
 }
 
-static inline __attribute__((always_inline)) void lm_q8_gemv_qm(
-    long nb, long N, long K, const lm_q8x *xs, const lm_qmat *W, const lm_out *C, int q, int M) {
-  const long row_bytes = q >= LM_Q4_K ? K / 256 * lm_kq_block_bytes(q) : K / 32 * lm_block_bytes(q);
-  lm_for_begin(nb * N);
-  for (long lo, hi; lm_for_next(&lo, &hi);)
-  for (long t = lo; t < hi; t++) {
-    const long b = t / N, n = t % N;
-    float out[LM_GEMV_MAX_M];
-    lm_q8_row(W->w + n * row_bytes, K, xs + b * M, q, M, out);
-    for (int m = 0; m < M; m++) lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, out[m]);
-  }
-}
-
-static inline __attribute__((always_inline)) void lm_q8_gemv_q(
-    long nb, long M, long N, long K, const lm_q8x *xs, const lm_qmat *W, const lm_out *C, int q) {
-  switch (M) {
-    case 1: lm_q8_gemv_qm(nb, N, K, xs, W, C, q, 1); break;
-    case 2: lm_q8_gemv_qm(nb, N, K, xs, W, C, q, 2); break;
-    case 3: lm_q8_gemv_qm(nb, N, K, xs, W, C, q, 3); break;
-    default: lm_q8_gemv_qm(nb, N, K, xs, W, C, q, 4); break;
-  }
-}
+LM_INT_GEMV_DRIVER(lm_q8_gemv, lm_q8_row, lm_q8x, 1)
 
 /* C[b] = A[b] * W^T through int8 activations; 0 (nothing written) when some row of A has no
  * int8 rounding (not finite, or too small: see above) and the float kernels must run. Every
@@ -378,17 +357,7 @@ static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const l
       ok = lm_q8x_quantize(x[m], K, block, r);
     }
   }
-  if (ok) {
-    switch (W->q) {
-      case LM_Q8_0: lm_q8_gemv_q(nb, M, N, K, xs, W, C, LM_Q8_0); break;
-      case LM_Q4_0: lm_q8_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_0); break;
-      case LM_Q4_1: lm_q8_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_1); break;
-      case LM_Q5_0: lm_q8_gemv_q(nb, M, N, K, xs, W, C, LM_Q5_0); break;
-      case LM_Q4_K: lm_q8_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_K); break;
-      case LM_Q5_K: lm_q8_gemv_q(nb, M, N, K, xs, W, C, LM_Q5_K); break;
-      default: lm_q8_gemv_q(nb, M, N, K, xs, W, C, LM_Q6_K); break;
-    }
-  }
+  if (ok) lm_q8_gemv_formats(nb, M, N, K, xs, W, C);
   free(buf);
   free(mem);
   free(xs);

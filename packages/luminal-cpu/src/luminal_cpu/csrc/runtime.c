@@ -941,6 +941,49 @@ static void lm_qgemv_axpy(long nb, const long *aoff, long M, long N, long K, con
   LM_PER_FORMAT(lm_qgemv_axpy_q, nb, aoff, M, N, K, A, W, C)
 }
 
+/* The row loop of decode's integer-activation matvecs (qgemv.c, qgemv16.c), one for both:
+ * NAME##_formats(nb, M, N, K, xs, W, C) computes C[b] = x[b] * W^T (Q8_0 only where Q8 is 1)
+ * from xs (type X: the rows of x as the kernel rounded them, batch b's M rows at xs + b * M)
+ * through ROW(w, K, x, q, M, out), which writes one row of W times each row of x to out[0..M).
+ * A macro rather than a function pointer so that ROW is inlined into the loop with q and M as
+ * constants, one copy per (format, M); all inlined into the caller, as the two copies were
+ * (a separate function measured 7-10% slower for int8 Q4_1 and Q5_K: code placement). */
+#define LM_INT_GEMV_DRIVER(NAME, ROW, X, Q8)                                                    \
+  static inline __attribute__((always_inline)) void NAME##_qm(                                  \
+      long nb, long N, long K, const X *xs, const lm_qmat *W, const lm_out *C, int q, int M) {  \
+    const long row_bytes = q >= LM_Q4_K ? K / 256 * lm_kq_block_bytes(q)                        \
+                                        : K / 32 * lm_block_bytes(q);                           \
+    lm_for_begin(nb * N);                                                                       \
+    for (long lo, hi; lm_for_next(&lo, &hi);)                                                   \
+      for (long t = lo; t < hi; t++) {                                                          \
+        const long b = t / N, n = t % N;                                                        \
+        float out[LM_GEMV_MAX_M];                                                               \
+        ROW(W->w + n * row_bytes, K, xs + b * M, q, M, out);                                    \
+        for (int m = 0; m < M; m++) lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, out[m]);     \
+      }                                                                                         \
+  }                                                                                             \
+  static inline __attribute__((always_inline)) void NAME##_q(                                   \
+      long nb, long M, long N, long K, const X *xs, const lm_qmat *W, const lm_out *C, int q) { \
+    switch (M) {                                                                                \
+      case 1: NAME##_qm(nb, N, K, xs, W, C, q, 1); break;                                       \
+      case 2: NAME##_qm(nb, N, K, xs, W, C, q, 2); break;                                       \
+      case 3: NAME##_qm(nb, N, K, xs, W, C, q, 3); break;                                       \
+      default: NAME##_qm(nb, N, K, xs, W, C, q, 4); break;                                      \
+    }                                                                                           \
+  }                                                                                             \
+  static inline __attribute__((always_inline)) void NAME##_formats(                             \
+      long nb, long M, long N, long K, const X *xs, const lm_qmat *W, const lm_out *C) {        \
+    switch (W->q) {                                                                             \
+      case LM_Q8_0: if (Q8) NAME##_q(nb, M, N, K, xs, W, C, LM_Q8_0); break;                    \
+      case LM_Q4_0: NAME##_q(nb, M, N, K, xs, W, C, LM_Q4_0); break;                            \
+      case LM_Q4_1: NAME##_q(nb, M, N, K, xs, W, C, LM_Q4_1); break;                            \
+      case LM_Q5_0: NAME##_q(nb, M, N, K, xs, W, C, LM_Q5_0); break;                            \
+      case LM_Q4_K: NAME##_q(nb, M, N, K, xs, W, C, LM_Q4_K); break;                            \
+      case LM_Q5_K: NAME##_q(nb, M, N, K, xs, W, C, LM_Q5_K); break;                            \
+      default: NAME##_q(nb, M, N, K, xs, W, C, LM_Q6_K); break;                                 \
+    }                                                                                           \
+  }
+
 /* qgemv.c: x @ W.T through int8 activations; 0 when the float kernels must run instead */
 static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
                       const lm_qmat *W, const lm_out *C);
