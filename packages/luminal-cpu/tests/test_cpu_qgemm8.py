@@ -5,8 +5,8 @@ the opt-in int8 setting as one (llama.cpp's numerics: `int8_activations`); W's q
 integer dot products. Checked against float64 NumPy on the `gguf` package's dequantization with x
 rounded the same way, against the exact product within the rounding's bound, for ragged rows of
 x and of W (not multiples of the micro-tile) and row lengths that leave a partial chunk of W,
-and for inputs with no such rounding (NaN, infinities, tiny values), which must take the float
-GEMM."""
+and for rows with no such rounding (NaN, infinities, tiny values), which must take float dot
+products while the other rows keep their digits."""
 
 from __future__ import annotations
 
@@ -94,26 +94,28 @@ def test_float16_rows_of_x_are_converted(monkeypatch):
 @pytest.mark.parametrize("setting", ["int16", "int8"])
 @pytest.mark.parametrize("qtype", ["q5_0", "q6_k"])
 @pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan, 1e-35])
-def test_rows_without_a_digit_rounding_take_the_float_gemm(qtype, bad, setting, monkeypatch):
-    """A non-finite value of x propagates like the float product (its row's outputs non-finite;
-    NaN for NaN), and the whole call runs the float GEMM: the finite rows match the exact
-    product to float32 rounding. A row so small that 127 / max|x| loses precision (1e-35) also
-    goes to the float GEMM."""
+def test_rows_without_a_digit_rounding_take_float_dot_products(qtype, bad, setting, monkeypatch):
+    """A row of x holding a non-finite value propagates it like the float product (its outputs
+    non-finite; NaN for NaN); a row so small that 127 / max|x| loses precision (1e-35) is
+    computed in float (the exact product to float32 rounding). The other rows keep their
+    digits."""
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", setting)
-    raw, w = weight(qtype, 7, 512)
+    raw, w = weight(qtype, 40, 512)
     x = rng.standard_normal((6, 512)).astype(np.float32)
     if bad == 1e-35:
-        x[0] *= np.float32(1e-35)
+        x[2] *= np.float32(1e-35)
     else:
-        x[0, 37] = bad
-    got = matvec(raw, qtype, (7, 512), x)
-    with np.errstate(invalid="ignore"):  # inf * 0 in row 0
+        x[2, 37] = bad
+    got = matvec(raw, qtype, (40, 512), x)
+    with np.errstate(invalid="ignore"):  # inf * 0 in row 2
         exact = x.astype(np.float64) @ w.T
-    scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
+        scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
     if bad == 1e-35:
-        assert np.all(np.abs(got - exact) <= 1e-5 * scale + 1e-45)
-        return
-    assert not np.isfinite(got[0]).any()
-    if np.isnan(bad):
-        assert np.isnan(got[0]).all()
-    assert np.all(np.abs(got[1:] - exact[1:]) <= 1e-5 * scale[1:] + 1e-30)
+        assert np.all(np.abs(got[2] - exact[2]) <= 1e-5 * scale[2] + 1e-45)
+    else:
+        assert not np.isfinite(got[2]).any()
+        if np.isnan(bad):
+            assert np.isnan(got[2]).all()
+    rest = [0, 1, 3, 4, 5]
+    xq = reference(qtype, x[rest], setting)
+    assert np.all(np.abs(got[rest] - xq @ w.T) <= 5e-6 * (np.abs(xq) @ np.abs(w.T)) + 1e-30)

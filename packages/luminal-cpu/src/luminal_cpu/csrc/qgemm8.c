@@ -37,8 +37,9 @@
  * Semantics: the product of the dequantized W with x (as kept above), up to float32
  * rounding of the per-group scale products and sums. A row of x holding NaN or an infinity,
  * or a group whose max|x| is below LM_Q8X_TINY (its dx would lose precision), has no such
- * rounding: the call returns 0 and the caller runs the float GEMM, so NaN and infinities
- * propagate as in the float product. Machines without AVX-512 BW / DQ / VNNI return 0. */
+ * rounding: that row's outputs are float dot products with W's decoded rows (the float
+ * GEMM's numerics), so NaN and infinities propagate as in the float product. Machines
+ * without AVX-512 BW / DQ / VNNI return 0 (the float GEMM runs). */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
     defined(__AVX512VNNI__) && defined(__F16C__)
 #include <immintrin.h>
@@ -57,6 +58,7 @@ static inline int lm_g8_mr(int D) { return LM_G8_ROWS / D; }
 typedef struct {
   unsigned int *a;
   float *dx, *xs;
+  int *bad; /* per row: 1 when it has no such rounding (it is then zero digits here) */
   long groups, rows, panels;
 } lm_g8x;
 
@@ -114,27 +116,26 @@ static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digi
   *xs = *dx * _mm512_reduce_add_ps(sum); /* the sum of the group as kept */
 }
 
-/* the rows of panel p (roundable) into X */
-static void lm_g8_panel(const lm_mat *A, const long *aoff, long M, long K, int G, int D,
-                       long p, float *tmp, const lm_g8x *X) {
+/* the rows of panel p into X; a row without a rounding (and padding) becomes zero digits */
+static void lm_g8_panel(const lm_mat *A, const long *aoff, long M, long K, int G, int D, long p,
+                        float *tmp, const lm_g8x *X) {
   const int MR = lm_g8_mr(D), J = G / 4;
   unsigned char digits[3 * 32];
   for (int i = 0; i < MR; i++) {
     const long r = p * MR + i;
     float *dx = X->dx + r * X->groups, *xs = X->xs + r * X->groups;
-    if (r >= X->rows) { /* padding: q1 = 0 */
-      for (long g = 0; g < X->groups; g++) {
-        dx[g] = xs[g] = 0.0f;
-        for (int j = 0; j < J; j++)
-          for (int d = 0; d < D; d++)
-            X->a[((p * X->groups + g) * J + j) * LM_G8_ROWS + d * MR + i] = d ? 0u : 0x80808080u;
-      }
-      continue;
-    }
-    const long b = r / M, m = r % M;
-    const float *x = lm_row_f32(A->p, A->dt, aoff[b] + m * A->rs, A->ks, K, tmp);
+    const float *x = NULL;
+    if (r < X->rows) x = lm_row_f32(A->p, A->dt, aoff[r / M] + r % M * A->rs, A->ks, K, tmp);
+    const int bad = x && !lm_g8_roundable(x, K, G);
+    if (r < X->rows) X->bad[r] = bad;
     for (long g = 0; g < X->groups; g++) {
-      lm_g8_group(x + g * G, G, D, digits, dx + g, xs + g);
+      if (x && !bad) {
+        lm_g8_group(x + g * G, G, D, digits, dx + g, xs + g);
+      } else { /* q1 = 0 */
+        dx[g] = xs[g] = 0.0f;
+        memset(digits, 0, sizeof digits);
+        memset(digits, 128, (size_t)G);
+      }
       for (int j = 0; j < J; j++)
         for (int d = 0; d < D; d++) {
           unsigned int w;
@@ -316,12 +317,14 @@ static inline __attribute__((always_inline)) void lm_g8_kernel(const lm_g8x *X, 
 }
 
 /* every panel of W (32 of its rows) times every row of x, for format q with D digits */
-static inline __attribute__((always_inline)) void lm_g8_run(long nb, long M, long N, const lm_qmat *W,
+static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long K, const lm_mat *A,
+                                                            const long *aoff, const lm_qmat *W,
                                                             const lm_out *C, const lm_g8x *X,
                                                             int q, int D) {
   const int G = q == LM_Q6_K ? 16 : 32, J = G / 4, MR = lm_g8_mr(D);
   const int mins = q == LM_Q4_1 || q == LM_Q4_K || q == LM_Q5_K;
-  const long cg = LM_G8_KC / G, rows = nb * M;
+  const long cg = LM_G8_KC / G, rows = X->rows;
+  float *wrow = (float *)malloc(sizeof(float) * 2 * K), *tmp = wrow + K;
   float *ct = (float *)aligned_alloc(64, sizeof(float) * LM_G8_NR * X->panels * MR);
   lm_g8w P;
   P.b = (int *)aligned_alloc(64, sizeof(int) * (cg * J * LM_G8_NR + 3 * cg * LM_G8_NR) + 16 * LM_G8_KC);
@@ -341,6 +344,19 @@ static inline __attribute__((always_inline)) void lm_g8_run(long nb, long M, lon
         for (long p = 0; p < X->panels; p++)
           lm_g8_kernel(X, p, g0, ng, &P, G, D, mins, ct + p * MR * LM_G8_NR);
       }
+      /* rows without a rounding: float dot products with W's decoded rows (NaN and
+       * infinities propagate as in the float GEMM) */
+      for (long j = 0; j < nc; j++) {
+        int decoded = 0;
+        for (long r = 0; r < rows; r++) {
+          if (!X->bad[r]) continue;
+          if (!decoded) lm_decode_row(W, n0 + j, 0, K, wrow), decoded = 1;
+          const float *x = lm_row_f32(A->p, A->dt, aoff[r / M] + r % M * A->rs, A->ks, K, tmp);
+          float acc = 0.0f;
+          for (long k = 0; k < K; k++) acc = fmaf(x[k], wrow[k], acc);
+          ct[r * LM_G8_NR + j] = acc;
+        }
+      }
       for (long r = 0; r < rows; r++) {
         const long b = r / M, m = r % M, at = C->off[b] + m * C->rs + n0;
         if (C->dt == LM_F32) memcpy((float *)C->p + at, ct + r * LM_G8_NR, sizeof(float) * nc);
@@ -349,37 +365,33 @@ static inline __attribute__((always_inline)) void lm_g8_run(long nb, long M, lon
     }
   free(ct);
   free(P.b);
+  free(wrow);
 }
 
-static inline __attribute__((always_inline)) void lm_g8_run_q(long nb, long M, long N, const lm_qmat *W,
+static inline __attribute__((always_inline)) void lm_g8_run_q(long M, long N, long K, const lm_mat *A,
+                                                              const long *aoff, const lm_qmat *W,
                                                               const lm_out *C, const lm_g8x *X, int D) {
   switch (W->q) {
-    case LM_Q8_0: lm_g8_run(nb, M, N, W, C, X, LM_Q8_0, D); break;
-    case LM_Q4_0: lm_g8_run(nb, M, N, W, C, X, LM_Q4_0, D); break;
-    case LM_Q4_1: lm_g8_run(nb, M, N, W, C, X, LM_Q4_1, D); break;
-    case LM_Q5_0: lm_g8_run(nb, M, N, W, C, X, LM_Q5_0, D); break;
-    case LM_Q4_K: lm_g8_run(nb, M, N, W, C, X, LM_Q4_K, D); break;
-    case LM_Q5_K: lm_g8_run(nb, M, N, W, C, X, LM_Q5_K, D); break;
-    default: lm_g8_run(nb, M, N, W, C, X, LM_Q6_K, D); break;
+    case LM_Q8_0: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q8_0, D); break;
+    case LM_Q4_0: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q4_0, D); break;
+    case LM_Q4_1: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q4_1, D); break;
+    case LM_Q5_0: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q5_0, D); break;
+    case LM_Q4_K: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q4_K, D); break;
+    case LM_Q5_K: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q5_K, D); break;
+    default: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q6_K, D); break;
   }
 }
 
 /* C[b] = A[b] * W^T through int8 digits of x: 3 (x_prec LM_X_I16, float-like) or 1
- * (LM_X_I8); 0 (nothing written) when the float GEMM must run (see above). Every thread
- * checks every row of x itself, so all agree without talking; then one allocates the digits,
- * all round their share of the rows and then take panels of W. */
+ * (LM_X_I8); 0 (nothing written) on machines without the instructions. One thread allocates
+ * the digits, all round their share of the rows, then take panels of W. Whether a row has a
+ * rounding is decided inside those loops, not by each thread before them: a thread that
+ * arrives late (the others may have finished the whole product and gone on to overwrite x)
+ * must run the same loops as the others, whatever it would read. */
 static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
                       const lm_qmat *W, const lm_out *C) {
   if (nb <= 0 || M <= 0 || N <= 0 || K <= 0) return 0;
   const int D = W->x_prec == LM_X_I8 ? 1 : 3, MR = lm_g8_mr(D), G = W->q == LM_Q6_K ? 16 : 32;
-  float *tmp = (float *)malloc(sizeof(float) * K);
-  int ok = 1;
-  for (long r = 0; r < nb * M && ok; r++)
-    ok = lm_g8_roundable(lm_row_f32(A->p, A->dt, aoff[r / M] + r % M * A->rs, A->ks, K, tmp), K, G);
-  if (!ok) {
-    free(tmp);
-    return 0;
-  }
   lm_g8x X;
   X.groups = K / G;
   X.rows = nb * M;
@@ -388,17 +400,19 @@ static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const l
   const size_t fl = (size_t)X.panels * MR * X.groups;
   lm_for_begin(1);
   for (long lo, hi; lm_for_next(&lo, &hi);)
-    *lm_team_shared() = aligned_alloc(64, (sizeof(int) * adw + 2 * sizeof(float) * fl + 63) / 64 * 64);
+    *lm_team_shared() = aligned_alloc(64, (sizeof(int) * (adw + X.rows) + 2 * sizeof(float) * fl + 63) / 64 * 64);
   void *mem = *lm_team_shared();
   X.a = (unsigned int *)mem;
   X.dx = (float *)(X.a + adw);
   X.xs = X.dx + fl;
+  X.bad = (int *)(X.xs + fl);
+  float *tmp = (float *)malloc(sizeof(float) * K);
   lm_for_begin(X.panels);
   for (long lo, hi; lm_for_next(&lo, &hi);)
     for (long p = lo; p < hi; p++) lm_g8_panel(A, aoff, M, K, G, D, p, tmp, &X);
   free(tmp);
-  if (D == 3) lm_g8_run_q(nb, M, N, W, C, &X, 3);
-  else lm_g8_run_q(nb, M, N, W, C, &X, 1);
+  if (D == 3) lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 3);
+  else lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 1);
   lm_for_begin(1); /* once every loop reading the digits is done */
   for (long lo, hi; lm_for_next(&lo, &hi);) free(mem);
   return 1;

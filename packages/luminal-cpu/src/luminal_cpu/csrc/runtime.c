@@ -4,7 +4,9 @@
  *           operands. Small M (decode) streams B once (GEMV); larger M packs panels of A and B
  *           into contiguous tiles and runs a register-blocked micro-kernel.
  * lm_qgemm: the same with B a GGUF block-quantized matrix (Q8_0, Q4_0, Q4_1, Q5_0) that stays
- *           quantized in memory: blocks are decoded to float32 right before use.
+ *           quantized in memory: blocks are decoded to float32 right before use (the float
+ *           path; by default x @ W.T runs through integer digits of x instead: qgemv16.c for
+ *           up to 4 rows, qgemm8.c for more).
  *
  * Every function is called by all threads of the program's parallel region and shares its
  * work through the team's loops (lm_for_begin / lm_for_next: no barriers). Math is float32 with
