@@ -109,11 +109,13 @@ def test_quantized_matmul_gets_the_call_settings_and_loops(monkeypatch):
 
 
 def expected(qtype, x, w, setting) -> tuple[np.ndarray, np.ndarray]:
-    """What a variant computes (x rounded to int8 blocks by decode's int8 matvec) and the scale
+    """What a variant computes (under int8, x rounded to int8 blocks: by decode's matvec for up
+    to 4 rows, by prefill's GEMM in groups of 32 values, 16 for Q6_K, for more) and the scale
     of its float32 rounding (sum |x w|)."""
     xr = x.astype(np.float64)
-    if setting == INT8 and x.shape[-2] <= 4:
-        xr = int8_activations(x, BLOCK[qtype])
+    if setting == INT8:
+        group = 16 if qtype == "q6_k" else 32
+        xr = int8_activations(x, BLOCK[qtype] if x.shape[-2] <= 4 else group)
     return xr @ w.T, np.abs(xr) @ np.abs(w).T
 
 

@@ -59,7 +59,7 @@ QUANT_KERNELS = frozenset(_QTYPE_CODE)
 _STACK_BATCHES = 256
 
 
-# how decode's quantized matvec may hold x (`lm_qmat.x_prec` in runtime.h)
+# how quantized matmuls along k may hold x (`lm_qmat.x_prec` in runtime.h)
 QUANT_ACTIVATIONS = {"float": "LM_X_F32", "int8": "LM_X_I8", "int16": "LM_X_I16"}
 
 
@@ -69,8 +69,10 @@ def quant_activations() -> str:
     Gemma 3 keep transformers' greedy tokens) and takes integer dot products, at the memory
     bandwidth; "float" keeps it in float32 (exact up to summation order, slower); "int8"
     rounds it to int8 blocks (csrc/qgemv.c: llama.cpp's numerics, about 1e-3 relative to
-    sum |x w|, which moved SmolLM2's greedy tokens away from transformers').
-    `LUMINAL_CPU_QUANT_ACTIVATIONS`, read when a graph is compiled."""
+    sum |x w|, which moved SmolLM2's greedy tokens away from transformers'). Prefill's GEMM
+    (more than 4 rows of x, csrc/qgemm8.c) follows it: "int16" writes x as three int8 digits
+    per value (about 1.8e-7 of its group's max|x|, float-like), "int8" as one, "float" runs
+    the float GEMM. `LUMINAL_CPU_QUANT_ACTIVATIONS`, read when a graph is compiled."""
     value = os.environ.get("LUMINAL_CPU_QUANT_ACTIVATIONS", "int16")
     if value not in QUANT_ACTIVATIONS:
         raise ValueError(f"LUMINAL_CPU_QUANT_ACTIVATIONS must be one of "
@@ -114,7 +116,8 @@ def _csrc(name: str) -> str:
 def runtime_source() -> str:
     """The complete C source of the runtime library (GEMM, GEMV, quantized kernels)."""
     return "\n".join((C.prelude(), _csrc("runtime.h"), _csrc("runtime.c"), _csrc("kquant.c"),
-                      _csrc("qgemv.c"), _csrc("qgemv16.c")))
+                      _csrc("qgemv.c"), _csrc("qgemv16.c"),
+                      _csrc("qgemm8.c")))
 
 
 def _render_matmul(mm: Matmul, name: str) -> str:

@@ -57,3 +57,24 @@ def int16_activations(x: np.ndarray, block: int) -> np.ndarray:
     q2 = np.rint((scaled - q1) * 32768)
     d = (amax / np.float32(32767)).astype(np.float32)
     return (d.astype(np.float64) * (q1 + q2 / 32768)).reshape(x.shape)
+
+
+def int8_digit_activations(x: np.ndarray, block: int) -> np.ndarray:
+    """x (float32, last axis a multiple of `block`) as luminal-cpu's prefill GEMM holds it under
+    the default (int16) setting (csrc/qgemm8.c): per block `t = x * (127 / max|x|)` (float32)
+    written as three byte digits, `q1 = floor(t)`, `u2 = min(floor(256 (t - q1)), 255)` and
+    `u3 = min(rint(256 (256 (t - q1) - u2)), 255)`, with `d = max|x| / 127 / 256` (float32);
+    returns `d * (256 q1 + u2 + u3 / 256)` in float64: x within about 1.8e-7 max|x|."""
+    x = np.asarray(x, np.float32)
+    blocks = x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
+    amax = np.abs(blocks).max(-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    t = (blocks * inv).astype(np.float32)
+    q1 = np.floor(t)
+    f1 = ((t - q1) * np.float32(256)).astype(np.float32)
+    u2 = np.minimum(np.floor(f1), np.float32(255))
+    u3 = np.minimum(np.rint((f1 - u2) * np.float32(256)), np.float32(255))
+    d = (amax / np.float32(127) / np.float32(256)).astype(np.float32)
+    digits = q1.astype(np.float64) * 256 + u2 + u3.astype(np.float64) / 256
+    return (d.astype(np.float64) * digits).reshape(x.shape)

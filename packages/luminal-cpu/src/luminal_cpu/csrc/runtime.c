@@ -4,7 +4,9 @@
  *           operands. Small M (decode) streams B once (GEMV); larger M packs panels of A and B
  *           into contiguous tiles and runs a register-blocked micro-kernel.
  * lm_qgemm: the same with B a GGUF block-quantized matrix (Q8_0, Q4_0, Q4_1, Q5_0) that stays
- *           quantized in memory: blocks are decoded to float32 right before use.
+ *           quantized in memory: blocks are decoded to float32 right before use (the float
+ *           path; by default x @ W.T runs through integer digits of x instead: qgemv16.c for
+ *           up to 4 rows, qgemm8.c for more).
  *
  * Every function is called by all threads of the program's parallel region and shares its
  * work through the team's loops (lm_for_begin / lm_for_next: no barriers). Math is float32 with
@@ -992,6 +994,10 @@ static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const l
 static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
                        const lm_qmat *W, const lm_out *C);
 
+/* qgemm8.c: prefill's x @ W.T through int8 digits of x; 0 when the float GEMM must run */
+static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+                      const lm_qmat *W, const lm_out *C);
+
 /* C[b] (M x N) = A[b] * B^T with B decoded from the quantized W (shared by every batch) */
 void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W,
               lm_out C) {
@@ -999,6 +1005,8 @@ void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qm
     return; /* decode's matvec through int8 activations (qgemv.c) */
   if (M <= LM_GEMV_MAX_M && W.k_contig && W.x_prec == LM_X_I16 && lm_q16_gemv(nb, aoff, M, N, K, &A, &W, &C))
     return; /* through int16 activations (qgemv16.c) */
+  if (M > LM_GEMV_MAX_M && W.k_contig && W.x_prec != LM_X_F32 && lm_q8_gemm(nb, aoff, M, N, K, &A, &W, &C))
+    return; /* prefill through int8 digits of x (qgemm8.c) */
   if (W.q >= LM_Q4_K) { /* the K-quants: kquant.c */
     lm_kq_gemm(nb, aoff, M, N, K, A, W, C);
     return;

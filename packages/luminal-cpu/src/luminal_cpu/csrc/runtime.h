@@ -33,7 +33,8 @@ typedef struct { const void *p; int dt; long rs, ks; } lm_mat;
 /* a GGUF block-quantized matrix W (rows x cols, blocks of 32 or 256 elements along each row);
  * k_contig: the product reads W[n, k] (x @ W.T), else W[k, n] (x @ W); x_prec: how decode's
  * matvec holds x (LM_X_F32: float32; LM_X_I8: int8 blocks, qgemv.c; LM_X_I16: int16 blocks,
- * qgemv16.c) */
+ * qgemv16.c) and prefill's GEMM (LM_X_F32: the float GEMM; LM_X_I8: one int8 digit per value;
+ * LM_X_I16: three; qgemm8.c) */
 enum { LM_X_F32 = 0, LM_X_I8 = 1, LM_X_I16 = 2 };
 typedef struct { const unsigned char *w; int q; int k_contig; long rows, cols; int x_prec; } lm_qmat;
 

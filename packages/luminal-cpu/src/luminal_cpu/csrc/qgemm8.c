@@ -1,0 +1,429 @@
+/* luminal-cpu: prefill's quantized GEMM through int8 digits of x (x @ W.T for more than
+ * LM_GEMV_MAX_M rows of x, W a GGUF Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q5_K / Q6_K matrix
+ * quantized along k).
+ *
+ * The float path (runtime.c's lm_gemm_tiled with lm_pack_bq) decodes W into float panels and
+ * runs a float32 micro-kernel at the core's FMA peak: 16 products per instruction. Here W's
+ * quants are decoded to int8 panels (no float values: a chunk of 16 rows decoded row by row,
+ * then moved into panels by 16 x 16 dword transposes; `vpgatherdd` straight from the rows
+ * cost 15% of the GEMM on Zen 4) and meet x in `vpdpbusd`: 64 products (u8 x s8, four summed
+ * per int32 lane) per instruction. With three digits of x that is 21 products per
+ * instruction at best, measured 1.13x on a Gemma 3 layer's matmuls; with one, 2.2x.
+ *
+ * x. Each group of G values of a row of x (G = 32; 16 for Q6_K, whose scales change every 16)
+ * is scaled by dx = max|x| / 127 to t = x / dx in [-127, 127] and written as D unsigned
+ * byte digits:
+ * - D = 3 (the default, float-like: the `int16` setting): t = q1 + u2 / 256 + u3 / 65536
+ *   with q1 = floor(t) stored as q1 + 128, u2 = floor(256 frac), u3 = nearest(256 frac2) (both
+ *   clamped to 255), all computed exactly in float32 from t: the value kept differs from x by
+ *   at most dx (2^-16 + 2^-17) (the digits and t's own rounding), about 1.8e-7 of the group's
+ *   max|x|. One int16 digit (1.5e-5 of max|x|) moved Gemma 3's logits by 8.7e-3 through its
+ *   outlier channels; this is 80x finer, at a finer granularity (32 values, not 256).
+ * - D = 1 (the opt-in `int8` setting, llama.cpp's numerics): t rounded, stored + 128.
+ * The + 128 makes the digits unsigned for `vpdpbusd`; the first digit's accumulator starts
+ * at -128 times the sum of the group's weights, which removes it exactly.
+ *
+ * W. Each group of a row of W is s (a float scale) times G signed int8 quants plus o (a float
+ * offset; Q4_1 / Q4_K / Q5_K only): Q8_0 q with s = d; Q4_0 / Q5_0 q - 8 / q - 16, s = d;
+ * Q4_1 q, s = d, o = m; Q4_K / Q5_K q, s = d sc, o = -dmin m (sub-blocks of 32); Q6_K q - 32,
+ * s = d sc (sub-blocks of 16). The offsets meet the sums of x's groups (as kept).
+ *
+ * Per group and output, int32 sums S1, S2, S3 of (digit) * (quant) are joined as
+ * T = S1 * 256 + S2 (exact) and f = float(T) + float(S3) / 256 (two float32 roundings:
+ * about 6e-8 of sum |x q| / dx), then C += f * (dx s) (+ o * sum x). Overflow: a sum holds
+ * G = 32 products of a digit (<= 255) and a quant (|q| <= 128): |S| <= 1,044,480, and S1's
+ * start |128 * sum q| <= 524,288; S1 ends as sum (q1) q, |S1| <= 32 * 128 * 128 = 524,288,
+ * so |T| <= 524,288 * 256 + 1,044,480 = 135,266,304 < 2^31 - 1 (vpdpbusd sums four products
+ * into its int32 lane without saturating).
+ *
+ * Semantics: the product of the dequantized W with x (as kept above), up to float32
+ * rounding of the per-group scale products and sums. A row of x holding NaN or an infinity,
+ * or a group whose max|x| is below LM_Q8X_TINY (its dx would lose precision), has no such
+ * rounding: that row's outputs are float dot products with W's decoded rows (the float
+ * GEMM's numerics), so NaN and infinities propagate as in the float product. Machines
+ * without AVX-512 BW / DQ / VNNI return 0 (the float GEMM runs). */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VNNI__) && defined(__F16C__)
+#include <immintrin.h>
+#define LM_Q8X_TINY 1e-30f
+#define LM_G8_ROWS 12  /* int32 accumulator rows of a micro-tile: MR rows of x times D digits */
+#define LM_G8_NR 32    /* rows of W per panel: two vectors of 16 */
+#define LM_G8_KC 256   /* values of k per packed chunk of W */
+
+/* rows of x per micro-tile: 4 with three digits, 12 with one (24 int32 accumulators) */
+static inline int lm_g8_mr(int D) { return LM_G8_ROWS / D; }
+
+/* x's digits and scales for the whole call. Digit dwords (four consecutive k of one digit of
+ * one row) at a[((p * groups + g) * (G / 4) + j) * LM_G8_ROWS + d * MR + i] for row i of
+ * panel p (rows p MR .. p MR + MR - 1), group g, dword j, digit d; dx and the group sums of x (as
+ * kept) at [m * groups + g]. Rows past the last are zero digits (a first digit of 128) with dx 0. */
+typedef struct {
+  unsigned int *a;
+  float *dx, *xs;
+  int *bad; /* per row: 1 when it has no such rounding (it is then zero digits here) */
+  long groups, rows, panels;
+} lm_g8x;
+
+/* ----- x ---------------------------------------------------------------------------------- */
+/* whether every group of x[0 .. K) has a rounding: finite, and max|x| 0 or at least
+ * LM_Q8X_TINY */
+static int lm_g8_roundable(const float *x, long K, int G) {
+  for (long k = 0; k < K; k += G) {
+    __m512 amax = _mm512_setzero_ps();
+    for (int h = 0; h < G; h += 16) {
+      const __m512 v = _mm512_loadu_ps(x + k + h);
+      if (_mm512_fpclass_ps_mask(v, 0x99)) return 0; /* NaN (quiet, signaling), +-inf */
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+    }
+    const float m = _mm512_reduce_max_ps(amax);
+    if (m > 0.0f && m < LM_Q8X_TINY) return 0;
+  }
+  return 1;
+}
+
+/* one group of G (16 or 32) values of a row of x (roundable) into its D digits (bytes,
+ * digit-major), dx and the sum of the group */
+static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digits, float *dx,
+                               float *xs) {
+  const int nv = G / 16;
+  __m512 v[2], amax = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
+  for (int h = 0; h < nv; h++) {
+    v[h] = _mm512_loadu_ps(x + 16 * h);
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(v[h]));
+  }
+  const float m = _mm512_reduce_max_ps(amax);
+  *dx = D == 3 ? m / 127.0f / 256.0f : m / 127.0f; /* D = 3: the digits count 256ths of dx */
+  const __m512 scale = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
+  const __m512i bias = _mm512_set1_epi32(128), top = _mm512_set1_epi32(255);
+  for (int h = 0; h < nv; h++) {
+    const __m512 t = _mm512_mul_ps(v[h], scale);
+    if (D == 1) {
+      const __m512 q = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      sum = _mm512_add_ps(sum, q);
+      _mm_storeu_si128((__m128i *)(digits + 16 * h), _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(q), bias)));
+      continue;
+    }
+    const __m512 q1 = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    const __m512 f1 = _mm512_mul_ps(_mm512_sub_ps(t, q1), _mm512_set1_ps(256.0f)); /* exact */
+    const __m512 u2 = _mm512_min_ps(_mm512_roundscale_ps(f1, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC),
+                                    _mm512_set1_ps(255.0f));
+    const __m512 f2 = _mm512_mul_ps(_mm512_sub_ps(f1, u2), _mm512_set1_ps(256.0f));
+    const __m512i u3 = _mm512_min_epi32(_mm512_cvtps_epi32(f2), top);
+    /* the value kept, in 256ths of dx: 256 q1 + u2 + u3 / 256 (exact: 24 bits) */
+    sum = _mm512_add_ps(sum, _mm512_fmadd_ps(q1, _mm512_set1_ps(256.0f), _mm512_add_ps(u2, _mm512_mul_ps(_mm512_cvtepi32_ps(u3), _mm512_set1_ps(1.0f / 256.0f)))));
+    _mm_storeu_si128((__m128i *)(digits + 16 * h), _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(q1), bias)));
+    _mm_storeu_si128((__m128i *)(digits + G + 16 * h), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(u2)));
+    _mm_storeu_si128((__m128i *)(digits + 2 * G + 16 * h), _mm512_cvtepi32_epi8(u3));
+  }
+  *xs = *dx * _mm512_reduce_add_ps(sum); /* the sum of the group as kept */
+}
+
+/* the rows of panel p into X; a row without a rounding (and padding) becomes zero digits */
+static void lm_g8_panel(const lm_mat *A, const long *aoff, long M, long K, int G, int D, long p,
+                        float *tmp, const lm_g8x *X) {
+  const int MR = lm_g8_mr(D), J = G / 4;
+  unsigned char digits[3 * 32];
+  for (int i = 0; i < MR; i++) {
+    const long r = p * MR + i;
+    float *dx = X->dx + r * X->groups, *xs = X->xs + r * X->groups;
+    const float *x = NULL;
+    if (r < X->rows) x = lm_row_f32(A->p, A->dt, aoff[r / M] + r % M * A->rs, A->ks, K, tmp);
+    const int bad = x && !lm_g8_roundable(x, K, G);
+    if (r < X->rows) X->bad[r] = bad;
+    for (long g = 0; g < X->groups; g++) {
+      if (x && !bad) {
+        lm_g8_group(x + g * G, G, D, digits, dx + g, xs + g);
+      } else { /* q1 = 0 */
+        dx[g] = xs[g] = 0.0f;
+        memset(digits, 0, sizeof digits);
+        memset(digits, 128, (size_t)G);
+      }
+      for (int j = 0; j < J; j++)
+        for (int d = 0; d < D; d++) {
+          unsigned int w;
+          memcpy(&w, digits + d * G + 4 * j, 4);
+          X->a[((p * X->groups + g) * J + j) * LM_G8_ROWS + d * MR + i] = w;
+        }
+    }
+  }
+}
+
+/* ----- W ---------------------------------------------------------------------------------- */
+/* bytes 0 .. 15 of v as the low nibbles then the high ones (32 bytes) */
+static inline __m256i lm_g8_nibbles(__m128i v) {
+  const __m128i low4 = _mm_set1_epi8(15);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), low4), _mm_and_si128(v, low4));
+}
+
+/* the 32 values of sub-block `odd` (0: low nibbles, 1: high) of 32 bytes */
+static inline __m256i lm_g8_half_nibbles(__m256i v, int odd) {
+  return _mm256_and_si256(odd ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(15));
+}
+
+/* values k0 .. k0 + kc of one row of W (k0, kc multiples of 256 for the K-quants, of 32
+ * otherwise) as signed quants out[0 .. kc), and each group's scale and offset at s[l * ld],
+ * o[l * ld] */
+static inline __attribute__((always_inline)) void lm_g8_row(const unsigned char *row, int q, long k0,
+                                                            long kc, signed char *out, float *s,
+                                                            float *o, long ld) {
+  if (q < LM_Q4_K) {
+    const long bb = lm_block_bytes(q);
+    for (long l = 0; l < kc / 32; l++) {
+      const unsigned char *b = row + (k0 / 32 + l) * bb;
+      const float d = lm_half_at(b);
+      s[l * ld] = d;
+      o[l * ld] = q == LM_Q4_1 ? lm_half_at(b + 2) : 0.0f;
+      __m256i v;
+      if (q == LM_Q8_0) {
+        v = _mm256_loadu_si256((const __m256i *)(b + 2));
+      } else {
+        v = lm_g8_nibbles(_mm_loadu_si128((const __m128i *)(b + lm_nibbles_at(q))));
+        if (q == LM_Q5_0) { /* bit i of qh: the fifth bit of value i */
+          unsigned int qh;
+          memcpy(&qh, b + 2, 4);
+          v = _mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(16));
+        }
+        if (q != LM_Q4_1) v = _mm256_sub_epi8(v, _mm256_set1_epi8(q == LM_Q4_0 ? 8 : 16));
+      }
+      _mm256_storeu_si256((__m256i *)(out + 32 * l), v);
+    }
+    return;
+  }
+  const long bb = lm_kq_block_bytes(q);
+  for (long c = 0; c < kc / 256; c++) {
+    const unsigned char *b = row + (k0 / 256 + c) * bb;
+    signed char *dst = out + 256 * c;
+    if (q == LM_Q6_K) { /* ggml's dequantize_row_q6_K; groups of 16 */
+      const float d = lm_half_at(b + 208);
+      for (int g = 0; g < 16; g++) {
+        s[(16 * c + g) * ld] = d * (float)(signed char)b[192 + g];
+        o[(16 * c + g) * ld] = 0.0f;
+      }
+      for (int h = 0; h < 2; h++) {
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+        for (int grp = 0; grp < 4; grp++) {
+          const __m256i ql = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32 * (grp & 1)));
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * grp), _mm256_set1_epi8(3));
+          const __m256i v = _mm256_or_si256(lm_g8_half_nibbles(ql, grp >> 1), _mm256_slli_epi16(hi, 4));
+          _mm256_storeu_si256((__m256i *)(dst + 128 * h + 32 * grp), _mm256_sub_epi8(v, _mm256_set1_epi8(32)));
+        }
+      }
+      continue;
+    }
+    /* Q4_K / Q5_K: sub-block sb is d sc q - dmin m; its quants are the low (sb even) or high
+     * nibbles of qs[32 (sb / 2) ..], plus (Q5_K) 16 for bit sb of qh[l] */
+    const float d = lm_half_at(b), dmin = lm_half_at(b + 2);
+    const unsigned char *qs = b + (q == LM_Q5_K ? 48 : 16);
+    const __m256i qh = q == LM_Q5_K ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
+    for (int sb = 0; sb < 8; sb++) {
+      float sc, mn;
+      lm_kq_scale_min(b + 4, sb, &sc, &mn);
+      s[(8 * c + sb) * ld] = d * sc;
+      o[(8 * c + sb) * ld] = -(dmin * mn);
+      __m256i v = lm_g8_half_nibbles(_mm256_loadu_si256((const __m256i *)(qs + 32 * (sb / 2))), sb & 1);
+      if (q == LM_Q5_K)
+        v = _mm256_mask_add_epi8(v, _mm256_test_epi8_mask(qh, _mm256_set1_epi8((char)(1 << sb))), v, _mm256_set1_epi8(16));
+      _mm256_storeu_si256((__m256i *)(dst + 32 * sb), v);
+    }
+  }
+}
+
+/* The packed chunk of a panel: groups g0 .. g0 + ng of rows n0 .. n0 + 31 (rows past N repeat
+ * row N - 1; their outputs are not stored). Dword t of the chunk's values (k = 4t .. 4t + 3)
+ * of row 16 v + i is b[(2 t + v) 16 + i]; per local group l: start[l][32] = -128 * its row's
+ * sum of quants; s[l][32], o[l][32]. */
+typedef struct {
+  int *b, *start;
+  float *s, *o;
+  signed char *rows; /* LM_G8_KC bytes per row of 16 rows: a half-panel decoded row by row */
+} lm_g8w;
+
+static inline __attribute__((always_inline)) void lm_g8_pack(const lm_qmat *W, int q, int G, long N,
+                                                             long n0, long g0, long ng,
+                                                             const lm_g8w *P) {
+  const int J = G / 4;
+  const long rb = W->cols / (q >= LM_Q4_K ? 256 : 32) * (q >= LM_Q4_K ? lm_kq_block_bytes(q) : lm_block_bytes(q));
+  const long kc = ng * G, dwords = kc / 4;
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int v = 0; v < 2; v++) {
+    for (int i = 0; i < 16; i++) {
+      const long n = n0 + 16 * v + i < N ? n0 + 16 * v + i : N - 1;
+      lm_g8_row(W->w + n * rb, q, g0 * G, kc, P->rows + i * LM_G8_KC, P->s + 16 * v + i,
+                P->o + 16 * v + i, LM_G8_NR);
+    }
+    /* 16 rows x 16 dwords at a time through registers (kc is a multiple of 64 bytes but for
+     * a last chunk of 32-value groups: 32 or 96 bytes, whose other half is never read) */
+    for (long t = 0; t < dwords; t += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps((const float *)(P->rows + i * LM_G8_KC) + t);
+      lm_transpose16(r);
+      for (int u = 0; u < 16 && t + u < dwords; u++) _mm512_storeu_ps((float *)P->b + (2 * (t + u) + v) * 16, r[u]);
+    }
+    for (long l = 0; l < ng; l++) {
+      __m512i sum = _mm512_setzero_si512();
+      for (int j = 0; j < J; j++) sum = _mm512_dpbusd_epi32(sum, ones, _mm512_loadu_si512(P->b + ((l * J + j) * 2 + v) * 16));
+      _mm512_storeu_si512(P->start + l * 32 + 16 * v, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
+    }
+  }
+}
+
+/* ----- the micro-kernel ------------------------------------------------------------------- */
+/* ct[i][0 .. 32) += row i of panel p times the chunk's 32 rows of W over its ng groups
+ * (starting at group g0 of X) */
+static inline __attribute__((always_inline)) void lm_g8_kernel(const lm_g8x *X, long p, long g0, long ng,
+                                                               const lm_g8w *P, int G, int D, int mins,
+                                                               float *ct) {
+  const int MR = lm_g8_mr(D), J = G / 4;
+  const unsigned int *a = X->a + (p * X->groups + g0) * J * LM_G8_ROWS;
+  for (long l = 0; l < ng; l++) {
+    /* fully unrolled, so that the 24 accumulators live in registers (GCC keeps a rolled
+     * loop's array of them on the stack) */
+    __m512i acc[LM_G8_ROWS][2];
+#pragma GCC unroll 12
+    for (int r = 0; r < LM_G8_ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int j = 0; j < J; j++) {
+      const __m512i b0 = _mm512_loadu_si512(P->b + ((l * J + j) * 2) * 16);
+      const __m512i b1 = _mm512_loadu_si512(P->b + ((l * J + j) * 2 + 1) * 16);
+      const unsigned int *aj = a + (l * J + j) * LM_G8_ROWS;
+#pragma GCC unroll 12
+      for (int r = 0; r < LM_G8_ROWS; r++) {
+        const __m512i ar = _mm512_set1_epi32((int)aj[r]);
+        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], ar, b0);
+        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], ar, b1);
+      }
+    }
+    /* the first digit's + 128, removed: S1 - 128 * sum q */
+    const __m512i st[2] = {_mm512_loadu_si512(P->start + l * 32), _mm512_loadu_si512(P->start + l * 32 + 16)};
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) acc[i][0] = _mm512_add_epi32(acc[i][0], st[0]), acc[i][1] = _mm512_add_epi32(acc[i][1], st[1]);
+#pragma GCC unroll 12
+    for (int i = 0; i < MR; i++) {
+      const long row = (p * MR + i) * X->groups + g0 + l;
+      const __m512 dx = _mm512_set1_ps(X->dx[row]);
+      for (int v = 0; v < 2; v++) {
+        __m512 f;
+        if (D == 3) {
+          const __m512i t = _mm512_add_epi32(_mm512_slli_epi32(acc[i][v], 8), acc[MR + i][v]);
+          f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * MR + i][v]), _mm512_set1_ps(1.0f / 256.0f), _mm512_cvtepi32_ps(t));
+        } else {
+          f = _mm512_cvtepi32_ps(acc[i][v]);
+        }
+        __m512 c = _mm512_loadu_ps(ct + i * LM_G8_NR + 16 * v);
+        c = _mm512_fmadd_ps(f, _mm512_mul_ps(dx, _mm512_loadu_ps(P->s + l * 32 + 16 * v)), c);
+        if (mins) c = _mm512_fmadd_ps(_mm512_set1_ps(X->xs[row]), _mm512_loadu_ps(P->o + l * 32 + 16 * v), c);
+        _mm512_storeu_ps(ct + i * LM_G8_NR + 16 * v, c);
+      }
+    }
+  }
+}
+
+/* every panel of W (32 of its rows) times every row of x, for format q with D digits */
+static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long K, const lm_mat *A,
+                                                            const long *aoff, const lm_qmat *W,
+                                                            const lm_out *C, const lm_g8x *X,
+                                                            int q, int D) {
+  const int G = q == LM_Q6_K ? 16 : 32, J = G / 4, MR = lm_g8_mr(D);
+  const int mins = q == LM_Q4_1 || q == LM_Q4_K || q == LM_Q5_K;
+  const long cg = LM_G8_KC / G, rows = X->rows;
+  float *wrow = (float *)malloc(sizeof(float) * 2 * K), *tmp = wrow + K;
+  float *ct = (float *)aligned_alloc(64, sizeof(float) * LM_G8_NR * X->panels * MR);
+  lm_g8w P;
+  P.b = (int *)aligned_alloc(64, sizeof(int) * (cg * J * LM_G8_NR + 3 * cg * LM_G8_NR) + 16 * LM_G8_KC);
+  P.start = P.b + cg * J * LM_G8_NR;
+  P.s = (float *)(P.start + cg * LM_G8_NR);
+  P.o = P.s + cg * LM_G8_NR;
+  P.rows = (signed char *)(P.o + cg * LM_G8_NR);
+  const long panels = (N + LM_G8_NR - 1) / LM_G8_NR;
+  lm_for_begin(panels);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+    for (long t = lo; t < hi; t++) {
+      const long n0 = t * LM_G8_NR, nc = N - n0 < LM_G8_NR ? N - n0 : LM_G8_NR;
+      memset(ct, 0, sizeof(float) * LM_G8_NR * X->panels * MR);
+      for (long g0 = 0; g0 < X->groups; g0 += cg) {
+        const long ng = X->groups - g0 < cg ? X->groups - g0 : cg;
+        lm_g8_pack(W, q, G, N, n0, g0, ng, &P);
+        for (long p = 0; p < X->panels; p++)
+          lm_g8_kernel(X, p, g0, ng, &P, G, D, mins, ct + p * MR * LM_G8_NR);
+      }
+      /* rows without a rounding: float dot products with W's decoded rows (NaN and
+       * infinities propagate as in the float GEMM) */
+      for (long j = 0; j < nc; j++) {
+        int decoded = 0;
+        for (long r = 0; r < rows; r++) {
+          if (!X->bad[r]) continue;
+          if (!decoded) lm_decode_row(W, n0 + j, 0, K, wrow), decoded = 1;
+          const float *x = lm_row_f32(A->p, A->dt, aoff[r / M] + r % M * A->rs, A->ks, K, tmp);
+          float acc = 0.0f;
+          for (long k = 0; k < K; k++) acc = fmaf(x[k], wrow[k], acc);
+          ct[r * LM_G8_NR + j] = acc;
+        }
+      }
+      for (long r = 0; r < rows; r++) {
+        const long b = r / M, m = r % M, at = C->off[b] + m * C->rs + n0;
+        if (C->dt == LM_F32) memcpy((float *)C->p + at, ct + r * LM_G8_NR, sizeof(float) * nc);
+        else for (long j = 0; j < nc; j++) lm_put(C->p, C->dt, at + j, ct[r * LM_G8_NR + j]);
+      }
+    }
+  free(ct);
+  free(P.b);
+  free(wrow);
+}
+
+static inline __attribute__((always_inline)) void lm_g8_run_q(long M, long N, long K, const lm_mat *A,
+                                                              const long *aoff, const lm_qmat *W,
+                                                              const lm_out *C, const lm_g8x *X, int D) {
+  switch (W->q) {
+    case LM_Q8_0: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q8_0, D); break;
+    case LM_Q4_0: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q4_0, D); break;
+    case LM_Q4_1: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q4_1, D); break;
+    case LM_Q5_0: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q5_0, D); break;
+    case LM_Q4_K: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q4_K, D); break;
+    case LM_Q5_K: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q5_K, D); break;
+    default: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q6_K, D); break;
+  }
+}
+
+/* C[b] = A[b] * W^T through int8 digits of x: 3 (x_prec LM_X_I16, float-like) or 1
+ * (LM_X_I8); 0 (nothing written) on machines without the instructions. One thread allocates
+ * the digits, all round their share of the rows, then take panels of W. Whether a row has a
+ * rounding is decided inside those loops, not by each thread before them: a thread that
+ * arrives late (the others may have finished the whole product and gone on to overwrite x)
+ * must run the same loops as the others, whatever it would read. */
+static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+                      const lm_qmat *W, const lm_out *C) {
+  if (nb <= 0 || M <= 0 || N <= 0 || K <= 0) return 0;
+  const int D = W->x_prec == LM_X_I8 ? 1 : 3, MR = lm_g8_mr(D), G = W->q == LM_Q6_K ? 16 : 32;
+  lm_g8x X;
+  X.groups = K / G;
+  X.rows = nb * M;
+  X.panels = (X.rows + MR - 1) / MR;
+  const size_t adw = (size_t)X.panels * X.groups * (G / 4) * LM_G8_ROWS;
+  const size_t fl = (size_t)X.panels * MR * X.groups;
+  lm_for_begin(1);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+    *lm_team_shared() = aligned_alloc(64, (sizeof(int) * (adw + X.rows) + 2 * sizeof(float) * fl + 63) / 64 * 64);
+  void *mem = *lm_team_shared();
+  X.a = (unsigned int *)mem;
+  X.dx = (float *)(X.a + adw);
+  X.xs = X.dx + fl;
+  X.bad = (int *)(X.xs + fl);
+  float *tmp = (float *)malloc(sizeof(float) * K);
+  lm_for_begin(X.panels);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+    for (long p = lo; p < hi; p++) lm_g8_panel(A, aoff, M, K, G, D, p, tmp, &X);
+  free(tmp);
+  if (D == 3) lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 3);
+  else lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 1);
+  lm_for_begin(1); /* once every loop reading the digits is done */
+  for (long lo, hi; lm_for_next(&lo, &hi);) free(mem);
+  return 1;
+}
+#else
+/* no AVX-512 BW / DQ / VNNI: the float GEMM does all the work */
+static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+                      const lm_qmat *W, const lm_out *C) {
+  (void)nb, (void)aoff, (void)M, (void)N, (void)K, (void)A, (void)W, (void)C;
+  return 0;
+}
+#endif
