@@ -357,6 +357,7 @@ static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const l
       ok = lm_q8x_quantize(x[m], K, block, r);
     }
   }
+  /* one team loop, as the float fallback: see lm_q16_gemv on why that matters */
   if (ok) lm_q8_gemv_formats(nb, M, N, K, xs, W, C);
   free(buf);
   free(mem);

@@ -376,6 +376,11 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
       ok = lm_q16x_quantize(x[m], K, q, order, r);
     }
   }
+  /* Each thread decides from x alone, and a late thread may read x after the team has moved
+   * on and reused its buffer, so threads can take different paths. That is safe only because
+   * both paths are one team loop (the float matvec too): the late thread's loop number still
+   * matches, and it finds that loop complete. A fallback with more loops would hang the team
+   * (qgemm8.c decides per row inside its loops for that reason). */
   if (ok) lm_q16_gemv_formats(nb, M, N, K, xs, W, C);
   free(buf);
   free(mem);
