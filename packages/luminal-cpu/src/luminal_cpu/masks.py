@@ -131,4 +131,3 @@ def window_intervals(value: Value, var: Expr, extent: Expr, steps: dict[str, int
             previous = truth
         intervals[-1] = (intervals[-1][0], i)
     return intervals if len(intervals) > 1 else None
-

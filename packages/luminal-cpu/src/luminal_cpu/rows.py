@@ -50,8 +50,6 @@ from .masks import (
 # longest reduction a concatenation along the row keeps inside its row loops (YOLOv8's DFL
 # head: the max over 16 bins of the three scales' concatenated anchors)
 RUN_REDUCE_MAX = 16
-
-
 # widest row of a padded window kept in one loop with its column masks (see `windows`)
 MASKED_ROW_MAX = 64
 

@@ -116,8 +116,7 @@ def _csrc(name: str) -> str:
 def runtime_source() -> str:
     """The complete C source of the runtime library (GEMM, GEMV, quantized kernels)."""
     return "\n".join((C.prelude(), _csrc("runtime.h"), _csrc("runtime.c"), _csrc("kquant.c"),
-                      _csrc("qgemv.c"), _csrc("qgemv16.c"),
-                      _csrc("qgemm8.c")))
+                      _csrc("qgemv.c"), _csrc("qgemv16.c"), _csrc("qgemm8.c")))
 
 
 def _render_matmul(mm: Matmul, name: str) -> str:

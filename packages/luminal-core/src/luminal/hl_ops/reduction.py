@@ -290,7 +290,6 @@ def _cat_last(a: GraphTensor, b: GraphTensor) -> GraphTensor:
     return cat([a, b], dim=-1)
 
 
-
 def _memory_order(x: GraphTensor) -> list[int] | None:
     """The axes of a permuted view `x` (positive constant strides) from the largest stride to the
     smallest, or None when that is already their order. Softmax's max, exponentials and sum
