@@ -42,26 +42,30 @@ RUN = Expr.var("lm_l", 0, 1 << 30)  # the position in the run of outputs
 
 # 2^x in arithmetic the compiler vectorises inline: in an epilogue over a tile's 32 columns,
 # libmvec's exp2f (a call per 16 lanes, `lm_exp2`'s range masks around it) cost more than
-# the tile's store and read back it saves. x = k + f with k = rint(x), |f| <= 1/2; e^(f ln 2)
-# by its Taylor series to degree 7 (remainder below 6e-9 relative), times 2^k as two powers
-# of two, so results from 2^-151 (rounds to 0) to 2^129 (infinity) round once, subnormals
-# included; NaN stays NaN. Within 2 ulp of exp2f.
+# the tile's store and read back it saves. x = k + f with k = rint(x), |f| <= 1/2; 2^f as the
+# Taylor series of e^(f ln 2) to degree 7 (remainder below 6e-9 relative), its coefficients
+# ln(2)^i / i! folded and evaluated with explicit fmaf (one rounding per step, whatever
+# -ffp-contract says), times 2^k as two powers of two, so results from 2^-151 (rounds to 0)
+# to 2^129 (infinity) round once, subnormals included; NaN stays NaN. Within 1 ulp of exp2
+# (every 37th float from -170 to 150 against double precision). The fmaf and folded steps
+# took a bias + SiLU epilogue from 0.79 to 0.60 ns per output (Zen 4, one thread, a C
+# microbenchmark over 32 x 65536 outputs): SiLU's exp is most of an epilogue's arithmetic.
 _EXP2 = """\
 #ifndef LM_EPI_EXP2
 #define LM_EPI_EXP2
 static inline float lm_epi_exp2(float x) {
   float t = x > -151.0f ? x : -151.0f;  /* NaN too: put back at the end */
   t = t < 129.0f ? t : 129.0f;
-  const float k = rintf(t), y = (t - k) * 0.69314718055994531f;
-  float p = 1.0f / 5040.0f;
-  p = p * y + 1.0f / 720.0f;
-  p = p * y + 1.0f / 120.0f;
-  p = p * y + 1.0f / 24.0f;
-  p = p * y + 1.0f / 6.0f;
-  p = p * y + 0.5f;
-  p = p * y + 1.0f;
-  p = p * y + 1.0f;
-  const int k1 = (int)k / 2, k2 = (int)k - k1;
+  const float k = rintf(t), y = t - k;
+  float p = 1.52527338e-5f;
+  p = fmaf(p, y, 1.54035304e-4f);
+  p = fmaf(p, y, 1.33335581e-3f);
+  p = fmaf(p, y, 9.61812911e-3f);
+  p = fmaf(p, y, 5.55041087e-2f);
+  p = fmaf(p, y, 2.40226507e-1f);
+  p = fmaf(p, y, 6.93147181e-1f);
+  p = fmaf(p, y, 1.0f);
+  const int k1 = (int)k >> 1, k2 = (int)k - k1;  /* floor: both powers stay normal */
   union { int i; float f; } s1 = {(k1 + 127) << 23}, s2 = {(k2 + 127) << 23};
   const float r = p * s1.f * s2.f;
   return x != x ? x : r;
