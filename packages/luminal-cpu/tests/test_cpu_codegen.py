@@ -84,7 +84,7 @@ def test_only_enough_outer_axes_are_work_shared():
 
     (kernel,) = lowered(build).kernels
     source = render_kernel(kernel, "k", C)
-    assert "lm_for_begin((64) * (4))" in source and source.count("for (long _i") == 4
+    assert "lm_for_begin_work((64) * (4), " in source and source.count("for (long _i") == 4
 
 
 def test_axes_merge_into_one_flat_loop_for_contiguous_elementwise():
@@ -124,7 +124,7 @@ def half_kernel() -> Kernel:
 
 
 @pytest.mark.parametrize(("dialect", "expected"), [
-    (C, ["lm_for_begin(", "_Float16", "sqrtf(", "#pragma omp simd reduction(+:"]),
+    (C, ["lm_for_begin_work(", "_Float16", "sqrtf(", "#pragma omp simd reduction(+:"]),
 ])
 def test_dialects_render_the_same_kernel(half_kernel, dialect, expected):
     source = render_kernel(half_kernel, "k", dialect)

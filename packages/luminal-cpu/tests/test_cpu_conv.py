@@ -118,15 +118,17 @@ def test_direct_conv_matches_torch_with_nan_and_inf(x_shape, w_shape, stride, pa
     assert direct_convs(g) == direct
 
 
-def test_stride_two_splits_reused_across_tiles_on_two_threads(monkeypatch):
+@pytest.mark.parametrize("x_shape", [(1, 6, 14, 190), (1, 6, 66, 140)])
+def test_stride_two_splits_reused_across_tiles_on_two_threads(monkeypatch, x_shape):
     """A stride-2 convolution's even / odd input split is kept by each thread for the next
     tile over the same columns (`direct_conv.SPLIT_CACHE_BYTES`): with 2 threads a thread's
     chunk starts inside a column's run of output-channel tiles (5 channel tiles, 3 column
-    tiles, 7 rows: 105 tiles), so it must split anew there. Same bits as on one thread and
-    torch's values."""
+    tiles, 7 rows: 105 tiles, one chunk per thread; 33 rows: 495 tiles, work enough for two
+    chunks per thread, `lm_for_begin_work`), so it must split anew there. Same bits as on
+    one thread and torch's values."""
     from luminal_cpu import threads
 
-    x_shape, w_shape = (1, 6, 14, 190), (37, 6, 3, 3)
+    w_shape = (37, 6, 3, 3)
     xs, ws, bs = randn(*x_shape), randn(*w_shape), randn(w_shape[0])
     results = []
     for count in ("1", "2"):

@@ -141,6 +141,29 @@ def test_results_do_not_depend_on_the_thread_count(monkeypatch, count, m, k, n):
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_finely_chunked_loops_give_the_same_bits_on_any_thread_count(monkeypatch, count):
+    """A kernel of 300 x 700 points is work enough for several chunks per thread
+    (`lm_for_begin_work`), which threads claim as they finish: every row is still computed
+    once, the same way."""
+    monkeypatch.setattr(threads.governor(), "threads", lambda: count)
+    xs = np.random.default_rng(1).standard_normal((300, 700), dtype=np.float32)
+    g = lm.Graph()
+    x = g.tensor((300, 700), name="x").set(xs)
+    y = ((x * 2.0).exp2() + x).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    g.execute()
+    ref = lm.Graph()
+    rx = ref.tensor((300, 700), name="x").set(xs)
+    ry = ((rx * 2.0).exp2() + rx).retrieve()
+    monkeypatch.setattr(threads.governor(), "threads", lambda: 1)
+    ref.compile((lm.GenericCompiler(), CpuBackend()))
+    ref.execute()
+    np.testing.assert_array_equal(y.numpy(), ry.numpy())
+    np.testing.assert_allclose(y.numpy(), np.exp2(2.0 * xs.astype(np.float64)) + xs,
+                               rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/stat"), reason="no /proc/stat (not Linux)")
 def test_busy_seconds_reads_the_cpus_of_this_process():
     cpus = threads._cpus()

@@ -12,10 +12,13 @@ from luminal_codegen import Dialect, unravel_declarations
 
 
 def _shared_loop(n: str, body: list[str], simd: bool = False,
-                 chunk_start: tuple[str, ...] = ()) -> list[str]:
+                 chunk_start: tuple[str, ...] = (), points: str | None = None) -> list[str]:
     """A loop over `lm_i` in [0, n) whose iterations the team shares (csrc/runtime.h);
-    `chunk_start` runs before each chunk [lm_lo, lm_hi) a thread claims."""
-    return [f"lm_for_begin({n});",
+    `chunk_start` runs before each chunk [lm_lo, lm_hi) a thread claims. `points`, the
+    domain's size, sizes the chunks (`lm_for_begin_work`: about a nanosecond a point, what
+    YOLOv8n's elementwise, pool and concatenation kernels take on Zen 4)."""
+    begin = f"lm_for_begin({n});" if points is None else f"lm_for_begin_work({n}, {points});"
+    return [begin,
             "for (long lm_lo, lm_hi; lm_for_next(&lm_lo, &lm_hi);) {",
             *("  " + x for x in chunk_start),
             *(["  #pragma omp simd"] if simd else []),
@@ -69,7 +72,9 @@ class CDialect(Dialect):
     # noinline keeps the entry point small: gcc's time grows with function size
     kernel_qualifier = "__attribute__((noinline)) static"
 
-    def domain(self, extents, names, body, simd_last=False):
+    def domain(self, extents, names, body, simd_last=False, row="1"):
+        """The work-shared loops over `extents`; `row`: the points each point's `body` runs
+        (a row kernel's row), for sizing the team's chunks."""
         if not names:
             return _shared_loop("1", body)
         ordered = self.ordered(extents, names)
@@ -77,9 +82,9 @@ class CDialect(Dialect):
         extents, names = ordered
         if len(names) == 1:
             return _shared_loop(extents[0], [f"const long {names[0]} = lm_i;", *body],
-                                simd=simd_last)
+                                simd=simd_last, points=f"({extents[0]}) * ({row})")
         if self.split_axis == 1:
-            return self._blocks(extents, names, body, simd_last)
+            return self._blocks(extents, names, body, simd_last, row)
         last, n = names[-1], extents[-1]
         inner = [*(["#pragma omp simd"] if simd_last else []),
                  f"for (long {last} = 0; {last} < {n}; {last}++) {{", *("  " + b for b in body),
@@ -93,7 +98,8 @@ class CDialect(Dialect):
             *inner,
             *("}" for _ in heads[shared:]),
             step,
-        ], chunk_start=tuple(start))
+        ], chunk_start=tuple(start),
+            points=" * ".join(f"({e})" for e in (*extents, row)))
 
     def _shared_axes(self, extents: list[str]) -> int:
         """How many outer axes (not the last) one work-shared loop collapses: those outside
@@ -112,7 +118,7 @@ class CDialect(Dialect):
                 break
         return shared
 
-    def _blocks(self, extents, names, body, simd_last):
+    def _blocks(self, extents, names, body, simd_last, row):
         """The team shares every axis, the last in blocks of `SPLIT_BLOCK` points (a few
         long rows, or one, still keep every thread busy)."""
         last, n, block = names[-1], extents[-1], SPLIT_BLOCK
@@ -125,7 +131,8 @@ class CDialect(Dialect):
                 f"const long lm_j1 = ({n}) - lm_j0 < {block} ? ({n}) : lm_j0 + {block};",
                 *(["#pragma omp simd"] if simd_last else []),
                 f"for (long {last} = lm_j0; {last} < lm_j1; {last}++) {{",
-                *("  " + b for b in body), "}"]),
+                *("  " + b for b in body), "}"],
+                points=" * ".join(f"({e})" for e in (*extents, row))),
         ]
 
     def split_reduction(self, extents, names, arrays, count, partial, final):

@@ -189,5 +189,6 @@ def render(kernel: Kernel, name: str) -> str | None:
     params = [(C.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
     dialect = C.tuned(kernel.tuning) if kernel.tuning else C  # a searched schedule's split
     return "\n".join([C.signature(name, params, [names[d] for d in dims]) + " {",
-                      *("  " + x for x in dialect.domain(extents[:-1], axes[:-1], body)),
+                      *("  " + x for x in dialect.domain(extents[:-1], axes[:-1], body,
+                                                              row=extents[-1])),
                       "}"]) + "\n"

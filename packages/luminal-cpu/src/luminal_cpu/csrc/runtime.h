@@ -22,6 +22,13 @@ typedef struct {
 void lm_team_enter(lm_team *team);
 void lm_team_leave(void);
 void lm_for_begin(long n);
+/* lm_for_begin for a loop whose iterations take about `ns` nanoseconds on one core in all:
+ * one chunk per thread when that is short, else finer chunks (up to 8 per thread, of at
+ * least 20 us each) that the threads claim as they finish. One chunk per thread is cheapest
+ * when the halves take equally long, but a thread the OS preempts, an iteration range that
+ * costs more than another (a concatenation whose second half pools) or a core that runs a
+ * few percent slower leaves the other thread waiting for up to half the loop. */
+void lm_for_begin_work(long n, long ns);
 int lm_for_next(long *lo, long *hi);
 
 enum { LM_F32 = 0, LM_F16 = 1, LM_BF16 = 2 };
