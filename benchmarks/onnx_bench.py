@@ -10,6 +10,13 @@ inter-op thread). After one warm-up run each (luminal's includes compilation, re
 apart), the timed runs alternate between the systems round by round, so both see the same
 machine load; the table gives medians and the best run. Each output is checked against the
 other (max abs difference) so a fast wrong answer cannot pass unnoticed.
+
+Each timed run starts `--settle` seconds after the previous one ended: both systems' worker
+threads keep spinning after a run returns (onnxruntime's ~50 ms on Zen 4, luminal-cpu's
+OpenMP workers ~10 ms), and without the pause that spin ran on a core the next system's
+threads needed and its CPU time was counted in the next system's `process_time` (with
+`--settle 0`, 2 threads, quiet Zen 4: luminal-cpu's CPU per image 312 ms, ~50 of them
+onnxruntime's).
 """
 
 from __future__ import annotations
@@ -49,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
                              "use, %(default)s)")
     parser.add_argument("--rounds", type=int, default=7, help="timed runs per system")
     parser.add_argument("--backend", default="cpu", help="luminal backend (default: cpu)")
+    parser.add_argument("--settle", type=float, default=0.15,
+                        help="seconds of idle before each timed run, so the other system's "
+                             "spinning workers have stopped (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before luminal-cpu reads it
@@ -80,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     for _ in range(args.rounds):
         for name, fn in runs.items():
+            time.sleep(args.settle)
             start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             times[name].append(time.perf_counter() - start)
@@ -93,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, t in times.items()}
     result = {
         "model": path.name, "input": [1, 3, 1024, 1024], "threads": args.threads,
-        "backend": args.backend, "rounds": args.rounds, "cpu": _cpu_name(),
+        "backend": args.backend, "rounds": args.rounds, "settle_s": args.settle, "cpu": _cpu_name(),
         "luminal_first_run_s": round(first_run, 2), "max_abs_diff": max_diff,
         "systems": rows,
         "ratio": rows["luminal"]["images_per_s"] / rows["onnxruntime"]["images_per_s"],
