@@ -12,11 +12,11 @@ machine load; the table gives medians and the best run. Each output is checked a
 other (max abs difference) so a fast wrong answer cannot pass unnoticed.
 
 Each timed run starts `--settle` seconds after the previous one ended: both systems' worker
-threads keep spinning after a run returns (onnxruntime's ~50 ms on Zen 4, luminal-cpu's
-OpenMP workers ~10 ms), and without the pause that spin ran on a core the next system's
-threads needed and its CPU time was counted in the next system's `process_time` (with
-`--settle 0`, 2 threads, quiet Zen 4: luminal-cpu's CPU per image 312 ms, ~50 of them
-onnxruntime's).
+threads keep spinning after a run returns (on Zen 4, 2 threads: onnxruntime's for ~50 ms,
+luminal-cpu's OpenMP workers ~10 ms, measured as the process's CPU time while it sleeps),
+and without the pause that spin took a core the next system's threads needed and was counted
+in the next system's `process_time` (`--settle 0`, load average 5: luminal-cpu 269-285 ms of
+CPU per image against 232-234 with the pause).
 """
 
 from __future__ import annotations
