@@ -50,7 +50,7 @@ RUN = Expr.var("lm_l", 0, 1 << 30)  # the position in the run of outputs
 # (every 37th float from -170 to 150 against double precision). The fmaf and folded steps
 # took a bias + SiLU epilogue from 0.79 to 0.60 ns per output (Zen 4, one thread, a C
 # microbenchmark over 32 x 65536 outputs): SiLU's exp is most of an epilogue's arithmetic.
-_EXP2 = """\
+INLINE_EXP2 = """\
 #ifndef LM_EPI_EXP2
 #define LM_EPI_EXP2
 static inline float lm_epi_exp2(float x) {
@@ -73,11 +73,13 @@ static inline float lm_epi_exp2(float x) {
 #endif"""
 
 
-class _EpilogueDialect(CDialect):
+class _InlineExp2Dialect(CDialect):
     math_functions = {**CDialect.math_functions, "exp2": "lm_epi_exp2"}
 
 
-_C = _EpilogueDialect()
+# the C dialect with exp2 as `INLINE_EXP2` (a kernel using it includes that source): for
+# epilogues and row kernels (`rows`), where libmvec's call per 16 lanes is most of a SiLU
+INLINE_EXP2_C = _InlineExp2Dialect()
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,7 @@ def render_function(epi: Epilogue, name: str) -> list[str]:
     src = len(k.params)  # the run of the product: a parameter number the kernel leaves free
     value = map_loads(k.out.value, lambda x: replace(x, buf=src, index=RUN)
                       if x.buf in epi.product else x)
-    writer = BodyWriter(_C, {})
+    writer = BodyWriter(INLINE_EXP2_C, {})
     out = writer.emit(value)
     inputs = "".join(f", const {C.storage_type(k.params[j].dtype)} *restrict p{j}"
                      for j in epi.inputs)
@@ -178,7 +180,7 @@ def render_function(epi: Epilogue, name: str) -> list[str]:
         row = unravel_declarations("(lm_m0 + lm_i)", sizes[:split], names[:split])
         within = unravel_declarations(f"({at})", sizes[split:], names[split:])
     return [
-        *_EXP2.splitlines(),
+        *INLINE_EXP2.splitlines(),
         f"static __attribute__((noinline)) void {name}(const float *lm_src, long lm_lds, "
         f"float *lm_dst, long lm_ldd, long lm_m0, long lm_mr, long lm_n0, long lm_n{inputs}) {{",
         "  for (long lm_i = 0; lm_i < lm_mr; lm_i++) {",

@@ -38,6 +38,7 @@ from luminal_codegen.ir import Bind, Reduce, SoftmaxSum, Value, walk
 from luminal_codegen.render import SIMD_REDUCE_MIN
 
 from .dialect import C
+from .epilogue import INLINE_EXP2, INLINE_EXP2_C
 from .masks import (
     case_chain,
     case_intervals,
@@ -122,7 +123,7 @@ def render(kernel: Kernel, name: str) -> str | None:
 
     def loop(value: Value, lo: str, hi: str, writer_type: type[BodyWriter] = BodyWriter
              ) -> list[str]:
-        writer = writer_type(C, names, reduce_pragmas=False)
+        writer = writer_type(INLINE_EXP2_C, names, reduce_pragmas=False)
         v = writer.emit(value)
         store = C.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index), v)
         return [f"for (long {last} = {lo}; {last} < {hi}; {last}++) {{",
@@ -188,7 +189,10 @@ def render(kernel: Kernel, name: str) -> str | None:
         body = case_chain(var, intervals, kernel.out.value, windows if windowed else row)
     params = [(C.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
     dialect = C.tuned(kernel.tuning) if kernel.tuning else C  # a searched schedule's split
-    return "\n".join([C.signature(name, params, [names[d] for d in dims]) + " {",
+    # exp2 inline (`epilogue.INLINE_EXP2`): a concatenation's bias + SiLU branch ran at 0.99
+    # ns per element with libmvec's exp2f, 0.44 inline (Zen 4, one thread, in cache)
+    prelude = [INLINE_EXP2] if any("lm_epi_exp2" in x for x in body) else []
+    return "\n".join([*prelude, C.signature(name, params, [names[d] for d in dims]) + " {",
                       *("  " + x for x in dialect.domain(extents[:-1], axes[:-1], body,
                                                               row=extents[-1])),
                       "}"]) + "\n"
