@@ -48,8 +48,8 @@ RUN = Expr.var("lm_l", 0, 1 << 30)  # the position in the run of outputs
 # -ffp-contract says), times 2^k as two powers of two, so results from 2^-151 (rounds to 0)
 # to 2^129 (infinity) round once, subnormals included; NaN stays NaN. Within 1 ulp of exp2
 # (every 37th float from -170 to 150 against double precision). The fmaf and folded steps
-# took a bias + SiLU epilogue from 0.79 to 0.60 ns per output (Zen 4, one thread, a C
-# microbenchmark over 32 x 65536 outputs): SiLU's exp is most of an epilogue's arithmetic.
+# took a bias + SiLU epilogue from 0.67-0.79 to 0.50-0.52 ns per output (Zen 4, one thread,
+# a C microbenchmark over 32 x 65536 outputs): SiLU's exp is most of an epilogue's arithmetic.
 INLINE_EXP2 = """\
 #ifndef LM_EPI_EXP2
 #define LM_EPI_EXP2
