@@ -29,8 +29,9 @@
  * s = d sc (sub-blocks of 16). The offsets meet the sums of x's groups (as kept).
  *
  * Per group and output, int32 sums S1, S2, S3 of (digit) * (quant) are joined as
- * T = S1 * 256 + S2 (exact) and f = float(T) + float(S3) / 256 (two float32 roundings:
- * about 6e-8 of sum |x q| / dx), then C += f * (dx s) (+ o * sum x). Overflow: a sum holds
+ * T = S1 * 256 + S2, exactly, in one accumulator (S1's products, a shift left by 8, then S2's)
+ * and f = float(T) + float(S3) / 256 (two float32 roundings: about 6e-8 of sum |x q| / dx),
+ * then C += f * (dx s) (+ o * sum x). Overflow (at every step of those sums): a sum holds
  * G = 32 products of a digit (<= 255) and a quant (|q| <= 128): |S| <= 1,044,480, and S1's
  * start |128 * sum q| <= 524,288; S1 ends as sum (q1) q, |S1| <= 32 * 128 * 128 = 524,288,
  * so |T| <= 524,288 * 256 + 1,044,480 = 135,266,304 < 2^31 - 1 (vpdpbusd sums four products
