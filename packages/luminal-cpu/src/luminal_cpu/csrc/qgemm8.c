@@ -8,7 +8,8 @@
  * then moved into panels by 16 x 16 dword transposes; `vpgatherdd` straight from the rows
  * cost 15% of the GEMM on Zen 4) and meet x in `vpdpbusd`: 64 products (u8 x s8, four summed
  * per int32 lane) per instruction. With three digits of x that is 21 products per
- * instruction at best, measured 1.13x on a Gemma 3 layer's matmuls; with one, 2.2x.
+ * instruction at best, measured 1.04-1.09x over the float GEMM on a Gemma 3 layer's matmuls
+ * (M = 128, Zen 4); with one, 2.1-2.2x.
  *
  * x. Each group of G values of a row of x (G = 32; 16 for Q6_K, whose scales change every 16)
  * is scaled by dx = max|x| / 127 to t = x / dx in [-127, 127] and written as D unsigned
@@ -29,8 +30,9 @@
  * s = d sc (sub-blocks of 16). The offsets meet the sums of x's groups (as kept).
  *
  * Per group and output, int32 sums S1, S2, S3 of (digit) * (quant) are joined as
- * T = S1 * 256 + S2 (exact) and f = float(T) + float(S3) / 256 (two float32 roundings:
- * about 6e-8 of sum |x q| / dx), then C += f * (dx s) (+ o * sum x). Overflow: a sum holds
+ * T = S1 * 256 + S2, exactly, in one accumulator (S1's products, a shift left by 8, then S2's)
+ * and f = float(T) + float(S3) / 256 (two float32 roundings: about 6e-8 of sum |x q| / dx),
+ * then C += f * (dx s) (+ o * sum x). Overflow (at every step of those sums): a sum holds
  * G = 32 products of a digit (<= 255) and a quant (|q| <= 128): |S| <= 1,044,480, and S1's
  * start |128 * sum q| <= 524,288; S1 ends as sum (q1) q, |S1| <= 32 * 128 * 128 = 524,288,
  * so |T| <= 524,288 * 256 + 1,044,480 = 135,266,304 < 2^31 - 1 (vpdpbusd sums four products
@@ -268,6 +270,72 @@ static inline __attribute__((always_inline)) void lm_g8_pack(const lm_qmat *W, i
 }
 
 /* ----- the micro-kernel ------------------------------------------------------------------- */
+/* The int32 sums of a group are formed in inline asm: GCC 12 compiled the same loop in C
+ * (fully unrolled) with its 24 accumulators moved through other registers and the stack,
+ * about as many instructions as the vpdpbusd themselves (1.15x slower on a Gemma 3 layer).
+ * Per dword j of the group: W's two vectors (zmm30, zmm31), then per row of x its digit dword
+ * broadcast (zmm29) and its two products. The accumulators are asm outputs only, started in
+ * the asm, and its pointers are fixed scratch registers (r10: x, r11: W, rax: the count):
+ * GCC allows 30 operands and an in-out one counts twice. */
+/* digit dword at byte `off` of the row's a (x's unsigned digits) times W's two vectors into
+ * accumulators ra, rb */
+#define LM_G8_DP(off, ra, rb)                                                               \
+  "vpbroadcastd " #off "(%%r10), %%zmm29\n\t"                                                \
+  "vpdpbusd %%zmm30, %%zmm29, %[" #ra "]\n\t"                                               \
+  "vpdpbusd %%zmm31, %%zmm29, %[" #rb "]\n\t"
+/* accumulators ra, rb start at the first digit's - 128 * sum q (the + 128 removed) */
+#define LM_G8_START(ra, rb) "vmovdqu32 (%[st]), %[" #ra "]\n\t" "vmovdqu32 64(%[st]), %[" #rb "]\n\t"
+#define LM_G8_ZERO(ra, rb) "vpxord %[" #ra "], %[" #ra "], %[" #ra "]\n\t" \
+                           "vpxord %[" #rb "], %[" #rb "], %[" #rb "]\n\t"
+#define LM_G8_SHIFT(ra, rb) "vpslld $8, %[" #ra "], %[" #ra "]\n\t" "vpslld $8, %[" #rb "], %[" #rb "]\n\t"
+/* one pass over the group's J dwords (W's 128 bytes and x's 48 per dword) */
+#define LM_G8_LOOP(body)                                                                    \
+  "movq %[a0], %%r10\n\t" "movq %[b0], %%r11\n\t" "movq %[nj], %%rax\n\t"                      \
+  "1:\n\t"                                                                                  \
+  "vmovdqu32 (%%r11), %%zmm30\n\t" "vmovdqu32 64(%%r11), %%zmm31\n\t"                         \
+  body                                                                                      \
+  "addq $128, %%r11\n\t" "addq $48, %%r10\n\t" "decq %%rax\n\t" "jnz 1b\n\t"
+#define LM_G8_OUT(i, c) [c##i##a] "=&v"(c[i][0]), [c##i##b] "=&v"(c[i][1])
+#define LM_G8_IN [a0] "r"(a0), [b0] "r"(b0), [st] "r"(st), [nj] "r"((long)J)
+
+/* One digit (12 rows of x): c[i] = sum over the group of row i's digit times W's quants,
+ * less 128 sum q. */
+static inline __attribute__((always_inline)) void lm_g8_sums1(const unsigned int *a0, const int *b0,
+                                                              const int *st, int J, __m512i c[12][2]) {
+  __asm__(LM_G8_START(c0a, c0b) LM_G8_START(c1a, c1b) LM_G8_START(c2a, c2b) LM_G8_START(c3a, c3b)
+          LM_G8_START(c4a, c4b) LM_G8_START(c5a, c5b) LM_G8_START(c6a, c6b) LM_G8_START(c7a, c7b)
+          LM_G8_START(c8a, c8b) LM_G8_START(c9a, c9b) LM_G8_START(c10a, c10b) LM_G8_START(c11a, c11b)
+          LM_G8_LOOP(LM_G8_DP(0, c0a, c0b) LM_G8_DP(4, c1a, c1b) LM_G8_DP(8, c2a, c2b)
+                     LM_G8_DP(12, c3a, c3b) LM_G8_DP(16, c4a, c4b) LM_G8_DP(20, c5a, c5b)
+                     LM_G8_DP(24, c6a, c6b) LM_G8_DP(28, c7a, c7b) LM_G8_DP(32, c8a, c8b)
+                     LM_G8_DP(36, c9a, c9b) LM_G8_DP(40, c10a, c10b) LM_G8_DP(44, c11a, c11b))
+          : LM_G8_OUT(0, c), LM_G8_OUT(1, c), LM_G8_OUT(2, c), LM_G8_OUT(3, c), LM_G8_OUT(4, c),
+            LM_G8_OUT(5, c), LM_G8_OUT(6, c), LM_G8_OUT(7, c), LM_G8_OUT(8, c), LM_G8_OUT(9, c),
+            LM_G8_OUT(10, c), LM_G8_OUT(11, c)
+          : LM_G8_IN
+          : "r10", "r11", "rax", "zmm29", "zmm30", "zmm31", "cc", "memory");
+}
+
+/* Three digits (4 rows of x, digit d of row i at dword d 4 + i): t[i] = 256 S1 + S2 (S1 less
+ * 128 sum q), formed exactly in one accumulator (a first pass for S1, shifted, then S2 added:
+ * the bound in the header holds at every step), and u[i] = S3. */
+static inline __attribute__((always_inline)) void lm_g8_sums3(const unsigned int *a0, const int *b0,
+                                                              const int *st, int J, __m512i t[4][2],
+                                                              __m512i u[4][2]) {
+  __asm__(LM_G8_START(t0a, t0b) LM_G8_START(t1a, t1b) LM_G8_START(t2a, t2b) LM_G8_START(t3a, t3b)
+          LM_G8_ZERO(u0a, u0b) LM_G8_ZERO(u1a, u1b) LM_G8_ZERO(u2a, u2b) LM_G8_ZERO(u3a, u3b)
+          LM_G8_LOOP(LM_G8_DP(0, t0a, t0b) LM_G8_DP(4, t1a, t1b) LM_G8_DP(8, t2a, t2b)
+                     LM_G8_DP(12, t3a, t3b))
+          LM_G8_SHIFT(t0a, t0b) LM_G8_SHIFT(t1a, t1b) LM_G8_SHIFT(t2a, t2b) LM_G8_SHIFT(t3a, t3b)
+          LM_G8_LOOP(LM_G8_DP(16, t0a, t0b) LM_G8_DP(20, t1a, t1b) LM_G8_DP(24, t2a, t2b)
+                     LM_G8_DP(28, t3a, t3b) LM_G8_DP(32, u0a, u0b) LM_G8_DP(36, u1a, u1b)
+                     LM_G8_DP(40, u2a, u2b) LM_G8_DP(44, u3a, u3b))
+          : LM_G8_OUT(0, t), LM_G8_OUT(1, t), LM_G8_OUT(2, t), LM_G8_OUT(3, t), LM_G8_OUT(0, u),
+            LM_G8_OUT(1, u), LM_G8_OUT(2, u), LM_G8_OUT(3, u)
+          : LM_G8_IN
+          : "r10", "r11", "rax", "zmm29", "zmm30", "zmm31", "cc", "memory");
+}
+
 /* ct[i][0 .. 32) += row i of panel p times the chunk's 32 rows of W over its ng groups
  * (starting at group g0 of X) */
 static inline __attribute__((always_inline)) void lm_g8_kernel(const lm_g8x *X, long p, long g0, long ng,
@@ -276,39 +344,17 @@ static inline __attribute__((always_inline)) void lm_g8_kernel(const lm_g8x *X, 
   const int MR = lm_g8_mr(D), J = G / 4;
   const unsigned int *a = X->a + (p * X->groups + g0) * J * LM_G8_ROWS;
   for (long l = 0; l < ng; l++) {
-    /* fully unrolled, so that the 24 accumulators live in registers (GCC keeps a rolled
-     * loop's array of them on the stack) */
-    __m512i acc[LM_G8_ROWS][2];
-#pragma GCC unroll 12
-    for (int r = 0; r < LM_G8_ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_si512();
-#pragma GCC unroll 8
-    for (int j = 0; j < J; j++) {
-      const __m512i b0 = _mm512_loadu_si512(P->b + ((l * J + j) * 2) * 16);
-      const __m512i b1 = _mm512_loadu_si512(P->b + ((l * J + j) * 2 + 1) * 16);
-      const unsigned int *aj = a + (l * J + j) * LM_G8_ROWS;
-#pragma GCC unroll 12
-      for (int r = 0; r < LM_G8_ROWS; r++) {
-        const __m512i ar = _mm512_set1_epi32((int)aj[r]);
-        acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], ar, b0);
-        acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], ar, b1);
-      }
-    }
-    /* the first digit's + 128, removed: S1 - 128 * sum q */
-    const __m512i st[2] = {_mm512_loadu_si512(P->start + l * 32), _mm512_loadu_si512(P->start + l * 32 + 16)};
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) acc[i][0] = _mm512_add_epi32(acc[i][0], st[0]), acc[i][1] = _mm512_add_epi32(acc[i][1], st[1]);
+    __m512i acc[LM_G8_ROWS][2]; /* D = 3: t in rows 0 .. 3, u in 4 .. 7 */
+    if (D == 3) lm_g8_sums3(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc, acc + 4);
+    else lm_g8_sums1(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc);
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
       const long row = (p * MR + i) * X->groups + g0 + l;
       const __m512 dx = _mm512_set1_ps(X->dx[row]);
       for (int v = 0; v < 2; v++) {
-        __m512 f;
-        if (D == 3) {
-          const __m512i t = _mm512_add_epi32(_mm512_slli_epi32(acc[i][v], 8), acc[MR + i][v]);
-          f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[2 * MR + i][v]), _mm512_set1_ps(1.0f / 256.0f), _mm512_cvtepi32_ps(t));
-        } else {
-          f = _mm512_cvtepi32_ps(acc[i][v]);
-        }
+        const __m512 f = D == 3 ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[MR + i][v]), _mm512_set1_ps(1.0f / 256.0f),
+                                                  _mm512_cvtepi32_ps(acc[i][v]))
+                                : _mm512_cvtepi32_ps(acc[i][v]);
         __m512 c = _mm512_loadu_ps(ct + i * LM_G8_NR + 16 * v);
         c = _mm512_fmadd_ps(f, _mm512_mul_ps(dx, _mm512_loadu_ps(P->s + l * 32 + 16 * v)), c);
         if (mins) c = _mm512_fmadd_ps(_mm512_set1_ps(X->xs[row]), _mm512_loadu_ps(P->o + l * 32 + 16 * v), c);
