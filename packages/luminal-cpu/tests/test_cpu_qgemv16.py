@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from luminal.quant import BLOCK_FORMATS
-from luminal.testing.quant import int8_activations, int16_activations
+from luminal.testing.quant import decode_activations, int8_activations
 from luminal_cpu.source import quant_activations
 from test_cpu_qgemv import assert_float_fallback, matvec, weight
 
@@ -38,7 +38,7 @@ def reference(qtype: str, x: np.ndarray) -> np.ndarray:
     """x as the kernel holds it: int16 blocks for the int16 formats, else float32 as is."""
     if qtype not in INT16_FORMATS:
         return x.astype(np.float64)
-    return int16_activations(x, BLOCK_FORMATS[qtype].block_size)
+    return decode_activations(x, qtype)
 
 
 def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: str, rtol: float = 5e-6):

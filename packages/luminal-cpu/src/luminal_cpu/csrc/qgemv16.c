@@ -69,12 +69,10 @@ static inline __attribute__((always_inline)) void lm_nibble_words(__m512i w, __m
   v[3] = _mm512_srli_epi16(w, 12);
 }
 
-/* which value of its span (a group of four 32-value blocks, or a 256-value K-quant block)
- * int16 lane p of the stored qx holds: the lane order lm_nibble_words gives each format */
+/* which value of its 256-value K-quant block int16 lane p of the stored qx holds: the lane
+ * order lm_nibble_words gives each format */
 static int lm_q16_order(int q, int p) {
   const int v = p / 32 % 4, w = p % 32, odd = v & 1, high = v >> 1;
-  if (q < LM_Q4_K) /* word w: bytes 2(w%8), +1 of block w/8; v: nibble */
-    return 32 * (w / 8) + 2 * (w % 8) + high + 16 * odd;
   if (q == LM_Q6_K) /* half p/128; words 0..15 of ql's 64 bytes feed groups 0, 2 (low, high
                       * nibble), words 16..31 groups 1, 3 */
     return 128 * (p / 128) + 32 * ((w >= 16) + 2 * odd) + 2 * (w % 16) + high;
@@ -83,13 +81,15 @@ static int lm_q16_order(int q, int p) {
   return 32 * (4 * (p / 128) + 2 * (w >= 16) + odd) + 2 * (w % 16) + high;
 }
 
-/* one row of x as int16 digits: q (per span, its first digits then its second ones, each in
- * lm_q16_order), and per span: for the 32-value formats 16 lanes of dx (lanes 4i..4i+3: block
- * i's), two times 16 of the int32 lanes' start (Q4_0 / Q5_0: -8 / -16 times the sum of the 8
- * digits that lane multiplies) and 16 of dx times the lane's sum of x / dx (Q4_1's offset); for
- * the K-quants dx and the 8 sub-blocks' sums of x */
+/* one row of x as integer digits, per span (a 256-value K-quant block, or a group of four
+ * 32-value blocks). K-quants: q (two int16 digits: the block's first digits, then its second
+ * ones, each in lm_q16_order), d (dx) and s (the 8 sub-blocks' sums of x). 32-value formats:
+ * b (three byte digits, lm_q8x3_quantize), and 16 lanes each of d (dx / 65536 per int32 lane:
+ * lanes 4i..4i+3 are block i's), s (dx / 65536 times the lane's sum of T: Q4_1's offset) and z
+ * (Q4_0 / Q5_0: -8 / -16 times that sum of T: the lane's start) */
 typedef struct {
   short *q;
+  signed char *b;
   float *d, *s;
   int *z;
 } lm_q16x;
@@ -99,65 +99,82 @@ static long lm_q16_span(int q) { return q >= LM_Q4_K ? 256 : 128; }
 /* floats (and ints) of d / s / z per span */
 static long lm_q16_lanes(int q) { return q >= LM_Q4_K ? 8 : 16; }
 
-/* rounds x[0..K) (K a multiple of 32, of 256 for the K-quants) to two int16 digits per value;
- * 0 when x has no such rounding (see above). Spans past K (the last group of four 32-value
- * blocks) are zero. */
-static int lm_q16x_quantize(const float *restrict x, long K, int q, const short *order,
-                            lm_q16x *out) {
-  const long block = q >= LM_Q4_K ? 256 : 32, span = lm_q16_span(q), lanes = lm_q16_lanes(q);
-  const long spans = (K + span - 1) / span;
-  short qx[2][256];
-  float bsum[8];
+/* The 32-value formats round x[0..K) (K a multiple of 32) to T = rint(x * 127 / max|x| * 65536)
+ * per block of 32, |T| <= 127 * 65536, written as three signed byte digits T = 65536 q1 +
+ * 256 q2 + q3 with q2, q3 in -128..127 (balanced base 256; |q1| <= 127), so that the nibbles
+ * (unsigned bytes) meet them in `vpdpbusd`. x is then held to 1 / 131072 of dx = max|x| / 127
+ * per value (6.0e-8 max|x|) plus dx's float32 rounding. Byte p of a digit's 128 per span: x
+ * value 32 (p % 64 / 16) + p % 16 + 16 (p >= 64), the order of lm_q8x3_group's nibble bytes
+ * (low nibbles, then high ones). 0 when x has no such rounding; spans past K are zero. */
+static int lm_q8x3_quantize(const float *restrict x, long K, int q, lm_q16x *out) {
+  const long spans = (K + 127) / 128;
   for (long c = 0; c < spans; c++) {
-    float *d = out->d + c * (q >= LM_Q4_K ? 1 : lanes), *s = out->s + c * lanes;
-    int *z = out->z + c * 2 * lanes;
-    for (long l = 0; l < lanes; l++) s[l] = 0.0f, z[l] = z[lanes + l] = 0;
-    for (long i = 0; i < span; i++) qx[0][i] = qx[1][i] = 0;
-    for (long b = 0; b < span / block && c * span + b * block < K; b++) {
-      const float *xb = x + c * span + b * block;
+    float *d = out->d + 16 * c, *s = out->s + 16 * c;
+    int *z = out->z + 16 * c;
+    signed char *b = out->b + 384 * c;
+    long lane[16] = {0};
+    for (int i = 0; i < 384; i++) b[i] = 0;
+    for (int l = 0; l < 16; l++) d[l] = 0.0f;
+    for (long k = 0; k < 4 && 128 * c + 32 * k < K; k++) {
+      const float *xb = x + 128 * c + 32 * k;
       float amax = 0.0f, probe = 0.0f;
-      for (long i = 0; i < block; i++) {
+      for (int i = 0; i < 32; i++) {
         const float a = fabsf(xb[i]);
         amax = a > amax ? a : amax;
         probe += xb[i] - xb[i]; /* NaN once any value is NaN or infinite */
       }
       if (!(probe == 0.0f) || (amax > 0.0f && amax < LM_Q16X_TINY)) return 0;
-      /* x = dx (q1 + q2 / 32768) with |q1| <= 32767, |q2| <= 16384 (|x id - q1| <= 1/2, and
-       * the residual is computed in double: exact for these operands) */
-      const float id = amax > 0.0f ? 32767.0f / amax : 0.0f, dx = amax / 32767.0f;
-      for (long i = 0; i < block; i++) {
-        const double scaled = (double)xb[i] * (double)id, q1 = nearbyint(scaled);
-        qx[0][b * block + i] = (short)q1;
-        qx[1][b * block + i] = (short)nearbyint((scaled - q1) * 32768.0);
+      const float id = amax > 0.0f ? 127.0f / amax : 0.0f, dx = amax / 127.0f;
+      for (int i = 0; i < 32; i++) {
+        /* |x id| <= 127 (id in float32, the product in double: exact), so |T| <= 127 * 65536 */
+        const long t = (long)nearbyint((double)xb[i] * (double)id * 65536.0);
+        const long q3 = ((t + 128) & 255) - 128, t2 = (t - q3) / 256;
+        const long q2 = ((t2 + 128) & 255) - 128, q1 = (t2 - q2) / 256;
+        const int p = 64 * (i >= 16) + 16 * (int)k + i % 16;
+        b[p] = (signed char)q1, b[128 + p] = (signed char)q2, b[256 + p] = (signed char)q3;
+        lane[p % 64 / 4] += t;
       }
-      for (int g = 0; g < 8; g++) bsum[g] = 0.0f;
-      for (long i = 0; i < block; i++)
-        bsum[i / 32] += (float)qx[0][b * block + i] + (float)qx[1][b * block + i] / 32768.0f;
-      if (q >= LM_Q4_K) {
-        d[0] = dx;
-        for (int g = 0; g < 8; g++) s[g] = dx * bsum[g];
-      } else {
-        for (int l = 0; l < 4; l++) d[4 * b + l] = dx;
-      }
+      for (int l = 0; l < 4; l++) d[4 * k + l] = dx / 65536.0f;
     }
-    for (long b = (K - c * span) / block; b < span / block; b++) /* past K */
-      for (int l = 0; l < 4; l++) d[4 * b + l] = 0.0f;
-    short *qc = out->q + c * 2 * span;
+    /* per int32 lane, from its own 8 values: no lane carries a large term that another
+     * cancels (an outlier of x would make it large); |8 * 16 * T| < 2^31 */
+    for (int l = 0; l < 16; l++) {
+      z[l] = q == LM_Q4_0 ? -8 * (int)lane[l] : q == LM_Q5_0 ? -16 * (int)lane[l] : 0;
+      s[l] = d[l] * (float)lane[l];
+    }
+  }
+  return 1;
+}
+
+/* the K-quants: rounds x[0..K) (K a multiple of 256) to two int16 digits per value; 0 when x
+ * has no such rounding (see above) */
+static int lm_q16x_quantize(const float *restrict x, long K, const short *order, lm_q16x *out) {
+  short qx[2][256];
+  float bsum[8];
+  for (long c = 0; c < K / 256; c++) {
+    const float *xb = x + 256 * c;
+    float amax = 0.0f, probe = 0.0f;
+    for (long i = 0; i < 256; i++) {
+      const float a = fabsf(xb[i]);
+      amax = a > amax ? a : amax;
+      probe += xb[i] - xb[i]; /* NaN once any value is NaN or infinite */
+    }
+    if (!(probe == 0.0f) || (amax > 0.0f && amax < LM_Q16X_TINY)) return 0;
+    /* x = dx (q1 + q2 / 32768) with |q1| <= 32767, |q2| <= 16384 (|x id - q1| <= 1/2, and
+     * the residual is computed in double: exact for these operands) */
+    const float id = amax > 0.0f ? 32767.0f / amax : 0.0f, dx = amax / 32767.0f;
+    for (long i = 0; i < 256; i++) {
+      const double scaled = (double)xb[i] * (double)id, q1 = nearbyint(scaled);
+      qx[0][i] = (short)q1;
+      qx[1][i] = (short)nearbyint((scaled - q1) * 32768.0);
+    }
+    for (int g = 0; g < 8; g++) bsum[g] = 0.0f;
+    for (long i = 0; i < 256; i++) bsum[i / 32] += (float)qx[0][i] + (float)qx[1][i] / 32768.0f;
+    out->d[c] = dx;
+    for (int g = 0; g < 8; g++) out->s[8 * c + g] = dx * bsum[g];
+    short *qc = out->q + 512 * c;
     for (int digit = 0; digit < 2; digit++)
-      for (long p = 0; p < span; p++) qc[digit * span + p] = qx[digit][order[p]];
-    /* Q4_0's - 8, Q5_0's - 16 and Q4_1's offset m, for each int32 lane from the 8 qx it
-     * multiplies: a lane then holds the dot product of its own 8 weights, and no lane carries a
-     * large term that another lane cancels (an outlier of x would make it large) */
-    if (q < LM_Q4_K)
-      for (int l = 0; l < 16; l++) {
-        int sum[2] = {0, 0};
-        for (int digit = 0; digit < 2; digit++)
-          for (int e = 0; e < 4; e++)
-            sum[digit] += qc[digit * span + 32 * e + 2 * l] + qc[digit * span + 32 * e + 2 * l + 1];
-        for (int digit = 0; digit < 2; digit++)
-          z[digit * 16 + l] = q == LM_Q4_0 ? -8 * sum[digit] : q == LM_Q5_0 ? -16 * sum[digit] : 0;
-        s[l] = d[l] * ((float)sum[0] + (float)sum[1] / 32768.0f);
-      }
+      for (long p = 0; p < 256; p++) qc[digit * 256 + p] = qx[digit][order[p]];
   }
   return 1;
 }
@@ -168,23 +185,48 @@ static inline __m512 lm_digits(const __m512i sum[2]) {
 }
 
 /* ----- Q4_0 / Q4_1 / Q5_0: four blocks per step ------------------------------------------ */
-/* blocks 4c .. 4c + 3 of one row of W (n of them there, 1 to 4) times those of each row of x */
-static inline __attribute__((always_inline)) void lm_q16_group(
+/* acc + the sums of 4 adjacent products u_i * s_i (u unsigned, s signed bytes) in 32-bit
+ * lanes; without VNNI |u_i s_i + u_j s_j| <= 2 * 31 * 128 does not saturate `vpmaddubsw` */
+static inline __m512i lm_dot8(__m512i acc, __m512i u, __m512i s) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpbusd_epi32(acc, u, s);
+#else
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+#endif
+}
+
+/* blocks 4c .. 4c + 3 of one row of W (n of them there, 1 to 4) times those of each row of x.
+ * The nibble bytes are gathered by one `vpermt2b` (byte 16i + j: byte j of block i) and split
+ * into two vectors of unsigned quants, values j and 16 + j of block i at byte 16i + j, so int32
+ * lanes 4i..4i+3 hold block i's sums. The three digits of x meet them in one chain of 6
+ * `vpdpbusd` with two 8-bit shifts between the digits, which leaves sum(q T) in each lane, T =
+ * 65536 q1 + 256 q2 + q3: exact, |8 * 31 * 127 * 65536 + 8 * 31 * 128 * 257| = 2,072,510,464
+ * < 2^31 - 1 (Q5_0, the largest quants) at every step of the chain. */
+static inline __attribute__((always_inline)) void lm_q8x3_group(
     const unsigned char *restrict blk, long c, int n, const lm_q16x *x, int q, int M,
     __m512 *acc) {
   const int bb = (int)lm_block_bytes(q), at = (int)lm_nibbles_at(q), bytes = n * bb;
   const __m512i lo = _mm512_maskz_loadu_epi8(bytes >= 64 ? ~0ULL : (1ULL << bytes) - 1, blk);
   const __m512i hi = bytes > 64 ? _mm512_maskz_loadu_epi8((1ULL << (bytes - 64)) - 1, blk + 64)
                                 : _mm512_setzero_si512();
-  /* byte 16i + j of the gathered vector: nibble byte j of block i */
   __m512i pick;
   {
     unsigned char idx[64];
     for (int i = 0; i < 64; i++) idx[i] = (unsigned char)(i / 16 * bb + at + i % 16);
     pick = _mm512_loadu_si512(idx);
   }
-  __m512i v[4];
-  lm_nibble_words(_mm512_permutex2var_epi8(lo, pick, hi), v);
+  const __m512i nib = _mm512_permutex2var_epi8(lo, pick, hi), low4 = _mm512_set1_epi8(15);
+  __m512i u[2] = {_mm512_and_si512(nib, low4), _mm512_and_si512(_mm512_srli_epi16(nib, 4), low4)};
+  if (q == LM_Q5_0) { /* fifth bit of value v of block i: bit v of its 32-bit qh */
+    unsigned long long fifth[2] = {0, 0};
+    for (int i = 0; i < n; i++) {
+      unsigned int qh;
+      memcpy(&qh, blk + i * bb + 2, 4);
+      fifth[0] |= (unsigned long long)(qh & 0xFFFF) << 16 * i;
+      fifth[1] |= (unsigned long long)(qh >> 16) << 16 * i;
+    }
+    for (int h = 0; h < 2; h++) u[h] = _mm512_mask_add_epi8(u[h], fifth[h], u[h], _mm512_set1_epi8(16));
+  }
   /* word `at` of block i over lanes 4i..4i+3 (f16 scale: at = 0; Q4_1's offset: 1) */
   short di[32], mi[32];
   for (int i = 0; i < 32; i++) di[i] = (short)(i < 16 ? i / 4 * bb / 2 : 0), mi[i] = (short)(di[i] + 1);
@@ -192,30 +234,16 @@ static inline __attribute__((always_inline)) void lm_q16_group(
   __m512 mw = _mm512_setzero_ps();
   if (q == LM_Q4_1)
     mw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(lo, _mm512_loadu_si512(mi), hi)));
-  if (q == LM_Q5_0) {
-    /* word lane w (block w / 8, bytes 2j, 2j + 1 with j = w % 8) of vector e holds value
-     * 2j + (e >> 1) + 16 (e & 1): its fifth bit is that bit of the block's 32-bit qh, i.e. bit
-     * 2j + (e >> 1) of qh's low (e even) or high (e odd) half */
-    short lo_half[32], hi_half[32], shift[32];
-    for (int i = 0; i < 32; i++)
-      lo_half[i] = (short)(i / 8 * bb / 2 + 1), hi_half[i] = (short)(lo_half[i] + 1), shift[i] = (short)(2 * (i % 8));
-    const __m512i halves[2] = {_mm512_permutex2var_epi16(lo, _mm512_loadu_si512(lo_half), hi),
-                               _mm512_permutex2var_epi16(lo, _mm512_loadu_si512(hi_half), hi)};
-    const __m512i sh = _mm512_loadu_si512(shift);
-    for (int e = 0; e < 4; e++) {
-      const __m512i bit = _mm512_srlv_epi16(halves[e & 1], e >> 1 ? _mm512_add_epi16(sh, _mm512_set1_epi16(1)) : sh);
-      v[e] = _mm512_ternarylogic_epi32(v[e], _mm512_slli_epi16(bit, 4), _mm512_set1_epi16(16), 0xF8);
-    }
-  }
   for (int m = 0; m < M; m++) {
-    const short *xq = x[m].q + 256 * c;
-    __m512i sum[2];
-    for (int digit = 0; digit < 2; digit++) {
-      sum[digit] = q == LM_Q4_1 ? _mm512_setzero_si512() : _mm512_loadu_si512(x[m].z + 32 * c + 16 * digit);
-      for (int e = 0; e < 4; e++)
-        sum[digit] = lm_dot16(sum[digit], v[e], _mm512_loadu_si512(xq + 128 * digit + 32 * e));
+    const signed char *xb = x[m].b + 384 * c;
+    __m512i sum = _mm512_setzero_si512();
+    for (int digit = 0; digit < 3; digit++) {
+      if (digit) sum = _mm512_slli_epi32(sum, 8);
+      sum = lm_dot8(sum, u[0], _mm512_loadu_si512(xb + 128 * digit));
+      sum = lm_dot8(sum, u[1], _mm512_loadu_si512(xb + 128 * digit + 64));
     }
-    acc[m] = _mm512_fmadd_ps(lm_digits(sum), _mm512_mul_ps(dw, _mm512_loadu_ps(x[m].d + 16 * c)), acc[m]);
+    if (q != LM_Q4_1) sum = _mm512_add_epi32(sum, _mm512_loadu_si512(x[m].z + 16 * c));
+    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_loadu_ps(x[m].d + 16 * c)), acc[m]);
     if (q == LM_Q4_1) acc[m] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(x[m].s + 16 * c), acc[m]);
   }
 }
@@ -332,8 +360,8 @@ static inline __attribute__((always_inline)) void lm_q16_row(
     for (long c = 0; c < blocks; c++) lm_q16_block256(w + c * bb, c, x, q, M, acc, minacc);
   } else {
     const long bb = lm_block_bytes(q), blocks = K / 32, full = blocks / 4;
-    for (long c = 0; c < full; c++) lm_q16_group(w + 4 * c * bb, c, 4, x, q, M, acc);
-    if (blocks % 4) lm_q16_group(w + 4 * full * bb, full, (int)(blocks % 4), x, q, M, acc);
+    for (long c = 0; c < full; c++) lm_q8x3_group(w + 4 * c * bb, c, 4, x, q, M, acc);
+    if (blocks % 4) lm_q8x3_group(w + 4 * full * bb, full, (int)(blocks % 4), x, q, M, acc);
   }
   for (int m = 0; m < M; m++) {
     const __m256 mn = minacc[m];
@@ -352,13 +380,16 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
                        const lm_qmat *W, const lm_out *C) {
   const int q = W->q;
   if (q == LM_Q8_0) return 0;
+  const int kq = q >= LM_Q4_K;
   const long span = lm_q16_span(q), spans = (K + span - 1) / span, lanes = lm_q16_lanes(q);
-  const long rows = nb * M, dlen = q >= LM_Q4_K ? spans : spans * lanes;
+  const long rows = nb * M, dlen = kq ? spans : spans * lanes, zlen = kq ? 0 : spans * lanes;
+  /* K-quants: two int16 digits per value; 32-value formats: three bytes */
+  const size_t digits = kq ? sizeof(short) * 2 * 256 * spans : 3 * 128 * spans;
   short order[256];
-  for (int p = 0; p < span; p++) order[p] = (short)lm_q16_order(q, p);
+  if (kq)
+    for (int p = 0; p < 256; p++) order[p] = (short)lm_q16_order(q, p);
   float *buf = lm_scratch(A, M, K);
-  const size_t per_row = 64 + sizeof(short) * 2 * spans * span + sizeof(float) * (dlen + spans * lanes) +
-                         sizeof(int) * 2 * spans * lanes;
+  const size_t per_row = 64 + digits + sizeof(float) * (dlen + spans * lanes) + sizeof(int) * zlen;
   char *mem = (char *)aligned_alloc(64, ((size_t)rows * per_row + 63) / 64 * 64);
   lm_q16x *xs = (lm_q16x *)malloc(sizeof(lm_q16x) * rows);
   int ok = 1;
@@ -368,12 +399,12 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
     lm_rows_f32(A, aoff[b], M, K, buf, x);
     for (long m = 0; m < M && ok; m++) {
       lm_q16x *r = xs + b * M + m;
-      r->q = (short *)at, at += sizeof(short) * 2 * spans * span;
+      r->q = (short *)at, r->b = (signed char *)at, at += digits;
       r->d = (float *)at, at += sizeof(float) * dlen;
       r->s = (float *)at, at += sizeof(float) * spans * lanes;
-      r->z = (int *)at, at += sizeof(int) * 2 * spans * lanes;
+      r->z = (int *)at, at += sizeof(int) * zlen;
       at += 64 - (at - mem) % 64;
-      ok = lm_q16x_quantize(x[m], K, q, order, r);
+      ok = kq ? lm_q16x_quantize(x[m], K, order, r) : lm_q8x3_quantize(x[m], K, q, r);
     }
   }
   /* Each thread decides from x alone, and a late thread may read x after the team has moved
