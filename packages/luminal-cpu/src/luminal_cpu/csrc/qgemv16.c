@@ -60,6 +60,16 @@ static inline __m512i lm_dot16(__m512i acc, __m512i a, __m512i b) {
 #endif
 }
 
+/* the high nibble of each byte: one GFNI affine transform (a bit matrix that moves bits 4..7
+ * to 0..3) in place of a shift and a mask */
+static inline __m512i lm_high_nibbles(__m512i w) {
+#if defined(__GFNI__)
+  return _mm512_gf2p8affine_epi64_epi8(w, _mm512_set1_epi64(0x1020408000000000LL), 0);
+#else
+  return _mm512_and_si512(_mm512_srli_epi16(w, 4), _mm512_set1_epi8(15));
+#endif
+}
+
 /* the four int16 quant vectors of 64 packed nibble bytes read as 32 words */
 static inline __attribute__((always_inline)) void lm_nibble_words(__m512i w, __m512i v[4]) {
   const __m512i low4 = _mm512_set1_epi16(15);
@@ -86,11 +96,13 @@ static int lm_q16_order(int q, int p) {
  * ones, each in lm_q16_order), d (dx) and s (the 8 sub-blocks' sums of x). 32-value formats:
  * b (three byte digits, lm_q8x3_quantize), and 16 lanes each of d (dx / 65536 per int32 lane:
  * lanes 4i..4i+3 are block i's), s (dx / 65536 times the lane's sum of T: Q4_1's offset) and z
- * (Q4_0 / Q5_0: -8 / -16 times that sum of T: the lane's start) */
+ * (Q4_0 / Q5_0: -8 / -16 times that sum of T: the lane's start); and per 16 blocks bd and bs,
+ * dx / 65536 and dx / 65536 times the block's sum of T, block 4g + k of the 16 at 4k + g
+ * (lm_q8x3_16's order) */
 typedef struct {
   short *q;
   signed char *b;
-  float *d, *s;
+  float *d, *s, *bd, *bs;
   int *z;
 } lm_q16x;
 
@@ -135,6 +147,11 @@ static int lm_q8x3_quantize(const float *restrict x, long K, int q, lm_q16x *out
         lane[p % 64 / 4] += t;
       }
       for (int l = 0; l < 4; l++) d[4 * k + l] = dx / 65536.0f;
+      long sum = 0;
+      for (int l = 0; l < 4; l++) sum += lane[4 * k + l];
+      /* block 4c + k of the row: at 4k + c % 4 of its 16 */
+      out->bd[16 * (c / 4) + 4 * k + c % 4] = dx / 65536.0f;
+      out->bs[16 * (c / 4) + 4 * k + c % 4] = dx / 65536.0f * (float)sum;
     }
     /* per int32 lane, from its own 8 values: no lane carries a large term that another
      * cancels (an outlier of x would make it large); |8 * 16 * T| < 2^31 */
@@ -195,28 +212,25 @@ static inline __m512i lm_dot8(__m512i acc, __m512i u, __m512i s) {
 #endif
 }
 
-/* blocks 4c .. 4c + 3 of one row of W (n of them there, 1 to 4) times those of each row of x.
- * The nibble bytes are gathered by one `vpermt2b` (byte 16i + j: byte j of block i) and split
- * into two vectors of unsigned quants, values j and 16 + j of block i at byte 16i + j, so int32
- * lanes 4i..4i+3 hold block i's sums. The three digits of x meet them in one chain of 6
- * `vpdpbusd` with two 8-bit shifts between the digits, which leaves sum(q T) in each lane, T =
- * 65536 q1 + 256 q2 + q3: exact, |8 * 31 * 127 * 65536 + 8 * 31 * 128 * 257| = 2,072,510,464
- * < 2^31 - 1 (Q5_0, the largest quants) at every step of the chain. */
-static inline __attribute__((always_inline)) void lm_q8x3_group(
-    const unsigned char *restrict blk, long c, int n, const lm_q16x *x, int q, int M,
-    __m512 *acc) {
+/* The nibble bytes of 4 blocks are gathered by one `vpermt2b` (byte 16i + j: byte j of block i)
+ * and split into two vectors of unsigned quants, values j and 16 + j of block i at byte
+ * 16i + j, so int32 lanes 4i..4i+3 hold block i's sums. The three digits of x meet them in one
+ * chain of 6 `vpdpbusd` with two 8-bit shifts between the digits, which leaves sum(q T) in each
+ * lane, T = 65536 q1 + 256 q2 + q3: exact, |8 * 31 * 127 * 65536 + 8 * 31 * 128 * 257| =
+ * 2,072,510,464 < 2^31 - 1 (Q5_0, the largest quants) at every step of the chain. */
+
+/* the quants of blocks 0..n-1 (1 to 4) at blk as u[2] (above); lo, hi: the group's first 64
+ * bytes and the rest */
+static inline __attribute__((always_inline)) void lm_q8x3_quants(
+    const unsigned char *restrict blk, int n, int q, __m512i *lo, __m512i *hi, __m512i u[2]) {
   const int bb = (int)lm_block_bytes(q), at = (int)lm_nibbles_at(q), bytes = n * bb;
-  const __m512i lo = _mm512_maskz_loadu_epi8(bytes >= 64 ? ~0ULL : (1ULL << bytes) - 1, blk);
-  const __m512i hi = bytes > 64 ? _mm512_maskz_loadu_epi8((1ULL << (bytes - 64)) - 1, blk + 64)
-                                : _mm512_setzero_si512();
-  __m512i pick;
-  {
-    unsigned char idx[64];
-    for (int i = 0; i < 64; i++) idx[i] = (unsigned char)(i / 16 * bb + at + i % 16);
-    pick = _mm512_loadu_si512(idx);
-  }
-  const __m512i nib = _mm512_permutex2var_epi8(lo, pick, hi), low4 = _mm512_set1_epi8(15);
-  __m512i u[2] = {_mm512_and_si512(nib, low4), _mm512_and_si512(_mm512_srli_epi16(nib, 4), low4)};
+  *lo = _mm512_maskz_loadu_epi8(bytes >= 64 ? ~0ULL : (1ULL << bytes) - 1, blk);
+  *hi = bytes > 64 ? _mm512_maskz_loadu_epi8((1ULL << (bytes - 64)) - 1, blk + 64) : _mm512_setzero_si512();
+  unsigned char idx[64];
+  for (int i = 0; i < 64; i++) idx[i] = (unsigned char)(i / 16 * bb + at + i % 16);
+  const __m512i nib = _mm512_permutex2var_epi8(*lo, _mm512_loadu_si512(idx), *hi);
+  u[0] = _mm512_and_si512(nib, _mm512_set1_epi8(15));
+  u[1] = lm_high_nibbles(nib);
   if (q == LM_Q5_0) { /* fifth bit of value v of block i: bit v of its 32-bit qh */
     unsigned long long fifth[2] = {0, 0};
     for (int i = 0; i < n; i++) {
@@ -227,6 +241,29 @@ static inline __attribute__((always_inline)) void lm_q8x3_group(
     }
     for (int h = 0; h < 2; h++) u[h] = _mm512_mask_add_epi8(u[h], fifth[h], u[h], _mm512_set1_epi8(16));
   }
+}
+
+/* per int32 lane: sum(q T) of its 8 values (Q4_0 / Q5_0: of (q - 8) T, (q - 16) T), span c */
+static inline __attribute__((always_inline)) __m512i lm_q8x3_dot(const __m512i u[2], const lm_q16x *x,
+                                                                 long c, int q) {
+  const signed char *xb = x->b + 384 * c;
+  __m512i sum = _mm512_setzero_si512();
+  for (int digit = 0; digit < 3; digit++) {
+    if (digit) sum = _mm512_slli_epi32(sum, 8);
+    sum = lm_dot8(sum, u[0], _mm512_loadu_si512(xb + 128 * digit));
+    sum = lm_dot8(sum, u[1], _mm512_loadu_si512(xb + 128 * digit + 64));
+  }
+  return q == LM_Q4_1 ? sum : _mm512_add_epi32(sum, _mm512_loadu_si512(x->z + 16 * c));
+}
+
+/* blocks 4c .. 4c + 3 of one row of W (n of them there, 1 to 4) times those of each row of x:
+ * the scales per int32 lane (the row's last groups) */
+static inline __attribute__((always_inline)) void lm_q8x3_group(
+    const unsigned char *restrict blk, long c, int n, const lm_q16x *x, int q, int M,
+    __m512 *acc) {
+  const int bb = (int)lm_block_bytes(q);
+  __m512i lo, hi, u[2];
+  lm_q8x3_quants(blk, n, q, &lo, &hi, u);
   /* word `at` of block i over lanes 4i..4i+3 (f16 scale: at = 0; Q4_1's offset: 1) */
   short di[32], mi[32];
   for (int i = 0; i < 32; i++) di[i] = (short)(i < 16 ? i / 4 * bb / 2 : 0), mi[i] = (short)(di[i] + 1);
@@ -235,16 +272,45 @@ static inline __attribute__((always_inline)) void lm_q8x3_group(
   if (q == LM_Q4_1)
     mw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(lo, _mm512_loadu_si512(mi), hi)));
   for (int m = 0; m < M; m++) {
-    const signed char *xb = x[m].b + 384 * c;
-    __m512i sum = _mm512_setzero_si512();
-    for (int digit = 0; digit < 3; digit++) {
-      if (digit) sum = _mm512_slli_epi32(sum, 8);
-      sum = lm_dot8(sum, u[0], _mm512_loadu_si512(xb + 128 * digit));
-      sum = lm_dot8(sum, u[1], _mm512_loadu_si512(xb + 128 * digit + 64));
-    }
-    if (q != LM_Q4_1) sum = _mm512_add_epi32(sum, _mm512_loadu_si512(x[m].z + 16 * c));
-    acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_loadu_ps(x[m].d + 16 * c)), acc[m]);
+    const __m512 sum = _mm512_cvtepi32_ps(lm_q8x3_dot(u, x + m, c, q));
+    acc[m] = _mm512_fmadd_ps(sum, _mm512_mul_ps(dw, _mm512_loadu_ps(x[m].d + 16 * c)), acc[m]);
     if (q == LM_Q4_1) acc[m] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(x[m].s + 16 * c), acc[m]);
+  }
+}
+
+/* blocks 16e .. 16e + 15 (four groups) of one row of W times those of each row of x. The scales
+ * are applied once per 16 blocks: each group's lanes (float) are summed per block, block 4g + k
+ * landing in lane 4k + g of one vector, and the 16 f16 scales (and Q4_1's offsets) are gathered
+ * into that order by one merging word permute per group and converted at once. */
+static inline __attribute__((always_inline)) void lm_q8x3_16(
+    const unsigned char *restrict blk, long e, const lm_q16x *x, int q, int M, __m512 *acc) {
+  const int bb = (int)lm_block_bytes(q);
+  __m512 f[LM_GEMV_MAX_M][4];
+  __m512i dm = _mm512_setzero_si512();
+  for (int g = 0; g < 4; g++) {
+    __m512i lo, hi, u[2];
+    lm_q8x3_quants(blk + 4 * g * bb, 4, q, &lo, &hi, u);
+    /* word 4k + g: d of block k, word 16 + 4k + g: its m */
+    short idx[32];
+    for (int w = 0; w < 32; w++) idx[w] = (short)(w % 16 / 4 * bb / 2 + w / 16);
+    const __mmask32 mine = 0x11111111u << g;
+    if (q == LM_Q5_0) /* its fourth block's scale lies past the first 64 bytes */
+      dm = _mm512_mask_mov_epi16(dm, mine, _mm512_permutex2var_epi16(lo, _mm512_loadu_si512(idx), hi));
+    else
+      dm = _mm512_mask_permutexvar_epi16(dm, mine, _mm512_loadu_si512(idx), lo);
+    for (int m = 0; m < M; m++) f[m][g] = _mm512_cvtepi32_ps(lm_q8x3_dot(u, x + m, 4 * e + g, q));
+  }
+  const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+  __m512 mw = _mm512_setzero_ps();
+  if (q == LM_Q4_1) mw = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
+  for (int m = 0; m < M; m++) {
+    /* per 128-bit lane k: f[g] holds block k of group g in 4 floats; pairs, then quads */
+    const __m512 p = _mm512_add_ps(_mm512_unpacklo_ps(f[m][0], f[m][1]), _mm512_unpackhi_ps(f[m][0], f[m][1]));
+    const __m512 r = _mm512_add_ps(_mm512_unpacklo_ps(f[m][2], f[m][3]), _mm512_unpackhi_ps(f[m][2], f[m][3]));
+    const __m512 sum = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(p), _mm512_castps_pd(r))),
+                                     _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(p), _mm512_castps_pd(r))));
+    acc[m] = _mm512_fmadd_ps(sum, _mm512_mul_ps(dw, _mm512_loadu_ps(x[m].bd + 16 * e)), acc[m]);
+    if (q == LM_Q4_1) acc[m] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(x[m].bs + 16 * e), acc[m]);
   }
 }
 
@@ -312,7 +378,7 @@ static inline __attribute__((always_inline)) void lm_q16_block256(
     /* the nibble bytes: int16 lane w of `nib[0]` holds the quants of lm_nibble_words' v[0]
      * (low byte) and v[2] (high byte), of nib[1] those of v[1] and v[3] */
     const __m512i w = _mm512_loadu_si512(qs + 64 * p);
-    __m512i nib[2] = {_mm512_and_si512(w, low4), _mm512_and_si512(_mm512_srli_epi16(w, 4), low4)};
+    __m512i nib[2] = {_mm512_and_si512(w, low4), lm_high_nibbles(w)};
     for (int odd = 0; odd < 2; odd++) {
       if (q == LM_Q5_K) { /* the fifth bit of value l of sub-block s is bit s of qh[l]: here
                            * bit t = 4p + odd + 2 (w >= 16) of each byte of the lane, moved to
@@ -360,7 +426,8 @@ static inline __attribute__((always_inline)) void lm_q16_row(
     for (long c = 0; c < blocks; c++) lm_q16_block256(w + c * bb, c, x, q, M, acc, minacc);
   } else {
     const long bb = lm_block_bytes(q), blocks = K / 32, full = blocks / 4;
-    for (long c = 0; c < full; c++) lm_q8x3_group(w + 4 * c * bb, c, 4, x, q, M, acc);
+    for (long e = 0; e < blocks / 16; e++) lm_q8x3_16(w + 16 * e * bb, e, x, q, M, acc);
+    for (long c = blocks / 16 * 4; c < full; c++) lm_q8x3_group(w + 4 * c * bb, c, 4, x, q, M, acc);
     if (blocks % 4) lm_q8x3_group(w + 4 * full * bb, full, (int)(blocks % 4), x, q, M, acc);
   }
   for (int m = 0; m < M; m++) {
@@ -389,7 +456,8 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
   if (kq)
     for (int p = 0; p < 256; p++) order[p] = (short)lm_q16_order(q, p);
   float *buf = lm_scratch(A, M, K);
-  const size_t per_row = 64 + digits + sizeof(float) * (dlen + spans * lanes) + sizeof(int) * zlen;
+  const long blocks16 = kq ? 0 : (spans + 3) / 4 * 16; /* bd, bs */
+  const size_t per_row = 64 + digits + sizeof(float) * (dlen + spans * lanes + 2 * blocks16) + sizeof(int) * zlen;
   char *mem = (char *)aligned_alloc(64, ((size_t)rows * per_row + 63) / 64 * 64);
   lm_q16x *xs = (lm_q16x *)malloc(sizeof(lm_q16x) * rows);
   int ok = 1;
@@ -402,6 +470,8 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
       r->q = (short *)at, r->b = (signed char *)at, at += digits;
       r->d = (float *)at, at += sizeof(float) * dlen;
       r->s = (float *)at, at += sizeof(float) * spans * lanes;
+      r->bd = (float *)at, at += sizeof(float) * blocks16;
+      r->bs = (float *)at, at += sizeof(float) * blocks16;
       r->z = (int *)at, at += sizeof(int) * zlen;
       at += 64 - (at - mem) % 64;
       ok = kq ? lm_q16x_quantize(x[m], K, order, r) : lm_q8x3_quantize(x[m], K, q, r);
