@@ -57,7 +57,9 @@ def columns(qtype: str) -> list[int]:
     """One block, a few, and (32-value formats) counts that leave a partial group of four blocks
     (160 = 5 blocks, 608 = 19: one run of 16 blocks, whose scales apply at once, then three;
     1056 = 33: two runs, then one) or fill groups exactly (256)."""
-    return [256, 1280, 2816] if BLOCK_FORMATS[qtype].block_size == 256 else [32, 160, 256, 608, 1056]
+    if BLOCK_FORMATS[qtype].block_size == 256:
+        return [256, 1280, 2816]
+    return [32, 160, 256, 608, 1056]
 
 
 @pytest.mark.parametrize("qtype", FORMATS)
