@@ -55,7 +55,7 @@ def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: str, rtol: float
 
 def columns(qtype: str) -> list[int]:
     """One block, a few, and (32-value formats) counts that leave a partial group of four blocks
-    (160 = 5 blocks, 608 = 19: one run of 16 blocks, whose scales apply at once, then three;
+    (160 = 5 blocks, 608 = 19: Q4_1 scales one run of 16 blocks at once, then three groups;
     1056 = 33: two runs, then one) or fill groups exactly (256)."""
     if BLOCK_FORMATS[qtype].block_size == 256:
         return [256, 1280, 2816]
