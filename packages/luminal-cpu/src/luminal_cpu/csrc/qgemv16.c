@@ -129,23 +129,35 @@ static int lm_q8x3_quantize(const float *restrict x, long K, int q, lm_q16x *out
     for (int l = 0; l < 16; l++) d[l] = 0.0f;
     for (long k = 0; k < 4 && 128 * c + 32 * k < K; k++) {
       const float *xb = x + 128 * c + 32 * k;
-      float amax = 0.0f, probe = 0.0f;
-      for (int i = 0; i < 32; i++) {
-        const float a = fabsf(xb[i]);
-        amax = a > amax ? a : amax;
-        probe += xb[i] - xb[i]; /* NaN once any value is NaN or infinite */
-      }
-      if (!(probe == 0.0f) || (amax > 0.0f && amax < LM_Q16X_TINY)) return 0;
+      const __m512 v[2] = {_mm512_loadu_ps(xb), _mm512_loadu_ps(xb + 16)};
+      /* x - x is NaN once any value is NaN or infinite */
+      if (_mm512_cmp_ps_mask(_mm512_sub_ps(v[0], v[0]), _mm512_setzero_ps(), _CMP_NEQ_UQ) |
+          _mm512_cmp_ps_mask(_mm512_sub_ps(v[1], v[1]), _mm512_setzero_ps(), _CMP_NEQ_UQ))
+        return 0;
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+      if (amax > 0.0f && amax < LM_Q16X_TINY) return 0;
       const float id = amax > 0.0f ? 127.0f / amax : 0.0f, dx = amax / 127.0f;
-      for (int i = 0; i < 32; i++) {
-        /* |x id| <= 127 (id in float32, the product in double: exact), so |T| <= 127 * 65536 */
-        const long t = (long)nearbyint((double)xb[i] * (double)id * 65536.0);
-        const long q3 = ((t + 128) & 255) - 128, t2 = (t - q3) / 256;
-        const long q2 = ((t2 + 128) & 255) - 128, q1 = (t2 - q2) / 256;
-        const int p = 64 * (i >= 16) + 16 * (int)k + i % 16;
-        b[p] = (signed char)q1, b[128 + p] = (signed char)q2, b[256 + p] = (signed char)q3;
-        lane[p % 64 / 4] += t;
+      /* |x id| <= 127 (id in float32, the product in double: exact), so |T| <= 127 * 65536 */
+      const __m512d scale = _mm512_set1_pd((double)id * 65536.0);
+      int tv[32];
+      for (int h = 0; h < 2; h++) { /* values 16h .. 16h + 15, rounded to nearest even */
+        const __m256 halves[2] = {_mm512_castps512_ps256(v[h]),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v[h]), 1))};
+        __m256i t8[2];
+        for (int i = 0; i < 2; i++) t8[i] = _mm512_cvtpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(halves[i]), scale));
+        const __m512i t = _mm512_inserti64x4(_mm512_castsi256_si512(t8[0]), t8[1], 1);
+        const __m512i k128 = _mm512_set1_epi32(128), k255 = _mm512_set1_epi32(255);
+        const __m512i q3 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(t, k128), k255), k128);
+        const __m512i t2 = _mm512_srai_epi32(_mm512_sub_epi32(t, q3), 8);
+        const __m512i q2 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(t2, k128), k255), k128);
+        const __m512i q1 = _mm512_srai_epi32(_mm512_sub_epi32(t2, q2), 8);
+        signed char *at = b + 64 * h + 16 * k;
+        _mm_storeu_si128((__m128i *)at, _mm512_cvtepi32_epi8(q1));
+        _mm_storeu_si128((__m128i *)(at + 128), _mm512_cvtepi32_epi8(q2));
+        _mm_storeu_si128((__m128i *)(at + 256), _mm512_cvtepi32_epi8(q3));
+        _mm512_storeu_si512(tv + 16 * h, t);
       }
+      for (int i = 0; i < 32; i++) lane[4 * k + i % 16 / 4] += tv[i];
       for (int l = 0; l < 4; l++) d[4 * k + l] = dx / 65536.0f;
       if (q == LM_Q4_1) { /* block 4c + k of the row: at 4k + c % 4 of its 16 */
         const long sum = lane[4 * k] + lane[4 * k + 1] + lane[4 * k + 2] + lane[4 * k + 3];
