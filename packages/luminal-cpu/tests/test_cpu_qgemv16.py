@@ -95,6 +95,27 @@ def test_int16_k_quant_extreme_quants_and_scales(qtype, fill):
         check(matvec(raw, qtype, (rows, cols), x), x, w, qtype)
 
 
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_1", "q5_0"])
+@pytest.mark.parametrize("fill", [0xFF, 0x00])
+def test_byte_digits_hold_the_largest_sums(qtype, fill):
+    """The 32-value formats' chain of `vpdpbusd` keeps sum(q T) exactly in int32 lanes: every
+    quant (and Q5_0's fifth bit) at its largest or smallest, x at +-max|x| in whole rows (|T| =
+    127 * 65536 everywhere: the lanes' largest sums) and mixed, 1 and 4 rows of x, over two runs
+    of 16 blocks and a partial group."""
+    rows, cols = 5, 1056
+    raw, _ = weight(qtype, rows, cols)
+    blocks = raw.reshape(rows, cols // 32, -1)
+    blocks[..., 4 if qtype == "q4_1" else 2:] = fill  # quants (and qh); d and m stay random
+    fmt = BLOCK_FORMATS[qtype]
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(fmt.ggml_type)).astype(np.float64)
+    for m in (1, 4):
+        x = np.full((m, cols), 2.5, np.float32)
+        x[1::2] = -2.5
+        if m == 4:
+            x[3, ::3] = -2.5
+        check(matvec(raw, qtype, (rows, cols), x), x, w, qtype)
+
+
 @pytest.mark.parametrize("qtype", INT16_FORMATS)
 def test_int16_error_is_a_fraction_of_int8s(qtype):
     """Against the exact product (float64 x): the int16 kernel's largest error is under 0.1% of

@@ -1,12 +1,14 @@
-/* luminal-cpu: decode's quantized matvec with int16 activations (x @ W.T for up to 4 rows of x,
- * W a GGUF Q4_0 / Q4_1 / Q5_0 / Q4_K / Q5_K / Q6_K matrix quantized along k; the default).
+/* luminal-cpu: decode's quantized matvec with integer digits of x (the default setting, named
+ * `int16`; x @ W.T for up to 4 rows of x, W a GGUF Q4_0 / Q4_1 / Q5_0 / Q4_K / Q5_K / Q6_K
+ * matrix quantized along k).
  *
  * The float kernels (runtime.c's lm_qdot_row, kquant.c's lm_kq_dot_block) convert every weight
  * to a float, which costs more vector work than the memory system needs to deliver the weights
  * (Q4_K at about 40% of the copy bandwidth). qgemv.c's int8 activations remove that work but
- * round x to 8 bits, which moved SmolLM2's logits by up to 1.2. Here each row of x is written
- * as two int16 digits per value instead: x = dx (q1 + q2 / 32768) with dx = max|x| / 32767 per
- * block of 32 values (32-value formats) or 256 (K-quants), |q1| <= 32767, |q2| <= 16384, which
+ * round x to 8 bits, which moved SmolLM2's logits by up to 1.2. For the K-quants each row of x
+ * is written as two int16 digits per value instead (the 32-value formats: three byte digits, see
+ * lm_q8x3_quantize): x = dx (q1 + q2 / 32768) with dx = max|x| / 32767 per
+ * block of 256 values, |q1| <= 32767, |q2| <= 16384, which
  * leaves at most dx / 65536 = 4.7e-10 max|x| per value (one digit alone, 1.5e-5 max|x|, moved
  * SmolLM2's logits by 9e-3 through its outlier channels: a block holding an outlier rounds the
  * small values beside it coarsely). The weight quants are widened to int16 lanes and meet both
@@ -19,10 +21,10 @@
  * 16-bit words, and (w & 15), (w >> 4) & 15, (w >> 8) & 15, w >> 12 are four vectors of int16
  * quants in an order fixed per format. The digits are stored in that same order when x is
  * rounded (a per-call O(K) pass; `lm_q16_order`), so the products pair up with no shuffle.
- * - Q4_0 / Q4_1 / Q5_0: four blocks at a time (128 values); their nibble bytes are gathered
- *   from two masked 64-byte loads with one `vpermt2b` (AVX-512 VBMI), so int32 lanes 4i..4i+3
- *   hold block i's sums and one float multiply-add per four blocks applies the four scales;
- *   Q5_0's fifth bits are shifted into place per int16 lane (`vpsrlvw`).
+ * - Q4_0 / Q4_1 / Q5_0 take x as three signed byte digits per value and their quants as
+ *   unsigned bytes in `vpdpbusd` (64 products per instruction, against 32 per `vpdpwssd` on
+ *   quants widened to int16: two int16 digits cost 8 `vpdpwssd` and 7 widening operations per
+ *   four blocks, three byte digits 6 `vpdpbusd` and 2 unpacking ones; lm_q8x3_group).
  * - Q4_K / Q5_K / Q6_K: the integer sub-block scales multiply the int16 quants, so a whole
  *   256-value block sums in int32 and is converted once. Q4_K / Q5_K widen and scale in one
  *   step: the nibbles are masked into bytes (two quants per int16 lane) and `vpmaddubsw` meets
@@ -36,12 +38,12 @@
  * Overflow (|q1| <= 32767, |q2| <= 16384; an int32 lane takes 2 products per vector): Q6_K's
  * largest product is |q - 32| * |scale| * |q1| <= 32 * 128 * 32767, 16 per lane per block:
  * 2,147,418,112 < 2^31 - 1 (the tightest); Q5_K 31 * 63 * 32767 * 16 = 1.02e9; Q4_K
- * 15 * 63 * 32767 * 16; Q4_0 / Q4_1 / Q5_0 8 products of 31 * 32767 plus 16 * 8 * 32767 for
- * the - 8 / - 16. A scaled quant (q * scale, at most 32 * 128 = 4096) fits int16.
+ * 15 * 63 * 32767 * 16. A scaled quant (q * scale, at most 32 * 128 = 4096) fits int16. The
+ * 32-value formats' bound is at lm_q8x3_group.
  *
  * Semantics: the dot product of the dequantized weights with x, up to float32 rounding (the
  * per-block scale products, dx's own rounding: about 1e-7 relative to sum |w x| per block)
- * and the 4.7e-10 max|x| above. A row of x that is not finite, or a block whose largest
+ * and the 4.7e-10 max|x| above (the 32-value formats: 6.0e-8 max|x|). A row of x that is not finite, or a block whose largest
  * magnitude is below LM_Q16X_TINY, has no such rounding: the call returns 0 and the caller
  * runs the float kernels, so NaN and infinities propagate as in the float product. Q8_0 (whose
  * float kernel already streams faster than a copy) and machines without AVX-512 BW / VBMI
