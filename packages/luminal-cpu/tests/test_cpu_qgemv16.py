@@ -1,12 +1,12 @@
-"""Decode's quantized matvec with int16 activations (csrc/qgemv16.c, the default): x @ W.T for
-up to 4 rows of x writes each row of x as two int16 digits per value, scaled per block (32
-values for Q4_0 / Q4_1 / Q5_0, 256 for the K-quants), and takes integer dot products; Q8_0
-keeps the float kernel. Checked against
-float64 NumPy on the `gguf` package's dequantization with x rounded the same way
-(`luminal.testing.quant.int16_activations`), against the exact float product within the
-rounding's bound, on random blocks (luminal-models' Gemma 3 test runs real ones through the
-default), and for inputs with no int16 rounding (NaN, infinities, tiny values), which must take
-the float kernels."""
+"""Decode's quantized matvec with integer digits of x (csrc/qgemv16.c, the default, named
+`int16`): x @ W.T for up to 4 rows of x writes each row of x as three signed byte digits per
+value, scaled per block of 32 (Q4_0 / Q4_1 / Q5_0, in `vpdpbusd`), or two int16 digits scaled
+per block of 256 (the K-quants, in `vpdpwssd`), and takes integer dot products; Q8_0 keeps the
+float kernel. Checked against float64 NumPy on the `gguf` package's dequantization with x
+rounded the same way (`luminal.testing.quant.decode_activations`), against the exact float
+product within the rounding's bound, on random blocks (luminal-models' Gemma 3 test runs real
+ones through the default), and for inputs with no such rounding (NaN, infinities, tiny
+values), which must take the float kernels."""
 
 from __future__ import annotations
 
