@@ -41,10 +41,10 @@ def check_vs_reference(build: Callable, datas, atol: float = 1e-5, rtol: float =
 def quant_matmul_activations(x: np.ndarray, qtype: str, transposed: bool) -> np.ndarray:
     """What the cpu backend's quantized matmul multiplies the `qtype` weights by, as float64:
     in decode's x @ W.T with at most 4 rows of x in all (batch axes folded into the rows), `x`
-    rounded to int16 blocks (the default, csrc/qgemv16.c; not Q8_0) or int8 blocks
+    rounded to integer digits (the default, csrc/qgemv16.c; not Q8_0) or int8 blocks
     (LUMINAL_CPU_QUANT_ACTIVATIONS=int8, csrc/qgemv.c); `x` itself in every other product."""
     from luminal.quant import BLOCK_FORMATS
-    from luminal.testing.quant import int8_activations, int16_activations
+    from luminal.testing.quant import decode_activations, int8_activations
     from luminal_cpu.source import quant_activations
 
     rows = x.size // x.shape[-1]
@@ -53,5 +53,5 @@ def quant_matmul_activations(x: np.ndarray, qtype: str, transposed: bool) -> np.
         if quant_activations() == "int8":
             return int8_activations(x, block)
         if quant_activations() == "int16" and qtype != "q8_0":
-            return int16_activations(x, block)
+            return decode_activations(x, qtype)
     return x.astype(np.float64)

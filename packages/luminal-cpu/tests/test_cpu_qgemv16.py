@@ -1,19 +1,19 @@
-"""Decode's quantized matvec with int16 activations (csrc/qgemv16.c, the default): x @ W.T for
-up to 4 rows of x writes each row of x as two int16 digits per value, scaled per block (32
-values for Q4_0 / Q4_1 / Q5_0, 256 for the K-quants), and takes integer dot products; Q8_0
-keeps the float kernel. Checked against
-float64 NumPy on the `gguf` package's dequantization with x rounded the same way
-(`luminal.testing.quant.int16_activations`), against the exact float product within the
-rounding's bound, on random blocks (luminal-models' Gemma 3 test runs real ones through the
-default), and for inputs with no int16 rounding (NaN, infinities, tiny values), which must take
-the float kernels."""
+"""Decode's quantized matvec with integer digits of x (csrc/qgemv16.c, the default, named
+`int16`): x @ W.T for up to 4 rows of x writes each row of x as three signed byte digits per
+value, scaled per block of 32 (Q4_0 / Q4_1 / Q5_0, in `vpdpbusd`), or two int16 digits scaled
+per block of 256 (the K-quants, in `vpdpwssd`), and takes integer dot products; Q8_0 keeps the
+float kernel. Checked against float64 NumPy on the `gguf` package's dequantization with x
+rounded the same way (`luminal.testing.quant.decode_activations`), against the exact float
+product within the rounding's bound, on random blocks (luminal-models' Gemma 3 test runs real
+ones through the default), and for inputs with no such rounding (NaN, infinities, tiny
+values), which must take the float kernels."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from luminal.quant import BLOCK_FORMATS
-from luminal.testing.quant import int8_activations, int16_activations
+from luminal.testing.quant import decode_activations, int8_activations
 from luminal_cpu.source import quant_activations
 from test_cpu_qgemv import assert_float_fallback, matvec, weight
 
@@ -38,7 +38,7 @@ def reference(qtype: str, x: np.ndarray) -> np.ndarray:
     """x as the kernel holds it: int16 blocks for the int16 formats, else float32 as is."""
     if qtype not in INT16_FORMATS:
         return x.astype(np.float64)
-    return int16_activations(x, BLOCK_FORMATS[qtype].block_size)
+    return decode_activations(x, qtype)
 
 
 def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: str, rtol: float = 5e-6):
@@ -55,8 +55,11 @@ def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: str, rtol: float
 
 def columns(qtype: str) -> list[int]:
     """One block, a few, and (32-value formats) counts that leave a partial group of four blocks
-    (160 = 5 blocks, 608 = 19) or fill groups exactly (256)."""
-    return [256, 1280, 2816] if BLOCK_FORMATS[qtype].block_size == 256 else [32, 160, 256, 608]
+    (160 = 5 blocks, 608 = 19: Q4_1 scales one run of 16 blocks at once, then three groups;
+    1056 = 33: two runs, then one) or fill groups exactly (256)."""
+    if BLOCK_FORMATS[qtype].block_size == 256:
+        return [256, 1280, 2816]
+    return [32, 160, 256, 608, 1056]
 
 
 @pytest.mark.parametrize("qtype", FORMATS)
@@ -89,6 +92,27 @@ def test_int16_k_quant_extreme_quants_and_scales(qtype, fill):
     for m in (1, 4):
         x = rng.standard_normal((m, cols)).astype(np.float32)
         x[:, 3::97] *= 3e4
+        check(matvec(raw, qtype, (rows, cols), x), x, w, qtype)
+
+
+@pytest.mark.parametrize("qtype", ["q4_0", "q4_1", "q5_0"])
+@pytest.mark.parametrize("fill", [0xFF, 0x00])
+def test_byte_digits_hold_the_largest_sums(qtype, fill):
+    """The 32-value formats' chain of `vpdpbusd` keeps sum(q T) exactly in int32 lanes: every
+    quant (and Q5_0's fifth bit) at its largest or smallest, x at +-max|x| in whole rows (|T| =
+    127 * 65536 everywhere: the lanes' largest sums) and mixed, 1 and 4 rows of x, over two runs
+    of 16 blocks and a partial group."""
+    rows, cols = 5, 1056
+    raw, _ = weight(qtype, rows, cols)
+    blocks = raw.reshape(rows, cols // 32, -1)
+    blocks[..., 4 if qtype == "q4_1" else 2:] = fill  # quants (and qh); d and m stay random
+    fmt = BLOCK_FORMATS[qtype]
+    w = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType(fmt.ggml_type)).astype(np.float64)
+    for m in (1, 4):
+        x = np.full((m, cols), 2.5, np.float32)
+        x[1::2] = -2.5
+        if m == 4:
+            x[3, ::3] = -2.5
         check(matvec(raw, qtype, (rows, cols), x), x, w, qtype)
 
 

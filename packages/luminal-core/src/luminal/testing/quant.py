@@ -59,6 +59,32 @@ def int16_activations(x: np.ndarray, block: int) -> np.ndarray:
     return (d.astype(np.float64) * (q1 + q2 / 32768)).reshape(x.shape)
 
 
+def int8_triple_activations(x: np.ndarray, block: int) -> np.ndarray:
+    """x (float32, last axis a multiple of `block`) as luminal-cpu's decode matvec holds it for
+    the 32-value formats under the default (int16) setting (csrc/qgemv16.c): per block
+    `T = rint(x * (127 / max|x|) * 65536)` (that factor in float32, the product in float64),
+    kept as three signed byte digits, and `d = max|x| / 127` (float32); returns `d * T / 65536`
+    in float64: x within about 1e-7 relative (d's rounding) and 6.0e-8 max|x|."""
+    x = np.asarray(x, np.float32)
+    blocks = x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
+    amax = np.abs(blocks).max(-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    t = np.rint(blocks.astype(np.float64) * inv.astype(np.float64) * 65536)
+    d = (amax / np.float32(127)).astype(np.float32)
+    return (d.astype(np.float64) * t / 65536).reshape(x.shape)
+
+
+def decode_activations(x: np.ndarray, qtype: str) -> np.ndarray:
+    """x as luminal-cpu's decode matvec holds it under the default (int16) setting for `qtype`
+    weights (not Q8_0, whose kernel takes float32 x): three byte digits per value for the
+    32-value formats, two int16 digits for the K-quants."""
+    from luminal.quant import BLOCK_FORMATS
+
+    block = BLOCK_FORMATS[qtype].block_size
+    return int8_triple_activations(x, block) if block == 32 else int16_activations(x, block)
+
+
 def int8_digit_activations(x: np.ndarray, block: int) -> np.ndarray:
     """x (float32, last axis a multiple of `block`) as luminal-cpu's prefill GEMM holds it under
     the default (int16) setting (csrc/qgemm8.c): per block `t = x * (127 / max|x|)` (float32)
