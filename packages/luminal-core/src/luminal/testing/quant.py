@@ -25,20 +25,28 @@ def random_blocks(qtype: str, rows: int, cols: int, rng: np.random.Generator) ->
     return raw.reshape(rows, -1)
 
 
+def _scaled_blocks(x: np.ndarray, block: int, top: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x (float32) cut into blocks of `block` along its last axis, each block's max|x| and
+    the float32 factor `top / max|x|` (0 for an all-zero block) that scales it to +-top."""
+    x = np.asarray(x, np.float32)
+    blocks = x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
+    amax = np.abs(blocks).max(-1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(top) / amax, np.float32(0)).astype(np.float32)
+    return blocks, amax, inv
+
+
 def int8_activations(x: np.ndarray, block: int) -> np.ndarray:
     """x (float32, last axis a multiple of `block`) rounded to int8 blocks as a backend's
     quantized matvec with int8 activations does (llama.cpp's Q8_0 / Q8_K for x): per block,
     `d = max|x| / 127` and `q = rint(x * (127 / max|x|))`, in float32; returns `d * q` in
     float64, the activations whose exact product with the dequantized weights such a kernel
     computes up to float32 rounding."""
-    x = np.asarray(x, np.float32)
-    blocks = x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
-    amax = np.abs(blocks).max(-1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    blocks, amax, inv = _scaled_blocks(x, block, 127)
     q = np.rint(blocks * inv)
     d = (amax / np.float32(127)).astype(np.float32)
-    return (d.astype(np.float64) * q.astype(np.float64)).reshape(x.shape)
+    return (d.astype(np.float64) * q.astype(np.float64)).reshape(np.shape(x))
 
 
 def int16_activations(x: np.ndarray, block: int) -> np.ndarray:
@@ -47,16 +55,12 @@ def int16_activations(x: np.ndarray, block: int) -> np.ndarray:
     `q2 = rint((s - q1) * 32768)` with `s = x * (32767 / max|x|)` (that factor in float32, the
     product in float64); returns `d * (q1 + q2 / 32768)` in float64: x within about 1e-7
     relative (d's rounding) and 4.7e-10 max|x|."""
-    x = np.asarray(x, np.float32)
-    blocks = x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
-    amax = np.abs(blocks).max(-1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        inv = np.where(amax > 0, np.float32(32767) / amax, np.float32(0)).astype(np.float32)
+    blocks, amax, inv = _scaled_blocks(x, block, 32767)
     scaled = blocks.astype(np.float64) * inv.astype(np.float64)
     q1 = np.rint(scaled)
     q2 = np.rint((scaled - q1) * 32768)
     d = (amax / np.float32(32767)).astype(np.float32)
-    return (d.astype(np.float64) * (q1 + q2 / 32768)).reshape(x.shape)
+    return (d.astype(np.float64) * (q1 + q2 / 32768)).reshape(np.shape(x))
 
 
 def int8_triple_activations(x: np.ndarray, block: int) -> np.ndarray:
@@ -65,14 +69,10 @@ def int8_triple_activations(x: np.ndarray, block: int) -> np.ndarray:
     `T = rint(x * (127 / max|x|) * 65536)` (that factor in float32, the product in float64),
     kept as three signed byte digits, and `d = max|x| / 127` (float32); returns `d * T / 65536`
     in float64: x within about 1e-7 relative (d's rounding) and 6.0e-8 max|x|."""
-    x = np.asarray(x, np.float32)
-    blocks = x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
-    amax = np.abs(blocks).max(-1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    blocks, amax, inv = _scaled_blocks(x, block, 127)
     t = np.rint(blocks.astype(np.float64) * inv.astype(np.float64) * 65536)
     d = (amax / np.float32(127)).astype(np.float32)
-    return (d.astype(np.float64) * t / 65536).reshape(x.shape)
+    return (d.astype(np.float64) * t / 65536).reshape(np.shape(x))
 
 
 def decode_activations(x: np.ndarray, qtype: str) -> np.ndarray:
@@ -91,11 +91,7 @@ def int8_digit_activations(x: np.ndarray, block: int) -> np.ndarray:
     written as three byte digits, `q1 = floor(t)`, `u2 = min(floor(256 (t - q1)), 255)` and
     `u3 = min(rint(256 (256 (t - q1) - u2)), 255)`, with `d = max|x| / 127 / 256` (float32);
     returns `d * (256 q1 + u2 + u3 / 256)` in float64: x within about 1.8e-7 max|x|."""
-    x = np.asarray(x, np.float32)
-    blocks = x.reshape(*x.shape[:-1], x.shape[-1] // block, block)
-    amax = np.abs(blocks).max(-1, keepdims=True)
-    with np.errstate(divide="ignore"):
-        inv = np.where(amax > 0, np.float32(127) / amax, np.float32(0)).astype(np.float32)
+    blocks, amax, inv = _scaled_blocks(x, block, 127)
     t = (blocks * inv).astype(np.float32)
     q1 = np.floor(t)
     f1 = ((t - q1) * np.float32(256)).astype(np.float32)
@@ -103,4 +99,4 @@ def int8_digit_activations(x: np.ndarray, block: int) -> np.ndarray:
     u3 = np.minimum(np.rint((f1 - u2) * np.float32(256)), np.float32(255))
     d = (amax / np.float32(127) / np.float32(256)).astype(np.float32)
     digits = q1.astype(np.float64) * 256 + u2 + u3.astype(np.float64) / 256
-    return (d.astype(np.float64) * digits).reshape(x.shape)
+    return (d.astype(np.float64) * digits).reshape(np.shape(x))
