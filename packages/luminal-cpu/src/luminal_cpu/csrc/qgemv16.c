@@ -50,7 +50,6 @@
  * return 0 too. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VBMI__) && defined(__F16C__)
 #include <immintrin.h>
-#include <math.h>
 #define LM_Q16X_TINY 1e-30f
 
 /* acc + the sums of adjacent int16 products a_i * b_i in 32-bit lanes */
@@ -177,35 +176,79 @@ static int lm_q8x3_quantize(const float *restrict x, long K, int q, lm_q16x *out
   return 1;
 }
 
+/* lm_q16_order as one `vpermt2w` per 32 lanes: lanes 32j .. 32j + 31 of a block's digits are
+ * words idx[j] of the two 32-value chunks of x src[j][0] (words 0..31) and src[j][1] (32..63).
+ * Every format's lanes 32j .. 32j + 15 read one chunk and the other 16 one more (see
+ * lm_q16_order), so two chunks suffice. */
+typedef struct {
+  short idx[8][32];
+  int src[8][2];
+} lm_q16_perm;
+
+static void lm_q16_perm_of(int q, lm_q16_perm *pm) {
+  for (int j = 0; j < 8; j++) {
+    pm->src[j][0] = lm_q16_order(q, 32 * j) / 32;
+    pm->src[j][1] = lm_q16_order(q, 32 * j + 16) / 32;
+    for (int w = 0; w < 32; w++)
+      pm->idx[j][w] = (short)(lm_q16_order(q, 32 * j + w) - 32 * pm->src[j][w >= 16] + 32 * (w >= 16));
+  }
+}
+
 /* the K-quants: rounds x[0..K) (K a multiple of 256) to two int16 digits per value; 0 when x
- * has no such rounding (see above) */
-static int lm_q16x_quantize(const float *restrict x, long K, const short *order, lm_q16x *out) {
-  short qx[2][256];
-  float bsum[8];
+ * has no such rounding (see above). In AVX-512, 16 values at a time (the scalar loop took
+ * about 10 TSC cycles a value, 8 us per row of x at K = 2048 on every call). */
+static int lm_q16x_quantize(const float *restrict x, long K, const lm_q16_perm *pm, lm_q16x *out) {
+  const int round = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   for (long c = 0; c < K / 256; c++) {
     const float *xb = x + 256 * c;
-    float amax = 0.0f, probe = 0.0f;
-    for (long i = 0; i < 256; i++) {
-      const float a = fabsf(xb[i]);
-      amax = a > amax ? a : amax;
-      probe += xb[i] - xb[i]; /* NaN once any value is NaN or infinite */
+    __m512 mx = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int i = 0; i < 16; i++) {
+      const __m512 v = _mm512_loadu_ps(xb + 16 * i);
+      /* x - x is NaN once any value is NaN or infinite */
+      bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_NEQ_UQ);
+      mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
     }
-    if (!(probe == 0.0f) || (amax > 0.0f && amax < LM_Q16X_TINY)) return 0;
+    const float amax = _mm512_reduce_max_ps(mx);
+    if (bad || (amax > 0.0f && amax < LM_Q16X_TINY)) return 0;
     /* x = dx (q1 + q2 / 32768) with |q1| <= 32767, |q2| <= 16384 (|x id - q1| <= 1/2, and
      * the residual is computed in double: exact for these operands) */
     const float id = amax > 0.0f ? 32767.0f / amax : 0.0f, dx = amax / 32767.0f;
-    for (long i = 0; i < 256; i++) {
-      const double scaled = (double)xb[i] * (double)id, q1 = nearbyint(scaled);
-      qx[0][i] = (short)q1;
-      qx[1][i] = (short)nearbyint((scaled - q1) * 32768.0);
+    const __m512d scale = _mm512_set1_pd((double)id), unit = _mm512_set1_pd(32768.0);
+    __m512i chunk[2][8]; /* per digit, the 32-value chunks as words */
+    for (int g = 0; g < 8; g++) {
+      __m256i words[2][2];
+      __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+      for (int h = 0; h < 2; h++) {
+        const __m512 v = _mm512_loadu_ps(xb + 32 * g + 16 * h);
+        const __m256 halves[2] = {_mm512_castps512_ps256(v),
+                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))};
+        __m256i q[2][2];
+        for (int i = 0; i < 2; i++) {
+          const __m512d scaled = _mm512_mul_pd(_mm512_cvtps_pd(halves[i]), scale);
+          const __m512d q1 = _mm512_roundscale_pd(scaled, round);
+          q[0][i] = _mm512_cvtpd_epi32(q1);
+          q[1][i] = _mm512_cvtpd_epi32(_mm512_roundscale_pd(_mm512_mul_pd(_mm512_sub_pd(scaled, q1), unit), round));
+        }
+        for (int digit = 0; digit < 2; digit++) {
+          const __m512i t = _mm512_inserti64x4(_mm512_castsi256_si512(q[digit][0]), q[digit][1], 1);
+          sum[digit] = _mm512_add_epi32(sum[digit], t);
+          words[digit][h] = _mm512_cvtepi32_epi16(t);
+        }
+      }
+      for (int digit = 0; digit < 2; digit++)
+        chunk[digit][g] = _mm512_inserti64x4(_mm512_castsi256_si512(words[digit][0]), words[digit][1], 1);
+      /* the sub-block's sum of x / dx, from exact integer sums of each digit */
+      const double bsum = (double)_mm512_reduce_add_epi32(sum[0]) + (double)_mm512_reduce_add_epi32(sum[1]) / 32768.0;
+      out->s[8 * c + g] = dx * (float)bsum;
     }
-    for (int g = 0; g < 8; g++) bsum[g] = 0.0f;
-    for (long i = 0; i < 256; i++) bsum[i / 32] += (float)qx[0][i] + (float)qx[1][i] / 32768.0f;
     out->d[c] = dx;
-    for (int g = 0; g < 8; g++) out->s[8 * c + g] = dx * bsum[g];
     short *qc = out->q + 512 * c;
     for (int digit = 0; digit < 2; digit++)
-      for (long p = 0; p < 256; p++) qc[digit * 256 + p] = qx[digit][order[p]];
+      for (int j = 0; j < 8; j++)
+        _mm512_storeu_si512(qc + 256 * digit + 32 * j,
+                            _mm512_permutex2var_epi16(chunk[digit][pm->src[j][0]], _mm512_loadu_si512(pm->idx[j]),
+                                                      chunk[digit][pm->src[j][1]]));
   }
   return 1;
 }
@@ -464,9 +507,8 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
   const long rows = nb * M, dlen = kq ? spans : spans * lanes, zlen = kq ? 0 : spans * lanes;
   /* K-quants: two int16 digits per value; 32-value formats: three bytes */
   const size_t digits = kq ? sizeof(short) * 2 * 256 * spans : 3 * 128 * spans;
-  short order[256];
-  if (kq)
-    for (int p = 0; p < 256; p++) order[p] = (short)lm_q16_order(q, p);
+  lm_q16_perm perm;
+  if (kq) lm_q16_perm_of(q, &perm);
   float *buf = lm_scratch(A, M, K);
   const long blocks16 = q == LM_Q4_1 ? (spans + 3) / 4 * 16 : 0; /* bd, bs */
   const size_t per_row = 64 + digits + sizeof(float) * (dlen + spans * lanes + 2 * blocks16) + sizeof(int) * zlen;
@@ -486,7 +528,7 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
       r->bs = (float *)at, at += sizeof(float) * blocks16;
       r->z = (int *)at, at += sizeof(int) * zlen;
       at += 64 - (at - mem) % 64;
-      ok = kq ? lm_q16x_quantize(x[m], K, order, r) : lm_q8x3_quantize(x[m], K, q, r);
+      ok = kq ? lm_q16x_quantize(x[m], K, &perm, r) : lm_q8x3_quantize(x[m], K, q, r);
     }
   }
   /* Each thread decides from x alone, and a late thread may read x after the team has moved
