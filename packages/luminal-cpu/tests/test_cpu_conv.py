@@ -344,6 +344,35 @@ def test_dfl_head_concatenation_along_rows_and_transposed_softmax_match_torch():
                                rtol=1e-5, atol=1e-5)
 
 
+def test_output_rows_concatenated_along_channels_and_anchors_match_torch():
+    """YOLOv8's output: box rows and the class scores of three scales (each + its bias,
+    through a sigmoid, concatenated along the anchors) concatenated along the channels. The
+    class rows' case runs one loop per scale, whose index has no remainder left (a scale's
+    anchors are one period of it); NaN and infinities."""
+    g = lm.Graph()
+    shapes = ((6, 7), (3, 4), (2, 2))
+    xs = [g.tensor((1, 5, h, w), name=f"x{i}") for i, (h, w) in enumerate(shapes)]
+    bs = [g.tensor((5, 1, 1), name=f"b{i}") for i in range(3)]
+    box = g.tensor((1, 4, 58), name="box")
+    cls = lm.cat([(x + b).reshape((1, 5, -1)) for x, b in zip(xs, bs)], 2).sigmoid()
+    y = lm.cat([box * 2.0, cls], 1).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    sources = [rows.render(k, "k") for k in g.runtime.program.kernels
+               if not isinstance(k, GatherMatmul)]
+    (cat,) = [src for src in sources if src is not None and "lm_epi_exp2(" in src]
+    assert cat.count("for (long") >= 4 and "%" not in cat and "floormod" not in cat
+    xv = [randn(1, 5, h, w) for h, w in shapes]
+    xv[0][0, 1, 2, 3], xv[1][0, 4, 0, 1], xv[2][0, 0, 1, 1] = np.nan, np.inf, -np.inf
+    bv, boxv = [randn(5, 1, 1) for _ in range(3)], randn(1, 4, 58)
+    for tensor, value in zip([*xs, *bs, box], [*xv, *bv, boxv]):
+        tensor.set(value)
+    g.execute()
+    tc = torch.cat([(torch.from_numpy(a) + torch.from_numpy(b)).reshape(1, 5, -1)
+                    for a, b in zip(xv, bv)], 2).double().sigmoid()
+    want = torch.cat([torch.from_numpy(boxv).double() * 2, tc], 1)
+    np.testing.assert_allclose(y.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("kernel,padding", [(1, 0), (3, 1)])
 def test_upsampled_concatenation_feeds_the_gemm(kernel, padding):
     """YOLOv8's neck: a 2x nearest upsample concatenated with a skip connection, then a

@@ -177,16 +177,25 @@ def render(kernel: Kernel, name: str) -> str | None:
             return columns(value)
         return case_chain(row_var, row_cases, value, columns)
 
-    if runs is not None:
-        var, intervals = runs
-        body = [line for lo, hi in intervals
-                for line in loop(narrowed(kernel.out.value, var, lo, hi), str(lo), str(hi + 1),
+    def row_runs(value: Value) -> list[str]:
+        """A row cut into its runs where it concatenates along itself (within a case too:
+        YOLOv8's output rows, the class scores of three scales' anchors), else `row`."""
+        cut = (case_intervals(value, [(kernel.loop_vars[-1], kernel.domain[-1])])
+               if _short(kernel) else None)
+        if cut is None:
+            return row(value)
+        var, intervals = cut
+        return [line for lo, hi in intervals
+                for line in loop(narrowed(value, var, lo, hi), str(lo), str(hi + 1),
                                  _SelectMaxWriter)]
+
+    if runs is not None:
+        body = row_runs(kernel.out.value)
     elif cases is None:
         body = (windows if windowed else row)(kernel.out.value)
     else:
         var, intervals = cases
-        body = case_chain(var, intervals, kernel.out.value, windows if windowed else row)
+        body = case_chain(var, intervals, kernel.out.value, windows if windowed else row_runs)
     params = [(C.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
     dialect = C.tuned(kernel.tuning) if kernel.tuning else C  # a searched schedule's split
     # exp2 inline (`epilogue.INLINE_EXP2`): a concatenation's bias + SiLU branch ran at 0.99
