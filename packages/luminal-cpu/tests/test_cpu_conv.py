@@ -464,6 +464,34 @@ def test_pointwise_convolutions_run_direct_with_their_epilogue(x_shape, w_shape)
     assert direct_convs(g) == epilogues(g) == int(direct)
 
 
+@pytest.mark.parametrize("x_shape", [(1, 20, 30, 50), (1, 6, 64, 160)])
+def test_pointwise_strip_shared_by_channel_tiles_on_two_threads(monkeypatch, x_shape):
+    """A 1 x 1 convolution without an epilogue copies each column tile's inputs into a
+    per-thread strip that its output-channel tiles read (`direct_conv._unit_stride`): 19
+    channels (three tiles, the last ragged), ragged last columns (1500 = 46 * 32 + 28), and
+    with 2 threads chunks that start inside a column's run of channel tiles. Same bits on
+    one and two threads, torch's values, NaN propagated."""
+    from luminal_cpu import source, threads
+
+    w_shape = (19, x_shape[1], 1, 1)
+    xs, ws = randn(*x_shape), randn(*w_shape)
+    xs[0, 2, 5, 7] = np.nan
+    results = []
+    for count in ("1", "2"):
+        monkeypatch.setenv("LUMINAL_CPU_THREADS", count)
+        threads.governor.cache_clear()
+        g, (x, w, _), y = conv_graph(x_shape, w_shape, False, False)
+        (conv,) = [k for k in g.runtime.program.kernels if isinstance(k, GatherMatmul)]
+        assert direct_conv.match(conv) and "lm_strip" in source.kernel_source(conv, "k")
+        x.set(xs), w.set(ws)
+        g.execute()
+        results.append(y.numpy().copy())
+    threads.governor.cache_clear()
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_allclose(results[0], torch_conv(xs, ws, None, False), rtol=1e-4,
+                               atol=1e-4)
+
+
 def test_a_product_read_twice_keeps_its_own_kernels():
     """A convolution whose output two kernels read is stored; neither becomes its epilogue."""
     g = lm.Graph()
