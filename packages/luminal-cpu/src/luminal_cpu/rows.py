@@ -10,7 +10,8 @@ for the masked load) nor a pooling window's max with its NaN flag. Here:
   each copy reads one input, unmasked. A concatenation along the row itself (YOLOv8's DFL
   head: three scales' anchors) splits the row into consecutive runs, one loop each, its
   reductions (at most RUN_REDUCE_MAX steps, the max as the select below) unrolled inside
-  so that gcc vectorises across the row.
+  so that gcc vectorises across the row; within a case too (YOLOv8's output: box rows,
+  then class rows that concatenate three scales' anchors).
 - **Windows** (reductions shorter than 16 steps: pooling): each row is cut into its interior,
   where every mask along the row holds for every window step, and the two edges. The interior
   runs without those masks, its max a NaN-propagating select that gcc vectorises across the
