@@ -118,6 +118,8 @@ def test_substitute_then_evaluate(tree, a):
         ((A + 16) // 8, Expr.const(2)),  # one quotient over a's range (16 <= a + 16 < 24)
         ((A + 8 * B + 40) // 8, B + 5),
         ((B - 5) // 8, Expr.const(-1)),  # -8 <= b - 5 <= -1: floor semantics
+        ((A + 16) % 8, A),  # one quotient over a's range: a + 16 - 8 * 2
+        ((B - 5) % 8, B + 3),  # -8 <= b - 5 <= -1: floor semantics
         (N * 6 // (N * 3), Expr.const(2)),
         ((N * N * 4 + N * 2) // (N * 2), N * 2 + 1),
         ((N * 4) % (N * 2), Expr.const(0)),

@@ -255,7 +255,9 @@ def test_max_pool2d_matches_torch_with_nan_and_inf(x_shape, kernel, stride, padd
     x = g.tensor(x_shape, name="x")
     y = F.max_pool2d(x, kernel, stride, padding).retrieve()
     g.compile((lm.GenericCompiler(), CpuBackend()))
-    assert rendered_by_rows(g) == 1
+    # one max along the rows, then one down the columns (`F.max_pool2d` is separable); a
+    # pool without padding has masks in neither, and one of them renders generically
+    assert rendered_by_rows(g) == (2 if padding else 1)
     xs = randn(*x_shape)
     flat = xs.reshape(-1)
     picks = rng.choice(flat.size, 12, replace=False)
@@ -340,6 +342,35 @@ def test_dfl_head_concatenation_along_rows_and_transposed_softmax_match_torch():
     np.testing.assert_allclose(s_out.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(y.numpy(), (want * torch.arange(16).double()).sum(3).numpy(),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_output_rows_concatenated_along_channels_and_anchors_match_torch():
+    """YOLOv8's output: box rows and the class scores of three scales (each + its bias,
+    through a sigmoid, concatenated along the anchors) concatenated along the channels. The
+    class rows' case runs one loop per scale, whose index has no remainder left (a scale's
+    anchors are one period of it); NaN and infinities."""
+    g = lm.Graph()
+    shapes = ((6, 7), (3, 4), (2, 2))
+    xs = [g.tensor((1, 5, h, w), name=f"x{i}") for i, (h, w) in enumerate(shapes)]
+    bs = [g.tensor((5, 1, 1), name=f"b{i}") for i in range(3)]
+    box = g.tensor((1, 4, 58), name="box")
+    cls = lm.cat([(x + b).reshape((1, 5, -1)) for x, b in zip(xs, bs)], 2).sigmoid()
+    y = lm.cat([box * 2.0, cls], 1).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    sources = [rows.render(k, "k") for k in g.runtime.program.kernels
+               if not isinstance(k, GatherMatmul)]
+    (cat,) = [src for src in sources if src is not None and "lm_epi_exp2(" in src]
+    assert cat.count("for (long") >= 4 and "%" not in cat and "floormod" not in cat
+    xv = [randn(1, 5, h, w) for h, w in shapes]
+    xv[0][0, 1, 2, 3], xv[1][0, 4, 0, 1], xv[2][0, 0, 1, 1] = np.nan, np.inf, -np.inf
+    bv, boxv = [randn(5, 1, 1) for _ in range(3)], randn(1, 4, 58)
+    for tensor, value in zip([*xs, *bs, box], [*xv, *bv, boxv]):
+        tensor.set(value)
+    g.execute()
+    tc = torch.cat([(torch.from_numpy(a) + torch.from_numpy(b)).reshape(1, 5, -1)
+                    for a, b in zip(xv, bv)], 2).double().sigmoid()
+    want = torch.cat([torch.from_numpy(boxv).double() * 2, tc], 1)
+    np.testing.assert_allclose(y.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("kernel,padding", [(1, 0), (3, 1)])
@@ -431,6 +462,34 @@ def test_pointwise_convolutions_run_direct_with_their_epilogue(x_shape, w_shape)
     np.testing.assert_allclose(y.numpy(), torch_conv(xs, ws, bs, True), rtol=1e-4, atol=1e-4)
     direct = w_shape[1] <= implicit_gemm.POINTWISE_MAX_K
     assert direct_convs(g) == epilogues(g) == int(direct)
+
+
+@pytest.mark.parametrize("x_shape", [(1, 20, 30, 50), (1, 6, 64, 160)])
+def test_pointwise_strip_shared_by_channel_tiles_on_two_threads(monkeypatch, x_shape):
+    """A 1 x 1 convolution without an epilogue copies each column tile's inputs into a
+    per-thread strip that its output-channel tiles read (`direct_conv._unit_stride`): 19
+    channels (three tiles, the last ragged), ragged last columns (1500 = 46 * 32 + 28), and
+    with 2 threads chunks that start inside a column's run of channel tiles. Same bits on
+    one and two threads, torch's values, NaN propagated."""
+    from luminal_cpu import source, threads
+
+    w_shape = (19, x_shape[1], 1, 1)
+    xs, ws = randn(*x_shape), randn(*w_shape)
+    xs[0, 2, 5, 7] = np.nan
+    results = []
+    for count in ("1", "2"):
+        monkeypatch.setenv("LUMINAL_CPU_THREADS", count)
+        threads.governor.cache_clear()
+        g, (x, w, _), y = conv_graph(x_shape, w_shape, False, False)
+        (conv,) = [k for k in g.runtime.program.kernels if isinstance(k, GatherMatmul)]
+        assert direct_conv.match(conv) and "lm_strip" in source.kernel_source(conv, "k")
+        x.set(xs), w.set(ws)
+        g.execute()
+        results.append(y.numpy().copy())
+    threads.governor.cache_clear()
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_allclose(results[0], torch_conv(xs, ws, None, False), rtol=1e-4,
+                               atol=1e-4)
 
 
 def test_a_product_read_twice_keeps_its_own_kernels():

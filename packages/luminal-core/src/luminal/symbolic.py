@@ -498,6 +498,9 @@ def mod(x: ExprLike, d: ExprLike) -> Expr:
             x = add(*kept)
             if x.vmin >= 0 and x.vmax < dv:
                 return x
+            lo, hi = x.vmin, x.vmax
+            if lo > -INF and hi < INF and lo // dv == hi // dv:  # one quotient on the range
+                return add(x, -dv * (lo // dv))
             if x.op == "mod" and x.args[1].is_const and x.args[1].args[0] % dv == 0:
                 return mod(x.args[0], dv)
     elif x.vmin >= 0 and x.vmax < d.vmin:

@@ -10,7 +10,8 @@ for the masked load) nor a pooling window's max with its NaN flag. Here:
   each copy reads one input, unmasked. A concatenation along the row itself (YOLOv8's DFL
   head: three scales' anchors) splits the row into consecutive runs, one loop each, its
   reductions (at most RUN_REDUCE_MAX steps, the max as the select below) unrolled inside
-  so that gcc vectorises across the row.
+  so that gcc vectorises across the row; within a case too (YOLOv8's output: box rows,
+  then class rows that concatenate three scales' anchors).
 - **Windows** (reductions shorter than 16 steps: pooling): each row is cut into its interior,
   where every mask along the row holds for every window step, and the two edges. The interior
   runs without those masks, its max a NaN-propagating select that gcc vectorises across the
@@ -177,16 +178,25 @@ def render(kernel: Kernel, name: str) -> str | None:
             return columns(value)
         return case_chain(row_var, row_cases, value, columns)
 
-    if runs is not None:
-        var, intervals = runs
-        body = [line for lo, hi in intervals
-                for line in loop(narrowed(kernel.out.value, var, lo, hi), str(lo), str(hi + 1),
+    def row_runs(value: Value) -> list[str]:
+        """A row cut into its runs where it concatenates along itself (within a case too:
+        YOLOv8's output rows, the class scores of three scales' anchors), else `row`."""
+        cut = (case_intervals(value, [(kernel.loop_vars[-1], kernel.domain[-1])])
+               if _short(kernel) else None)
+        if cut is None:
+            return row(value)
+        var, intervals = cut
+        return [line for lo, hi in intervals
+                for line in loop(narrowed(value, var, lo, hi), str(lo), str(hi + 1),
                                  _SelectMaxWriter)]
+
+    if runs is not None:
+        body = row_runs(kernel.out.value)
     elif cases is None:
         body = (windows if windowed else row)(kernel.out.value)
     else:
         var, intervals = cases
-        body = case_chain(var, intervals, kernel.out.value, windows if windowed else row)
+        body = case_chain(var, intervals, kernel.out.value, windows if windowed else row_runs)
     params = [(C.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
     dialect = C.tuned(kernel.tuning) if kernel.tuning else C  # a searched schedule's split
     # exp2 inline (`epilogue.INLINE_EXP2`): a concatenation's bias + SiLU branch ran at 0.99
