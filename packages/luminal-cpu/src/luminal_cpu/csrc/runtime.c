@@ -773,6 +773,9 @@ static void lm_gemv_dot(long nb, const long *aoff, const long *boff, long M, lon
 }
 
 #if defined(__AVX512F__)
+/* rows of B prefetched ahead: a KV cache's rows are a head's slice of each position, one or
+ * more 4 KiB pages apart, which the hardware prefetchers do not follow */
+#define LM_AXPY_AHEAD 8
 /* acc[m][0..64) = sum over k < K of x[m][k] * w[k * ks + 0..64), for a constant M <= 4: the
  * M x 64 sums stay in registers (the generic loop below loads and stores them every k) */
 static inline __attribute__((always_inline)) void lm_axpy64(const int M, long K,
@@ -781,6 +784,7 @@ static inline __attribute__((always_inline)) void lm_axpy64(const int M, long K,
   for (int m = 0; m < M; m++)
     for (int j = 0; j < 4; j++) s[m][j] = _mm512_setzero_ps();
   for (long k = 0; k < K; k++, w += ks) {
+    for (int j = 0; j < 4; j++) _mm_prefetch((const char *)(w + LM_AXPY_AHEAD * ks + 16 * j), _MM_HINT_T0);
     const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16),
                  w2 = _mm512_loadu_ps(w + 32), w3 = _mm512_loadu_ps(w + 48);
     for (int m = 0; m < M; m++) {
