@@ -46,6 +46,22 @@ def test_matmul_every_layout_and_size(m, layout):
     assert any(isinstance(kern, Matmul) for kern in program_of(build).kernels)
 
 
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+@pytest.mark.parametrize("layout", ["nn", "nt"])
+def test_decode_products_over_a_kv_cache(m, layout):
+    """A few query rows against a batch of keys (B along k: sixteen columns per register
+    transpose where K is a multiple of 16) or of values (B along n: 64 columns of sums in
+    registers), at sizes on and off those multiples."""
+    def build(g):
+        a = g.tensor((2, m, "k"))
+        b = g.tensor((2, "n", "k") if layout == "nt" else (2, "k", "n"))
+        return [a, b], [a @ (b.transpose(1, 2) if layout == "nt" else b)]
+
+    sizes = [(64, 16), (64, 50), (256, 64), (48, 200), (70, 130), (16, 1)]
+    check_vs_reference(build, [[randn(2, m, k), randn(2, n, k) if layout == "nt"
+                                else randn(2, k, n)] for k, n in sizes], atol=1e-4)
+
+
 def test_batched_broadcast_and_symbolic_matmul():
     def build(g):
         a = g.tensor((2, 3, "s", 24))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import luminal as lm
 import numpy as np
+from luminal.symbolic import smin, to_expr
 from luminal_cpu import CpuBackend
 
 
@@ -187,3 +188,40 @@ def test_arena_is_laid_out_again_only_when_a_slot_outgrows_its_room(monkeypatch)
         e = np.exp(h - h.max(0))
         np.testing.assert_allclose(out.numpy(), e / e.sum(0) * 2, rtol=1e-5, atol=1e-6)
     assert layouts[0] == 1 and 1 < len(layouts) < 40, layouts
+
+
+def test_attention_over_written_rows_reads_the_input_itself():
+    """`cat([cache[:, :past], rows])` where `rows` is computed straight into the cache at
+    `past` (an in-place KV cache) is the cache's first rows: a matmul reading it reads the
+    cache, with no copy of the cache per run; a concatenation with other rows is kept."""
+    for scale in (1.0, 2.0):
+        g = lm.Graph()
+        cache = g.tensor((1, 8, 3), name="cache")
+        x = g.tensor((1, "seq", 3), name="x")
+        w = g.tensor((3, 2), name="w")
+        rows = (x * 3.0 + 1.0).keep()
+        past_rows = smin(to_expr("past"), 8)  # as nn.InPlaceLayerCache clamps it
+        g.write(cache, rows, 1, past_rows)
+        keys = lm.cat([cache[:, :past_rows], rows * scale if scale != 1.0 else rows], dim=1)
+        seen = (keys @ w).retrieve()
+        cache.set(np.zeros((1, 8, 3), np.float32))
+        weights = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
+        w.set(weights)
+        g.set_dim("past", 0)
+        g.compile((lm.GenericCompiler(), CpuBackend()))
+        program = g.runtime.program
+        cache_buf = next(k for k, b in enumerate(program.buffers)
+                         if b.role == "input" and g.data.get(b.node) is g.data[cache.id])
+        readers = [c for c in program.calls if cache_buf in c.args]
+        kinds = {type(program.kernels[c.kernel]).__name__ for c in readers}
+        assert (kinds == {"Matmul"}) == (scale == 1.0), kinds
+        want, past = np.zeros((1, 8, 3), np.float32), 0
+        for n in (3, 1, 1, 2, 1):
+            step = np.random.default_rng(past + 1).standard_normal((1, n, 3)).astype(np.float32)
+            x.set(step)
+            g.set_dim("past", past)
+            g.execute()
+            keys_want = np.concatenate([want[:, :past], (step * 3 + 1) * scale], axis=1)
+            want[:, past:past + n] = step * 3 + 1
+            past += n
+            np.testing.assert_allclose(seen.numpy(), keys_want @ weights, rtol=1e-5, atol=1e-5)

@@ -10,7 +10,7 @@ from luminal_codegen import lower, plan_memory
 
 from . import device, implicit_gemm, toolchain
 from .dialect import C
-from .runtime import CpuRuntime, direct_writes
+from .runtime import CpuRuntime, direct_writes, read_written_rows
 from .source import (
     MATMUL_TUNABLE,
     QUANT_KERNELS,
@@ -79,10 +79,11 @@ class CpuBackend(Backend):
             raise RuntimeError(f"backend 'cpu' cannot compile: {status.reason}")
         cc = toolchain.compiler()
         t0 = time.perf_counter()
-        program = implicit_gemm.fuse(lower(graph, self.schedule, self.quant_kernels,
-                                           C.max_kernel_args))
-        plan = plan_memory(program)
+        program = lower(graph, self.schedule, self.quant_kernels, C.max_kernel_args)
         direct = direct_writes(graph, program)
+        # before fusing gathers into matmuls, which would fold the cache's copy into them
+        program = implicit_gemm.fuse(read_written_rows(program, direct))
+        plan = plan_memory(program)
         t1 = time.perf_counter()
         source = program_source(program, toolchain.VECTOR_MATH if cc.vector_math else "",
                                 plan, direct)

@@ -21,13 +21,17 @@ import ctypes
 import mmap
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 from luminal import ops
 from luminal.graph import Graph
 from luminal.runtime import Runtime, Shape
-from luminal.symbolic import evaluator
-from luminal_codegen import MemoryPlan, Program
+from luminal.symbolic import evaluator, logical_and, lt, prod
+from luminal_codegen import Call, Kernel, MemoryPlan, Program
+from luminal_codegen.indexing import flat_index
+from luminal_codegen.ir import Binary, Load
 
 from .source import ENTRY_POINT, DirectWrite
 from .threads import governor
@@ -62,6 +66,63 @@ def direct_writes(graph: Graph, program: Program) -> list[DirectWrite]:
         direct.append(DirectWrite(target, k, into, write.offset,
                                   row * bufs[k].dtype.itemsize))
     return direct
+
+
+def read_written_rows(program: Program, direct: Sequence[DirectWrite]) -> Program:
+    """`program` without the kernels that concatenate an input's rows before a direct
+    write's offset with the rows that write stores (`cat([cache[:, :past], new], 1)`, what an
+    in-place KV cache's attention reads): the program computes the new rows straight into
+    the input, so that concatenation is the input's first rows, and its readers read the
+    input itself (same values, up to the sign of a zero) instead of a copy of the whole cache
+    made every step. Their calls run after the call storing the new rows, which the
+    concatenation read."""
+    writes = {w.buffer: w for w in direct}
+    alias: dict[int, int] = {}  # the concatenation's buffer -> the input it copies
+    for call in program.calls:
+        into = _written_prefix(program, call, writes)
+        if into is not None:
+            alias[call.args[program.kernels[call.kernel].out.buf]] = into
+    if not alias:
+        return program
+    calls = [Call(call.kernel, tuple(alias.get(b, b) for b in call.args))
+             for call in program.calls
+             if not (isinstance(k := program.kernels[call.kernel], Kernel)
+                     and call.args[k.out.buf] in alias)]
+    return replace(program, calls=calls)
+
+
+def _written_prefix(program: Program, call: Call,
+                    writes: dict[int, DirectWrite]) -> int | None:
+    """The input whose first rows `call` copies (see `read_written_rows`), if it does: its
+    kernel stores, at every point of a row-major domain (rows, ...) of rows whole rows of
+    the input, the input's element where the row is before the write's offset and the
+    written value's element at the same place less the offset's rows where it is not."""
+    kernel = program.kernels[call.kernel]
+    if type(kernel) is not Kernel or not kernel.domain:
+        return None
+    value, bufs = kernel.out.value, program.buffers
+    if not (isinstance(value, Binary) and value.op == "add"
+            and isinstance(value.a, Load) and isinstance(value.b, Load)):
+        return None
+    out = call.args[kernel.out.buf]
+    for cached, new in ((value.a, value.b), (value.b, value.a)):
+        w = writes.get(call.args[new.buf])
+        if w is None or call.args[cached.buf] != w.into:
+            continue
+        dtype = bufs[out].dtype
+        if (bufs[out].role != "temp" or w.row_bytes % dtype.itemsize
+                or {bufs[w.into].dtype, value.dtype, cached.dtype, new.dtype} != {dtype}):
+            continue
+        row = w.row_bytes // dtype.itemsize
+        rows, off, i = kernel.domain[0], w.offset, kernel.loop_vars
+        flat = flat_index(kernel.domain, i)
+        if (prod(kernel.domain[1:]) == row and bufs[out].numel == rows * row
+                and bufs[w.buffer].numel == (rows - off) * row
+                and kernel.out.index == flat and cached.index == flat
+                and new.index == flat - off * row and cached.valid == lt(i[0], off)
+                and new.valid == logical_and(lt(off - 1, i[0]), lt(i[0], rows))):
+            return w.into
+    return None
 
 
 def _fresh_pages(nbytes: int) -> np.ndarray:

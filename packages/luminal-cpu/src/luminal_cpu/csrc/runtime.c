@@ -701,29 +701,104 @@ static float *lm_scratch(const lm_mat *A, long M, long K) {
   return (A->dt == LM_F32 && A->ks == 1) ? NULL : (float *)malloc(sizeof(float) * M * K);
 }
 
-/* B(n, k) contiguous along k: one dot product per (row of A, column n) */
+/* the dot products of x[m][0..K) and w[0..K) for the rows m < M of x */
+static inline void lm_dots(long M, long K, const float *const *x, const float *restrict w,
+                           float *out) {
+  for (long m = 0; m < M; m++) {
+    const float *xm = x[m];
+    float acc = 0.0f;
+    #pragma omp simd reduction(+:acc)
+    for (long k = 0; k < K; k++) acc = fmaf(xm[k], w[k], acc);
+    out[m] = acc;
+  }
+}
+
+#if defined(__AVX512F__)
+/* out[m][j] = the dot product of x[m][0..K) and B's row j (at w + j * rs), j < 16, K a
+ * multiple of 16: sixteen columns' partial sums in sixteen registers, reduced together by one
+ * transpose instead of one horizontal sum per product (a short K, an attention's head size,
+ * made those the cost: a query's scores over a KV cache) */
+static void lm_dots16(long M, long K, const float *const *x, const float *restrict w, long rs,
+                      float out[][16]) {
+  for (long m = 0; m < M; m++) {
+    __m512 acc[16];
+    for (int j = 0; j < 16; j++) acc[j] = _mm512_setzero_ps();
+    for (long k = 0; k < K; k += 16) {
+      const __m512 xv = _mm512_loadu_ps(x[m] + k);
+      for (int j = 0; j < 16; j++)
+        acc[j] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + j * rs + k), acc[j]);
+    }
+    lm_transpose16(acc);
+    for (int j = 1; j < 16; j++) acc[0] = _mm512_add_ps(acc[0], acc[j]);
+    _mm512_storeu_ps(out[m], acc[0]);
+  }
+}
+#endif
+
+/* B(n, k) contiguous along k: one dot product per (row of A, column n); sixteen columns at a
+ * time where B is float32 and K a multiple of 16 (with AVX-512) */
 static void lm_gemv_dot(long nb, const long *aoff, const long *boff, long M, long N, long K,
                         const lm_mat *A, const lm_mat *B, const lm_out *C) {
   float *buf = lm_scratch(A, M, K), *wbuf = B->dt == LM_F32 ? NULL : (float *)malloc(sizeof(float) * K);
   const float *x[LM_GEMV_MAX_M];
   long xb = -1;
-  lm_for_begin(nb * N);
+#if defined(__AVX512F__)
+  const long cols = B->dt == LM_F32 && K % 16 == 0 ? 16 : 1;
+#else
+  const long cols = 1;
+#endif
+  const long blocks = (N + cols - 1) / cols;
+  lm_for_begin(nb * blocks);
   for (long lo, hi; lm_for_next(&lo, &hi);)
   for (long t = lo; t < hi; t++) {
-    const long b = t / N, n = t % N;
+    const long b = t / blocks, n0 = t % blocks * cols;
+    const long nc = N - n0 < cols ? N - n0 : cols;
     if (b != xb) lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
-    const float *w = lm_row_f32(B->p, B->dt, boff[b] + n * B->rs, 1, K, wbuf);
-    for (long m = 0; m < M; m++) {
-      const float *xm = x[m];
-      float acc = 0.0f;
-      #pragma omp simd reduction(+:acc)
-      for (long k = 0; k < K; k++) acc = fmaf(xm[k], w[k], acc);
-      lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, acc);
+    float out[LM_GEMV_MAX_M][16];
+#if defined(__AVX512F__)
+    if (nc == 16) {
+      lm_dots16(M, K, x, (const float *)B->p + boff[b] + n0 * B->rs, B->rs, out);
+    } else
+#endif
+    for (long j = 0; j < nc; j++) {
+      float dots[LM_GEMV_MAX_M];
+      lm_dots(M, K, x, lm_row_f32(B->p, B->dt, boff[b] + (n0 + j) * B->rs, 1, K, wbuf), dots);
+      for (long m = 0; m < M; m++) out[m][j] = dots[m];
     }
+    for (long m = 0; m < M; m++)
+      for (long j = 0; j < nc; j++) lm_put(C->p, C->dt, C->off[b] + m * C->rs + n0 + j, out[m][j]);
   }
   free(buf);
   free(wbuf);
 }
+
+#if defined(__AVX512F__)
+/* rows of B prefetched ahead: a KV cache's rows are a head's slice of each position, one or
+ * more 4 KiB pages apart, which the hardware prefetchers do not follow */
+#define LM_AXPY_AHEAD 8
+/* acc[m][0..64) = sum over k < K of x[m][k] * w[k * ks + 0..64), for a constant M <= 4: the
+ * M x 64 sums stay in registers (the generic loop below loads and stores them every k) */
+static inline __attribute__((always_inline)) void lm_axpy64(const int M, long K,
+    const float *const *x, const float *restrict w, long ks, float acc[][LM_GEMV_CHUNK]) {
+  __m512 s[LM_GEMV_MAX_M][4];
+  for (int m = 0; m < M; m++)
+    for (int j = 0; j < 4; j++) s[m][j] = _mm512_setzero_ps();
+  for (long k = 0; k < K; k++, w += ks) {
+    for (int j = 0; j < 4; j++) _mm_prefetch((const char *)(w + LM_AXPY_AHEAD * ks + 16 * j), _MM_HINT_T0);
+    const __m512 w0 = _mm512_loadu_ps(w), w1 = _mm512_loadu_ps(w + 16),
+                 w2 = _mm512_loadu_ps(w + 32), w3 = _mm512_loadu_ps(w + 48);
+    for (int m = 0; m < M; m++) {
+      const __m512 a = _mm512_set1_ps(x[m][k]);
+      s[m][0] = _mm512_fmadd_ps(a, w0, s[m][0]);
+      s[m][1] = _mm512_fmadd_ps(a, w1, s[m][1]);
+      s[m][2] = _mm512_fmadd_ps(a, w2, s[m][2]);
+      s[m][3] = _mm512_fmadd_ps(a, w3, s[m][3]);
+    }
+  }
+  for (int m = 0; m < M; m++)
+    for (int j = 0; j < 4; j++) _mm512_storeu_ps(acc[m] + 16 * j, s[m][j]);
+}
+#endif
 
 /* B(n, k) contiguous along n: accumulate rows of B scaled by A(m, k), a chunk of n at a time */
 static void lm_gemv_axpy(long nb, const long *aoff, const long *boff, long M, long N, long K,
@@ -740,6 +815,18 @@ static void lm_gemv_axpy(long nb, const long *aoff, const long *boff, long M, lo
     if (b != xb) lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
     float acc[LM_GEMV_MAX_M][LM_GEMV_CHUNK] = {{0}};
     float wtmp[LM_GEMV_CHUNK];
+#if defined(__AVX512F__)
+    if (B->dt == LM_F32 && nc == LM_GEMV_CHUNK) {
+      const float *w = (const float *)B->p + boff[b] + n0;
+      switch (M) {
+        case 1: lm_axpy64(1, K, x, w, B->ks, acc); break;
+        case 2: lm_axpy64(2, K, x, w, B->ks, acc); break;
+        case 3: lm_axpy64(3, K, x, w, B->ks, acc); break;
+        case 4: lm_axpy64(4, K, x, w, B->ks, acc); break;
+        default: break;  /* M = 0: nothing to sum */
+      }
+    } else
+#endif
     for (long k = 0; k < K; k++) {
       const float *w = lm_row_f32(B->p, B->dt, boff[b] + k * B->ks + n0, 1, nc, wtmp);
       for (long m = 0; m < M; m++) {
