@@ -422,9 +422,13 @@ def test_bias_and_silu_run_as_the_direct_convolutions_epilogue(x_shape, w_shape,
     assert epilogues(g) == 1 and len(g.runtime.program.kernels) == 1
 
 
-def test_epilogue_exp2_over_its_whole_range():
-    """An epilogue's exp2 (its own inline polynomial) within 1 ulp of NumPy's from 2^-160 (0)
-    through the subnormals to 2^140 (infinity), NaN kept."""
+@pytest.mark.parametrize("avx512", [True, False])
+def test_epilogue_exp2_over_its_whole_range(avx512, monkeypatch):
+    """An epilogue's exp2 (its own inline polynomial, in blocks of 16 with AVX-512's
+    intrinsics or lane by lane without, the last n % 16 lane by lane) within 1 ulp of NumPy's
+    from 2^-160 (0) through the subnormals to 2^140 (infinity), NaN kept."""
+    if not avx512:
+        monkeypatch.setenv("CC", "gcc -mno-avx512f")
     g = lm.Graph()
     x, w = g.tensor((1, 2, 4, 600), name="x"), g.tensor((2, 2, 3, 3), name="w")
     y = (F.conv2d(x, w, padding=1) * 150.0).exp2().retrieve()
