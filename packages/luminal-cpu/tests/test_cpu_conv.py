@@ -451,6 +451,35 @@ def test_epilogue_exp2_over_its_whole_range(avx512, monkeypatch):
     assert np.isinf(got).any() and (got == 0).any() and epilogues(g) == 1
 
 
+@pytest.mark.parametrize("avx512", [True, False])
+def test_epilogue_exp2_at_every_kth_float(avx512, monkeypatch):
+    """The epilogue's exp2 within 1 ulp of NumPy's at every 4099th float from -160 to 140
+    (both signs, the subnormals included), in blocks of 16 and lane by lane."""
+    if not avx512:
+        monkeypatch.setenv("CC", "gcc -mno-avx512f")
+    top = [int(np.array(v, np.float32).view(np.uint32)) for v in (140.0, -160.0)]
+    bits = np.concatenate([np.arange(0, top[0], 4099, dtype=np.uint32),
+                           np.arange(1 << 31, top[1], 4099, dtype=np.uint32)])
+    values = bits.view(np.float32)
+    width = 600  # rows of 600: 18 tiles of 32 and one of 24 (a block of 16 and 8 lanes)
+    xs = np.zeros(-(-len(values) // width) * width, np.float32)
+    xs[:len(values)] = values
+    xs = np.stack([xs.reshape(-1, width), np.zeros((len(xs) // width, width), np.float32)])
+    xs = xs[None]  # channel 1: zeros, weighted 0 (a one-channel product is no direct one)
+    g = lm.Graph()
+    x, w = g.tensor(xs.shape, name="x"), g.tensor((2, 2, 3, 3), name="w")
+    y = F.conv2d(x, w, padding=1).exp2().retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    ws = np.zeros((2, 2, 3, 3), np.float32)
+    ws[:, 0, 1, 1] = 1  # the centre tap alone: both output channels exp2(x)
+    x.set(xs), w.set(ws)
+    g.execute()
+    with np.errstate(over="ignore"):
+        want = np.exp2(xs[0, 0].astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_max_ulp(y.numpy()[0], np.stack([want, want]), maxulp=1)
+    assert epilogues(g) == 1
+
+
 @pytest.mark.parametrize("x_shape,w_shape", [
     ((1, 48, 40, 45), (32, 48, 1, 1)),    # C2f's 1x1, 1800 columns: a ragged last tile
     ((1, 520, 4, 9), (16, 520, 1, 1)),    # a sum past POINTWISE_MAX_K: left to the GEMM
