@@ -40,6 +40,14 @@ from .dialect import C, CDialect
 
 RUN = Expr.var("lm_l", 0, 1 << 30)  # the position in the run of outputs
 LANE = Expr.var("lm_j", 0, 16)  # the position in a block of 16 outputs (`render_function`)
+# how far along its row the epilogue of a tile prefetches the output for writing (floats): the
+# tile two on over the row's columns, which the same output channels' tiles write 16 tiles
+# later (a direct convolution's tiles are 32 columns wide, output channels innermost). The
+# output is written 8 rows at a time, a stream per row, and each store missed the cache:
+# the hardware's prefetchers follow too few streams (the input side of `direct_conv` has
+# the same problem). The address may be past the output (integer arithmetic: a prefetch
+# never faults).
+STORE_AHEAD = 64
 
 # 2^x in arithmetic the compiler vectorises inline: in an epilogue over a tile's 32 columns,
 # libmvec's exp2f (a call per 16 lanes, `lm_exp2`'s range masks around it) cost more than
@@ -288,6 +296,8 @@ def render_function(epi: Epilogue, name: str) -> list[str]:
         *("    " + x for x in row),
         f"    const float *p{src} = lm_src + lm_i * lm_lds;",
         "    float *lm_out = lm_dst + lm_i * lm_ldd;",
+        *(f"    __builtin_prefetch((const void *)((unsigned long)lm_out + "
+          f"sizeof(float) * {ahead}), 1);" for ahead in (STORE_AHEAD, STORE_AHEAD + 16)),
         *blocks,
         *loop(f"long {RUN.name} = {first}; {RUN.name} < lm_n; {RUN.name}++", lanes(value),
               "    "),
