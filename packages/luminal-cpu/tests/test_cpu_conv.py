@@ -422,9 +422,13 @@ def test_bias_and_silu_run_as_the_direct_convolutions_epilogue(x_shape, w_shape,
     assert epilogues(g) == 1 and len(g.runtime.program.kernels) == 1
 
 
-def test_epilogue_exp2_over_its_whole_range():
-    """An epilogue's exp2 (its own inline polynomial) within 1 ulp of NumPy's from 2^-160 (0)
-    through the subnormals to 2^140 (infinity), NaN kept."""
+@pytest.mark.parametrize("avx512", [True, False])
+def test_epilogue_exp2_over_its_whole_range(avx512, monkeypatch):
+    """An epilogue's exp2 (its own inline polynomial, in blocks of 16 with AVX-512's
+    intrinsics or lane by lane without, the last n % 16 lane by lane) within 1 ulp of NumPy's
+    from 2^-160 (0) through the subnormals to 2^140 (infinity), NaN kept."""
+    if not avx512:
+        monkeypatch.setenv("CC", "gcc -mno-avx512f")
     g = lm.Graph()
     x, w = g.tensor((1, 2, 4, 600), name="x"), g.tensor((2, 2, 3, 3), name="w")
     y = (F.conv2d(x, w, padding=1) * 150.0).exp2().retrieve()
@@ -445,6 +449,35 @@ def test_epilogue_exp2_over_its_whole_range():
     ok = ~np.isnan(want)
     np.testing.assert_array_max_ulp(got[ok], want[ok], maxulp=1)
     assert np.isinf(got).any() and (got == 0).any() and epilogues(g) == 1
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+def test_epilogue_exp2_at_every_kth_float(avx512, monkeypatch):
+    """The epilogue's exp2 within 1 ulp of NumPy's at every 4099th float from -160 to 140
+    (both signs, the subnormals included), in blocks of 16 and lane by lane."""
+    if not avx512:
+        monkeypatch.setenv("CC", "gcc -mno-avx512f")
+    top = [int(np.array(v, np.float32).view(np.uint32)) for v in (140.0, -160.0)]
+    bits = np.concatenate([np.arange(0, top[0], 4099, dtype=np.uint32),
+                           np.arange(1 << 31, top[1], 4099, dtype=np.uint32)])
+    values = bits.view(np.float32)
+    width = 600  # rows of 600: 18 tiles of 32 and one of 24 (a block of 16 and 8 lanes)
+    xs = np.zeros(-(-len(values) // width) * width, np.float32)
+    xs[:len(values)] = values
+    xs = np.stack([xs.reshape(-1, width), np.zeros((len(xs) // width, width), np.float32)])
+    xs = xs[None]  # channel 1: zeros, weighted 0 (a one-channel product is no direct one)
+    g = lm.Graph()
+    x, w = g.tensor(xs.shape, name="x"), g.tensor((2, 2, 3, 3), name="w")
+    y = F.conv2d(x, w, padding=1).exp2().retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    ws = np.zeros((2, 2, 3, 3), np.float32)
+    ws[:, 0, 1, 1] = 1  # the centre tap alone: both output channels exp2(x)
+    x.set(xs), w.set(ws)
+    g.execute()
+    with np.errstate(over="ignore"):
+        want = np.exp2(xs[0, 0].astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_max_ulp(y.numpy()[0], np.stack([want, want]), maxulp=1)
+    assert epilogues(g) == 1
 
 
 @pytest.mark.parametrize("x_shape,w_shape", [
