@@ -976,11 +976,16 @@ static void lm_qgemv_axpy(long nb, const long *aoff, long M, long N, long K, con
                                         : K / 32 * lm_block_bytes(q);                           \
     lm_for_begin(nb * N);                                                                       \
     for (long lo, hi; lm_for_next(&lo, &hi);)                                                   \
-      for (long t = lo; t < hi; t++) {                                                          \
-        const long b = t / N, n = t % N;                                                        \
-        float out[LM_GEMV_MAX_M];                                                               \
-        ROW(W->w + n * row_bytes, K, xs + b * M, q, M, out);                                    \
-        for (int m = 0; m < M; m++) lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, out[m]);     \
+      for (long t = lo; t < hi;) { /* the chunk's rows of one batch */                          \
+        const long b = t / N, n0 = t % N, n1 = N - n0 < hi - t ? N : n0 + (hi - t);             \
+        const X *x = xs + b * M;                                                                \
+        const unsigned char *w = W->w + n0 * row_bytes;                                         \
+        for (long n = n0; n < n1; n++, w += row_bytes) {                                        \
+          float out[LM_GEMV_MAX_M];                                                             \
+          ROW(w, K, x, q, M, out);                                                              \
+          for (int m = 0; m < M; m++) lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, out[m]);   \
+        }                                                                                       \
+        t += n1 - n0;                                                                           \
       }                                                                                         \
   }                                                                                             \
   static inline __attribute__((always_inline)) void NAME##_q(                                   \
