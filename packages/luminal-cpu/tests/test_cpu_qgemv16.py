@@ -10,10 +10,12 @@ values), which must take the float kernels."""
 
 from __future__ import annotations
 
+import luminal as lm
 import numpy as np
 import pytest
-from luminal.quant import BLOCK_FORMATS
+from luminal.quant import BLOCK_FORMATS, dequantize
 from luminal.testing.quant import decode_activations, int8_activations
+from luminal_cpu import CpuBackend
 from luminal_cpu.source import quant_activations
 from test_cpu_qgemv import assert_float_fallback, matvec, weight
 
@@ -139,3 +141,33 @@ def test_rows_without_int16_rounding_take_the_float_kernels(qtype, bad):
     exact product to float32 rounding. Values so small that 32767 / max|x| overflows (1e-35)
     also go to the float kernels."""
     assert_float_fallback(qtype, bad, rng)
+
+
+@pytest.mark.parametrize("qtype", ["q8_0", "q4_1", "q5_0", "q4_k"])
+def test_batches_split_between_threads(qtype, monkeypatch):
+    """x in 3 batches of 2 rows that do not fold into one matrix (every third row of x is
+    skipped) times 7 rows of W: the matvec walks 21 (batch, row) pairs, and with two threads
+    a chunk ends inside a batch. One thread and two give the same bits, and every batch the
+    product's values (Q8_0: the float kernel; the others the integer digits)."""
+    from luminal_cpu import threads
+
+    cols = 256 if BLOCK_FORMATS[qtype].block_size == 256 else 576
+    raw, w = weight(qtype, 7, cols)
+    x = rng.standard_normal((3, 3, cols)).astype(np.float32)
+    results = []
+    for count in ("1", "2"):
+        monkeypatch.setenv("LUMINAL_CPU_THREADS", count)
+        threads.governor.cache_clear()
+        g = lm.Graph()
+        xt = g.tensor(x.shape).set(x)
+        rt = g.tensor(raw.shape, dtype=lm.uint8).set(raw)
+        y = (xt[:, :2, :] @ dequantize(rt, qtype, (7, cols)).T).retrieve()
+        g.compile((lm.GenericCompiler(), CpuBackend()))
+        (kernel,) = g.runtime.program.kernels
+        assert len(kernel.batch) == 1  # one call over 3 batches, not 6 folded rows
+        g.execute()
+        results.append(y.numpy())
+    threads.governor.cache_clear()
+    np.testing.assert_array_equal(results[0], results[1])
+    for b in range(3):
+        check(results[1][b], x[b, :2], w, qtype)
