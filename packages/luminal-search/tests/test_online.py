@@ -193,14 +193,17 @@ def test_attention_comes_out_of_the_egraph_as_one_streaming_kernel():
 
 def test_search_checks_and_times_the_fused_kernel_for_decode_attention(private_cache):
     """One query against 256 keys: the fused region's derived kernel passes the reference check
-    and is timed against the default plan (which wins depends on the machine: on an idle Zen 4
-    the fused kernel, 1.6x; see the README)."""
+    and is timed against the default plan (which wins depends on the machine and the kernels:
+    on an idle Zen 4 the fused kernel won by 1.6x until luminal-cpu's AVX-512 decode GEMV made
+    the default plan faster at this shape, 20.6 against 28.4 us)."""
     g, out, want = attention(256, queries=1, heads=4)
     search = Search(lm.backend("cpu"), progress=False)
     g.compile((lm.GenericCompiler(), search))
     g.execute()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
-    (fused,) = [r for r in search.report.regions if r.label.startswith("fusion of")]
+    # the largest fusion comes first; when the default plan beats it (luminal-cpu's decode
+    # GEMV does on Zen 4 since 2026-11-28), an overlapping smaller one is listed after it
+    fused = next(r for r in search.report.regions if r.label.startswith("fusion of"))
     assert fused.timed == 2 and not fused.rejected
     assert "one kernel from the e-graph" in search.explain()
 
