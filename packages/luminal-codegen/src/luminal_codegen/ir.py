@@ -356,17 +356,17 @@ def map_exprs(v: Value, fn: Callable[[Expr], Expr]) -> Value:
     return go(v)
 
 
-def map_loads(v: Value, fn: Callable[[Load], Value]) -> Value:
-    """`v` with every `Load` replaced by `fn(load)` (shared subtrees rewritten once)."""
+def map_values(v: Value, fn: Callable[[Value], Value | None]) -> Value:
+    """`v` with each node for which `fn` returns a value replaced by it (and not looked
+    into), every other node rebuilt from its rewritten children (shared subtrees once)."""
     memo: dict[int, Value] = {}
 
     def go(x: Value) -> Value:
         got = memo.get(id(x))
         if got is not None:
             return got
-        if isinstance(x, Load):
-            out = fn(x)
-        else:
+        out = fn(x)
+        if out is None:
             changes = {f.name: go(getattr(x, f.name)) for f in fields(x)
                        if isinstance(getattr(x, f.name), Value)}
             out = replace(x, **changes) if changes else x
@@ -374,6 +374,11 @@ def map_loads(v: Value, fn: Callable[[Load], Value]) -> Value:
         return out
 
     return go(v)
+
+
+def map_loads(v: Value, fn: Callable[[Load], Value]) -> Value:
+    """`v` with every `Load` replaced by `fn(load)` (shared subtrees rewritten once)."""
+    return map_values(v, lambda x: fn(x) if isinstance(x, Load) else None)
 
 
 def guard_loads(v: Value, cond: Expr) -> Value:

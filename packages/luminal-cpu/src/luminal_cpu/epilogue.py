@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 from luminal.symbolic import Expr
 from luminal_codegen import (
@@ -34,7 +34,17 @@ from luminal_codegen import (
     unravel_declarations,
 )
 from luminal_codegen.indexing import flat_index
-from luminal_codegen.ir import Bind, Load, Reduce, SoftmaxSum, Unary, Value, map_loads, walk
+from luminal_codegen.ir import (
+    Bind,
+    Load,
+    Reduce,
+    SoftmaxSum,
+    Unary,
+    Value,
+    map_loads,
+    map_values,
+    walk,
+)
 
 from .dialect import C, CDialect
 
@@ -118,24 +128,6 @@ static inline void lm_epi_exp2_16(float *restrict out, const float *restrict in)
 }
 #endif
 #endif"""
-
-
-def _substitute(v: Value, table: dict[Value, Value]) -> Value:
-    """`v` with each node that is a key of `table` replaced by its value."""
-    memo: dict[int, Value] = {}
-
-    def go(x: Value) -> Value:
-        got = memo.get(id(x))
-        if got is None:
-            got = table.get(x)
-        if got is None:
-            changes = {f.name: go(getattr(x, f.name)) for f in fields(x)
-                       if isinstance(getattr(x, f.name), Value)}
-            got = replace(x, **changes) if changes else x
-        memo[id(x)] = got
-        return got
-
-    return go(v)
 
 
 def _exp2s(value: Value) -> list[Unary]:
@@ -283,7 +275,7 @@ def render_function(epi: Epilogue, name: str) -> list[str]:
             *(f"      float lm_x{j}[16], p{src + 1 + j}[16];" for j in range(len(exps))),
             *loop(lane, [*args.root.lines, *stores], "      ", start),
             *(f"      lm_epi_exp2_16(p{src + 1 + j}, lm_x{j});" for j in range(len(exps))),
-            *loop(lane, lanes(_substitute(value, results)), "      ", start),
+            *loop(lane, lanes(map_values(value, results.get)), "      ", start),
             "    }",
         ]
         first = "lm_n & ~15L"
