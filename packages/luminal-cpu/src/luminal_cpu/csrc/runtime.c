@@ -857,6 +857,15 @@ void lm_gemm_packed(long M, long N, long K, lm_mat A, lm_packer B, lm_out C) {
   lm_gemm_tiled(1, &zero, &zero, M, N, K, &A, NULL, NULL, &B, &C);
 }
 
+/* a matvec's work items t = b * N + n (batch b, row n of W): from t, the rows n0 .. n1 of
+ * batch b that a chunk ending at hi holds, walked with a pointer so that no row pays a
+ * 64-bit division (at K = 576, 360 bytes a row of Q4_1, `t / N` and `t % N` per row cost a
+ * fifth of one thread's time with W in L2) */
+static inline void lm_batch_rows(long t, long hi, long N, long *b, long *n0, long *n1) {
+  *b = t / N, *n0 = t % N;
+  *n1 = N - *n0 < hi - t ? N : *n0 + (hi - t);
+}
+
 /* ----- quantized ----------------------------------------------------------------------------- */
 /* W[n, k]: each output is a dot product of a row of A with a row of W (decode's x @ W.T).
  *
@@ -939,8 +948,8 @@ static inline __attribute__((always_inline)) void lm_qgemv_dot_qm(
   long xb = -1;
   lm_for_begin(nb * N);
   for (long lo, hi; lm_for_next(&lo, &hi);)
-  for (long t = lo; t < hi;) { /* the chunk's rows of one batch, as LM_INT_GEMV_DRIVER */
-    const long b = t / N, n0 = t % N, n1 = N - n0 < hi - t ? N : n0 + (hi - t);
+  for (long t = lo, b, n0, n1; t < hi; t += n1 - n0) {
+    lm_batch_rows(t, hi, N, &b, &n0, &n1);
     if (b != xb) {
       lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
       for (long m = 0; m < M; m++) lm_block_sums(x[m], K, sums + m * (K / 32));
@@ -951,7 +960,6 @@ static inline __attribute__((always_inline)) void lm_qgemv_dot_qm(
       lm_qdot_row(w, K, x, xsum, q, MM, out);
       for (long m = 0; m < M; m++) lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, out[m]);
     }
-    t += n1 - n0;
   }
   free(buf);
   free(sums);
@@ -1057,8 +1065,7 @@ static void lm_qgemv_axpy(long nb, const long *aoff, long M, long N, long K, con
  * NAME##_formats(nb, M, N, K, xs, W, C) computes C[b] = x[b] * W^T (Q8_0 only where Q8 is 1)
  * from xs (type X: the rows of x as the kernel rounded them, batch b's M rows at xs + b * M)
  * through ROW(w, K, x, q, M, out), which writes one row of W times each row of x to out[0..M).
- * A chunk's rows are walked without a division per row: at K = 576 (360 bytes a row of Q4_1)
- * `t / N` and `t % N` for every row cost a fifth of one thread's time with W in L2.
+ * A chunk's rows of one batch are walked as lm_batch_rows says.
  * A macro rather than a function pointer so that ROW is inlined into the loop with q and M as
  * constants, one copy per (format, M); all inlined into the caller, as the two copies were
  * (a separate function measured 7-10% slower for int8 Q4_1 and Q5_K: code placement). */
@@ -1069,8 +1076,8 @@ static void lm_qgemv_axpy(long nb, const long *aoff, long M, long N, long K, con
                                         : K / 32 * lm_block_bytes(q);                           \
     lm_for_begin(nb * N);                                                                       \
     for (long lo, hi; lm_for_next(&lo, &hi);)                                                   \
-      for (long t = lo; t < hi;) { /* the chunk's rows of one batch */                          \
-        const long b = t / N, n0 = t % N, n1 = N - n0 < hi - t ? N : n0 + (hi - t);             \
+      for (long t = lo, b, n0, n1; t < hi; t += n1 - n0) {                                      \
+        lm_batch_rows(t, hi, N, &b, &n0, &n1);                                                  \
         const X *x = xs + b * M;                                                                \
         const unsigned char *w = W->w + n0 * row_bytes;                                         \
         for (long n = n0; n < n1; n++, w += row_bytes) {                                        \
@@ -1078,7 +1085,6 @@ static void lm_qgemv_axpy(long nb, const long *aoff, long M, long N, long K, con
           ROW(w, K, x, q, M, out);                                                              \
           for (int m = 0; m < M; m++) lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, out[m]);   \
         }                                                                                       \
-        t += n1 - n0;                                                                           \
       }                                                                                         \
   }                                                                                             \
   static inline __attribute__((always_inline)) void NAME##_q(                                   \
