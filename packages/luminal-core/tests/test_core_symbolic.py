@@ -133,6 +133,8 @@ def test_substitute_then_evaluate(tree, a):
         (smax(N, 0), N),
         (smin(A, 9), A),
         (smax(smin(A, 3), 0), smin(A, 3)),
+        (N - smin(N - 1, N), Expr.const(1)),  # unbounded operands, bounded difference
+        (smax(N - 1, N + 2, N), N + 2),
         (lt(A, 8), Expr.const(1)),
         (lt(A, 0), Expr.const(0)),
         (lt(N, 1), Expr.const(0)),

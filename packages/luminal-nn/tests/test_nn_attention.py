@@ -335,3 +335,47 @@ def test_nn_layers_share_one_rope_table_and_one_causal_mask(rng):
         g.execute()
         want = y.numpy()
     np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_nn_last_only_attention_is_the_last_row_and_fills_the_cache(rng, window):
+    """`last_only` returns the last position's row of torch's attention, chunk after chunk of a
+    cached prompt, while every position's keys still reach the cache (the next chunk reads
+    them)."""
+    mod = nn.MultiHeadAttention(24, 6, num_kv_heads=2, head_dim=8,
+                                rope=nn.RotaryEmbedding(8, theta=100.0), sliding_window=window)
+    x = _attention_inputs(rng, embed=24, seq=7, batch=1)
+    want = _gqa_reference(mod, x, window)
+    g = lm.Graph()
+    cache = nn.KVCache(g, num_layers=1, batch=1, num_kv_heads=2, head_dim=8)
+    inp = g.tensor((1, "seq", 24))
+    out = mod(inp, cache[0], last_only=True).retrieve()
+    g.compile(lm.GenericCompiler())
+    for start, stop in [(0, 4), (4, 7)]:
+        inp.set(x[:, start:stop])
+        g.execute()
+        cache.advance(stop - start)
+        assert out.numpy().shape == (1, 1, 24)
+        np.testing.assert_allclose(out.numpy(), want[:, stop - 1:stop], atol=ATOL)
+    assert cache[0].k.numpy().shape == (1, 2, 7, 8)
+
+
+def test_nn_last_only_keeps_a_user_mask_and_the_block_residual(rng):
+    """With a (seq, keys) mask the last row reads the mask's last row; a block's `last_only`
+    equals the last row of its full output."""
+    block = nn.TransformerBlock(24, 6, 40, num_kv_heads=2, head_dim=8,
+                                rope=nn.RotaryEmbedding(8, theta=100.0))
+    for p in block.parameters():
+        p.data = rng.uniform(-0.3, 0.3, p.shape).astype(np.float32)
+    x = _attention_inputs(rng, embed=24, seq=6, batch=2)
+    keep = rng.random((6, 6)) < 0.7
+    np.fill_diagonal(keep, True)
+    g = lm.Graph()
+    inp = g.tensor(x.shape).set(x)
+    mask = g.tensor(keep.shape, dtype=lm.bool).set(keep)
+    full = block(inp, mask=mask).retrieve()
+    last = block(inp, mask=mask, last_only=True).retrieve()
+    g.execute()
+    assert last.numpy().shape == (2, 1, 24)
+    np.testing.assert_allclose(last.numpy(), full.numpy()[:, -1:], rtol=1e-5, atol=1e-5)
+    assert not np.allclose(full.numpy()[:, -1], full.numpy()[:, -2])

@@ -527,11 +527,21 @@ def _minmax(op: str, pick: Callable[[Iterable[int]], int], items: tuple[ExprLike
             continue
         if op == "max" and any(f.vmin >= e.vmax for f in others):
             continue
+        # the same for operands whose difference is bounded although neither is, e.g.
+        # min(seq - 1, seq) == seq - 1 (what slicing the last row of a symbolic axis gives)
+        if e.op != "num" and any(f.op != "num" and _always(op, add(f, mul(e, -1)))
+                                 for f in others):
+            continue
         # absorption: max(a, min(a, b)) == a and min(a, max(a, b)) == a
         if e.op == ("max" if op == "min" else "min") and any(f in e.args for f in others):
             continue
         kept.append(e)
     return kept[0] if len(kept) == 1 else Expr(op, tuple(kept))
+
+
+def _always(op: str, diff: Expr) -> bool:
+    """Whether `f` with `diff` = f - e is always at least as good as `e` for `op`."""
+    return diff.vmax <= 0 if op == "min" else diff.vmin >= 0
 
 
 def smin(*items: ExprLike) -> Expr:

@@ -134,22 +134,27 @@ class Gemma3Attention(nn.Module):
         self.k_norm = nn.RMSNorm(d, eps=c.rms_norm_eps)
         self.rope = rope
 
-    def forward(self, x: GraphTensor, cache: nn.LayerCache | None = None) -> GraphTensor:
+    def forward(self, x: GraphTensor, cache: nn.LayerCache | None = None,
+                last_only: bool = False) -> GraphTensor:
+        """`last_only`: only the last position's output (see `nn.MultiHeadAttention`)."""
         b, s = x.shape[0], x.shape[1]
         h, kv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        q = self.q_norm(self.q_proj(x).unflatten(-1, (h, d))).transpose(1, 2)  # (b, h, s, d)
+        rows = 1 if last_only else s
+        queries = x[:, -1:] if last_only else x
+        q = self.q_norm(self.q_proj(queries).unflatten(-1, (h, d))).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).unflatten(-1, (kv, d))).transpose(1, 2)
         v = self.v_proj(x).unflatten(-1, (kv, d)).transpose(1, 2)
         offset = cache.length if cache is not None else 0
-        q, k = self.rope(q, offset), self.rope(k, offset)
+        first = offset + s - 1 if last_only else offset  # position of the first query row
+        q, k = self.rope(q, first), self.rope(k, offset)
         if cache is not None:
             k, v = cache.update(k, v)
-        q = q.unflatten(1, (kv, h // kv))  # (b, kv, rep, s, d): keys broadcast over rep
+        q = q.unflatten(1, (kv, h // kv))  # (b, kv, rep, rows, d): keys broadcast over rep
         scores = (q @ k.unsqueeze(2).transpose(-1, -2)) * self.scale
-        keep = nn.causal_mask(x.graph, s, offset, self.window)
+        keep = nn.causal_mask(x.graph, rows, first, self.window)
         scores = lm.where(keep, scores, -math.inf)
         out = scores.softmax(-1) @ v.unsqueeze(2)
-        return self.o_proj(out.flatten(1, 2).transpose(1, 2).reshape((b, s, h * d)))
+        return self.o_proj(out.flatten(1, 2).transpose(1, 2).reshape((b, rows, h * d)))
 
 
 class Gemma3MLP(nn.Module):
@@ -178,8 +183,10 @@ class Gemma3Block(nn.Module):
         self.mlp = Gemma3MLP(c.hidden_size, c.intermediate_size)
         self.post_feedforward_layernorm = nn.RMSNorm(c.hidden_size, eps=eps)
 
-    def forward(self, x: GraphTensor, cache: nn.LayerCache | None = None) -> GraphTensor:
-        h = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cache))
+    def forward(self, x: GraphTensor, cache: nn.LayerCache | None = None,
+                last_only: bool = False) -> GraphTensor:
+        attended = self.self_attn(self.input_layernorm(x), cache, last_only)
+        h = (x[:, -1:] if last_only else x) + self.post_attention_layernorm(attended)
         return h + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(h)))
 
 
@@ -224,10 +231,9 @@ class Gemma3(nn.Module):
         m = self.model
         # the scale is rounded to float32 first, as transformers computes it
         h = m.embed_tokens(tokens) * float(np.float32(math.sqrt(self.config.hidden_size)))
+        last = len(m.layers) - 1
         for i, layer in enumerate(m.layers):
-            h = layer(h, cache[i] if cache is not None else None)
-        if last_only:
-            h = h[:, -1:]
+            h = layer(h, cache[i] if cache is not None else None, last_only=last_only and i == last)
         return m.embed_tokens.attend(m.norm(h))
 
     @classmethod

@@ -314,13 +314,15 @@ class Llama(nn.Module):
     def forward(self, tokens: GraphTensor, cache: nn.KVCache | None = None,
                 last_only: bool = False) -> GraphTensor:
         """Logits for `tokens` (batch, seq); `last_only` keeps only the last position, so the
-        LM head (the largest matrix) runs once per sequence instead of once per token."""
+        LM head (the largest matrix) and the last layer after its keys and values run once
+        per sequence instead of once per token."""
         m = self.model
         h = m.embed_tokens(tokens)
+        last = len(m.layers) - 1
         for i, layer in enumerate(m.layers):
-            h = layer(h, cache[i] if cache is not None else None)
-        if last_only:
-            h = h[:, -1:]
+            # the last layer computes only the rows it is asked for (as llama.cpp does): its
+            # keys and values still cover every position
+            h = layer(h, cache[i] if cache is not None else None, last_only=last_only and i == last)
         h = m.norm(h)
         return self.lm_head(h) if self.lm_head is not None else m.embed_tokens.attend(h)
 

@@ -227,33 +227,44 @@ class MultiHeadAttention(Module):
         self.rope = rope
 
     def forward(self, x: GraphTensor, cache: LayerCache | None = None,
-                mask: GraphTensor | None = None) -> GraphTensor:
-        """(batch, seq, embed_dim) -> (batch, seq, embed_dim).
+                mask: GraphTensor | None = None, last_only: bool = False) -> GraphTensor:
+        """(batch, seq, embed_dim) -> (batch, seq, embed_dim), or (batch, 1, embed_dim) with
+        `last_only`.
 
         `mask` (bool, broadcastable to (seq, keys)) is combined with the causal mask;
-        keys = cached positions + seq.
+        keys = cached positions + seq. `last_only` computes only the last position's output
+        (the query, scores and output projection of one row) while every position's keys and
+        values still reach the cache: what a prompt's last layer needs when only the next
+        token's logits are wanted.
         """
         b, s = x.shape[0], x.shape[1]
         h, kv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        q = self.q_proj(x).unflatten(-1, (h, d)).transpose(1, 2)  # (b, h, s, d)
+        queries = x[:, -1:] if last_only else x
+        rows = 1 if last_only else s
+        q = self.q_proj(queries).unflatten(-1, (h, d)).transpose(1, 2)  # (b, h, rows, d)
         k = self.k_proj(x).unflatten(-1, (kv, d)).transpose(1, 2)  # (b, kv, s, d)
         v = self.v_proj(x).unflatten(-1, (kv, d)).transpose(1, 2)
         offset = cache.length if cache is not None else to_expr(0)
+        first = offset + s - 1 if last_only else offset  # position of the first query row
         if self.rope is not None:
-            q, k = self.rope(q, offset), self.rope(k, offset)
+            q, k = self.rope(q, first), self.rope(k, offset)
         if cache is not None:
             k, v = cache.update(k, v)
         # Group the query heads of each KV head on a new axis: keys broadcast over it as a
         # stride-0 view instead of being repeated.
-        q = q.unflatten(1, (kv, h // kv))  # (b, kv, rep, s, d)
+        q = q.unflatten(1, (kv, h // kv))  # (b, kv, rep, rows, d)
         scores = (q @ k.unsqueeze(2).transpose(-1, -2)) * (1.0 / math.sqrt(d))
-        keep = causal_mask(x.graph, s, offset, self.sliding_window) if self.causal else None
+        keep = (causal_mask(x.graph, rows, first, self.sliding_window) if self.causal
+                else None)
         if mask is not None:
-            keep = mask.to(lm.bool) if keep is None else keep & mask.to(lm.bool)
+            mask = mask.to(lm.bool)
+            if last_only and mask.ndim >= 2:
+                mask = mask[..., -1:, :]
+            keep = mask if keep is None else keep & mask
         if keep is not None:
             scores = lm.where(keep, scores, -math.inf)
-        out = scores.softmax(-1) @ v.unsqueeze(2)  # (b, kv, rep, s, d)
-        out = out.flatten(1, 2).transpose(1, 2).reshape((b, s, h * d))
+        out = scores.softmax(-1) @ v.unsqueeze(2)  # (b, kv, rep, rows, d)
+        out = out.flatten(1, 2).transpose(1, 2).reshape((b, rows, h * d))
         return self.o_proj(out)
 
     def extra_repr(self) -> str:

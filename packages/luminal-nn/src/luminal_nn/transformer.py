@@ -90,6 +90,9 @@ class TransformerBlock(Module):
             dim, hidden_dim, mlp, mlp_bias)
 
     def forward(self, x: GraphTensor, cache: LayerCache | None = None,
-                mask: GraphTensor | None = None) -> GraphTensor:
-        h = x + self.self_attn(self.input_layernorm(x), cache, mask)
+                mask: GraphTensor | None = None, last_only: bool = False) -> GraphTensor:
+        """(batch, seq, dim) -> the same shape, or only the last position's row with
+        `last_only` (see `MultiHeadAttention.forward`)."""
+        residual = x[:, -1:] if last_only else x
+        h = residual + self.self_attn(self.input_layernorm(x), cache, mask, last_only)
         return h + self.mlp(self.post_attention_layernorm(h))
