@@ -145,24 +145,23 @@ class _Recycler:
         self.dtype = dtype
         self._owned: list[tuple[np.ndarray, int]] = []
 
-    def get(self, n: int) -> tuple[np.ndarray, int]:
-        """A free array of at least `n` elements, and its address; `view` trims it to `n`."""
-        for k in range(len(self._owned)):
-            a = self._owned[k][0]
+    def take(self, n: int) -> tuple[np.ndarray, int]:
+        """This run's array of `n` elements (a view of a free array of ours, reused or new)
+        and its address. It stays ours: a later run reuses it once no one holds the view."""
+        owned = self._owned
+        for k in range(len(owned)):
+            a = owned[k][0]
             # 3 references when no one else holds it (views of it hold one each): the tuple,
             # `a` and getrefcount's argument
             if n <= a.size <= n * self.HEADROOM * self.HEADROOM and sys.getrefcount(a) <= 3:
-                return self._owned.pop(k)
-        a = np.empty(int(n * self.HEADROOM) + 1, self.dtype)
-        return a, _address(a)
-
-    @staticmethod
-    def view(entry: tuple[np.ndarray, int], n: int) -> np.ndarray:
-        return entry[0][:n]
-
-    def give(self, entry: tuple[np.ndarray, int]) -> None:
-        self._owned.append(entry)
-        del self._owned[: -self.KEEP]
+                entry = owned.pop(k)
+                break
+        else:
+            a = np.empty(int(n * self.HEADROOM) + 1, self.dtype)
+            entry = (a, _address(a))
+        owned.append(entry)
+        del owned[: -self.KEEP]
+        return entry[0][:n], entry[1]
 
 
 class CpuRuntime(Runtime):
@@ -201,6 +200,11 @@ class CpuRuntime(Runtime):
         self._numel: dict[int, int] = {}
         self._evaluate_numel = evaluator(bufs[k].numel for k in self._sized)
         self._dims_key: tuple[int, ...] | None = None
+        # the dims those counts use, and their values when last evaluated: a decode step
+        # moves the cache length, which no output's size depends on
+        self._sized_dims = tuple(sorted(set().union(*(bufs[k].numel.free_vars
+                                                      for k in self._sized))))
+        self._sized_key: tuple[int, ...] | None = None
         self._from_input = {src for src in graph.assignments.values()
                             if isinstance(graph.nodes[src].op, ops.Input)}
         # input node -> (the array last run's assignment bound to it, its address)
@@ -210,7 +214,10 @@ class CpuRuntime(Runtime):
         self._layout_dims: dict[str, int] | None = None  # the dims of the arena's layout
         self._room = (ctypes.c_long * max(len(plan.slots), 1))()  # bytes each slot may take
         self._kept_arrays: dict[int, np.ndarray] = {}
-        self._recyclers = {k: _Recycler(bufs[k].dtype.numpy) for k in self._fresh}
+        self._kept_values: dict[int, np.ndarray] = {}  # the same arrays by node
+        # (buffer, node, recycler) of each fresh output
+        self._recyclers = [(k, bufs[k].node, _Recycler(bufs[k].dtype.numpy))
+                           for k in self._fresh]
         self.stats: dict[str, object] = {}  # compile-time facts, filled in by the backend
         # seconds spent inside the compiled program over all runs: the rest of a run's wall
         # time is host overhead (binding, Python), which benchmarks report
@@ -243,22 +250,27 @@ class CpuRuntime(Runtime):
             2 * dims.get(d, 0) < v for d, v in self._layout_dims.items())
 
     def _bind_dims(self, dims: dict[str, int]) -> None:
-        key = tuple(dims[d] for d in self.program.dims)
+        key = tuple([dims[d] for d in self.program.dims])
         if key == self._dims_key:
             return
         self._dims_key = key
         for k, v in enumerate(key):
             self._dim_args[k] = v
-        bufs = self.program.buffers
-        self._numel = dict(zip(self._sized, self._evaluate_numel(dims)))
         if self._arena_shrinks(dims):
             self._lay_out_arena(dims)
+        sized_key = tuple([dims[d] for d in self._sized_dims])
+        if sized_key == self._sized_key:
+            return
+        self._sized_key = sized_key
+        bufs = self.program.buffers
+        self._numel = dict(zip(self._sized, self._evaluate_numel(dims)))
         for k in self._kept:
             spec = bufs[k]
             old = self._kept_arrays.get(k)
             if old is None or old.size != self._numel[k]:
                 self._kept_arrays[k] = np.empty(self._numel[k], spec.dtype.numpy)
             self._ptrs[k] = _address(self._kept_arrays[k])
+        self._kept_values = {bufs[k].node: a for k, a in self._kept_arrays.items()}
 
     def execute(self, graph: Graph, dims: dict[str, int]) -> None:
         self._bind_dims(dims)
@@ -270,17 +282,13 @@ class CpuRuntime(Runtime):
                        if n in index]
         self._bind_inputs(graph, changed)
         self._bound_clock = graph.data_clock
-        bufs = self.program.buffers
         self.release_outputs()  # drop last run's references so its arrays can be recycled
-        values = {bufs[k].node: a for k, a in self._kept_arrays.items()}
+        values = dict(self._kept_values)
         addresses: dict[int, int] = {}
-        for k in self._fresh:
-            recycler = self._recyclers[k]
-            entry = recycler.get(self._numel[k])
-            recycler.give(entry)
-            a, self._ptrs[k] = recycler.view(entry, self._numel[k]), entry[1]
-            values[bufs[k].node] = a
-            addresses[bufs[k].node] = entry[1]
+        ptrs, numel = self._ptrs, self._numel
+        for k, node, recycler in self._recyclers:
+            values[node], address = recycler.take(numel[k])
+            ptrs[k] = addresses[node] = address
         threads = self.last_threads = self._governor.threads()
         if self._run_native(threads):
             self._lay_out_arena(dims)  # a slot outgrew its room: nothing ran
