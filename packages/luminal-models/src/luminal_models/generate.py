@@ -161,6 +161,11 @@ class Generator:
             raise ContextLengthError(f"the sequence would exceed the context of "
                                      f"{self.max_context} tokens ({self.position} cached + "
                                      f"{len(new)} new)")
+        return self._forward(new)
+
+    def _forward(self, new: list[int]) -> np.ndarray:
+        """`forward` of ids known to be in the vocabulary and to fit the context (a decode
+        step's sampled id: its checks cost more than the rest of the step's Python)."""
         # what `tokens.set` does, less its checks of arbitrary data: these are in-range ints
         g = self.graph
         if len(new) == 1:
@@ -195,7 +200,7 @@ class Generator:
             yield token
             if token in stops or i + 1 == max_tokens or self.position >= self.max_context:
                 return
-            logits = self.forward([token])
+            logits = self._forward([token])  # an index of `logits`: in the vocabulary
 
     def generate(self, prompt: str | list[int], max_tokens: int = 128,
                  sampling: SamplingParams = GREEDY,
