@@ -523,15 +523,22 @@ def _minmax(op: str, pick: Callable[[Iterable[int]], int], items: tuple[ExprLike
     kept: list[Expr] = []
     for k, e in enumerate(rest):
         others = kept + rest[k + 1 :]
-        if op == "min" and any(f.vmax <= e.vmin for f in others):
+        if op == "min" and any(f.vmax <= e.vmin or _gap(f, e) <= 0 for f in others):
             continue
-        if op == "max" and any(f.vmin >= e.vmax for f in others):
+        if op == "max" and any(f.vmin >= e.vmax or _gap(f, e) >= 0 for f in others):
             continue
         # absorption: max(a, min(a, b)) == a and min(a, max(a, b)) == a
         if e.op == ("max" if op == "min" else "min") and any(f in e.args for f in others):
             continue
         kept.append(e)
     return kept[0] if len(kept) == 1 else Expr(op, tuple(kept))
+
+
+def _gap(a: Expr, b: Expr) -> float:
+    """a - b when it is a constant (`min(seq - 1, seq)` is `seq - 1`), else NaN (no
+    comparison holds)."""
+    d = add(a, mul(-1, b))
+    return d.args[0] if d.op == "num" else math.nan
 
 
 def smin(*items: ExprLike) -> Expr:

@@ -18,6 +18,7 @@ and points the values written straight into an input (a KV cache's new rows) at 
 from __future__ import annotations
 
 import ctypes
+import math
 import mmap
 import sys
 import time
@@ -136,32 +137,36 @@ class _Recycler:
     them. An output that grows a little every run (a KV cache, one token longer per decode
     step) would need a new array every time, page-faulted in from the kernel; so arrays get a
     quarter more room than asked for, and a run is handed a view of the first `n` elements
-    of a free array that is large enough."""
+    of a free array that is large enough. An output of constant `shape` (a decode step's
+    logits) gets arrays of exactly that shape, handed out as they are: no view to make, nor
+    to reshape when read."""
 
     KEEP = 3
     HEADROOM = 1.25
 
-    def __init__(self, dtype: np.dtype) -> None:
-        self.dtype = dtype
+    def __init__(self, dtype: np.dtype, shape: tuple[int, ...] | None = None) -> None:
+        self.dtype, self.shape = dtype, shape
         self._owned: list[tuple[np.ndarray, int]] = []
 
     def take(self, n: int) -> tuple[np.ndarray, int]:
-        """This run's array of `n` elements (a view of a free array of ours, reused or new)
-        and its address. It stays ours: a later run reuses it once no one holds the view."""
+        """This run's array of `n` elements (a free array of ours, reused or new, or a view of
+        its first `n`) and its address. It stays ours: a later run reuses it once no one
+        holds it."""
         owned = self._owned
         for k in range(len(owned)):
             a = owned[k][0]
-            # 3 references when no one else holds it (views of it hold one each): the tuple,
-            # `a` and getrefcount's argument
+            # 3 references when no one else holds it (or a view of it): the tuple, `a` and
+            # getrefcount's argument
             if n <= a.size <= n * self.HEADROOM * self.HEADROOM and sys.getrefcount(a) <= 3:
                 entry = owned.pop(k)
                 break
         else:
-            a = np.empty(int(n * self.HEADROOM) + 1, self.dtype)
+            a = np.empty(self.shape or int(n * self.HEADROOM) + 1, self.dtype)
             entry = (a, _address(a))
         owned.append(entry)
         del owned[: -self.KEEP]
-        return entry[0][:n], entry[1]
+        a = entry[0]
+        return (a if a.size == n else a[:n]), entry[1]
 
 
 class CpuRuntime(Runtime):
@@ -216,7 +221,7 @@ class CpuRuntime(Runtime):
         self._kept_arrays: dict[int, np.ndarray] = {}
         self._kept_values: dict[int, np.ndarray] = {}  # the same arrays by node
         # (buffer, node, recycler) of each fresh output
-        self._recyclers = [(k, bufs[k].node, _Recycler(bufs[k].dtype.numpy))
+        self._recyclers = [(k, bufs[k].node, _Recycler(bufs[k].dtype.numpy, self._shape_of(k)))
                            for k in self._fresh]
         self.stats: dict[str, object] = {}  # compile-time facts, filled in by the backend
         # seconds spent inside the compiled program over all runs: the rest of a run's wall
@@ -224,6 +229,14 @@ class CpuRuntime(Runtime):
         self.native_s = 0.0
         self.last_threads = 0  # the thread count the governor gave the last run
         self._governor = governor()
+
+    def _shape_of(self, buffer: int) -> tuple[int, ...] | None:
+        """The constant shape of `buffer`'s node when the buffer holds exactly its elements."""
+        spec = self.program.buffers[buffer]
+        shape = self._static_shapes.get(spec.node)
+        if shape is None or not spec.numel.is_const or spec.numel.value != math.prod(shape):
+            return None
+        return shape
 
     def _lay_out_arena(self, dims: dict[str, int]) -> None:
         """Give every arena slot room for these dims and a quarter more: a decode step's
@@ -338,6 +351,10 @@ class CpuRuntime(Runtime):
 
     def download(self, buffer: np.ndarray, dtype: object) -> np.ndarray:
         return buffer
+
+    def read(self, buffer: np.ndarray, shape: Shape, dtype: object) -> np.ndarray:
+        """`buffer` in `shape`: itself when it has that shape already (see `_Recycler`)."""
+        return buffer if buffer.shape == shape else buffer.reshape(shape)
 
     def hand_over(self, graph: Graph, target: int, src: int, buffer: np.ndarray | None,
                   shape: Shape) -> np.ndarray:

@@ -161,11 +161,13 @@ class Generator:
             raise ContextLengthError(f"the sequence would exceed the context of "
                                      f"{self.max_context} tokens ({self.position} cached + "
                                      f"{len(new)} new)")
-        return self._forward(new)
+        return self._forward(new).reshape(-1)
 
     def _forward(self, new: list[int]) -> np.ndarray:
         """`forward` of ids known to be in the vocabulary and to fit the context (a decode
-        step's sampled id: its checks cost more than the rest of the step's Python)."""
+        step's sampled id: its checks cost more than the rest of the step's Python), with the
+        logits as the graph holds them (vocab_size values, leading axes of size 1: the
+        sampler takes them so, and a reshape costs a decode step microseconds)."""
         # what `tokens.set` does, less its checks of arbitrary data: these are in-range ints
         g = self.graph
         if len(new) == 1:
@@ -178,8 +180,8 @@ class Generator:
         self.cache.advance(len(new))
         self.context_ids.extend(new)
         if self._logits_node is None:
-            return self.logits.numpy().reshape(-1)
-        return g.fetch(self._logits_node).reshape(-1)
+            return self.logits.numpy()
+        return g.fetch(self._logits_node)
 
     def stream(self, prompt_ids: list[int], max_tokens: int,
                sampling: SamplingParams = GREEDY,
