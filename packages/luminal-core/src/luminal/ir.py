@@ -129,8 +129,8 @@ class Graph:
         self.data: dict[int, np.ndarray] = {}  # host values of inputs
         self.data_version: dict[int, int] = {}  # bumped on every set(), lets runtimes skip uploads
         self._data_clock = 0
-        # (graph version, data clock, _symbolic_key()) when every input last passed
-        # check_inputs()
+        # (graph version, data clock, the symbolic inputs' dims) when every input last
+        # passed check_inputs() (see _expected_input_shapes)
         self._inputs_checked: tuple[int, int, tuple] = (-1, -1, ())
         self._expected_cache: tuple[int, tuple, dict[int, tuple[int, ...]]] = (-1, (), {})
         self.runtime: Runtime | None = None
@@ -363,12 +363,11 @@ class Graph:
             and not isinstance(self.nodes[nid].op, ops.Input))
 
     def execute(self) -> Graph:
-        """Run the installed runtime with the current inputs and dims."""
+        """Run the installed runtime with the current inputs and dims. A `luminal.Graph`
+        compiled without a backend runs on the reference backend (NumPy, one op at a time),
+        with a warning."""
         if self.runtime is None:
-            raise RuntimeError(
-                "execute(): no backend was compiled into this graph: call "
-                "g.compile((lm.GenericCompiler(), lm.backend())) first"
-            )
+            self._install_default_runtime()
         if self._version != self._runtime_version:
             raise GraphModifiedError(
                 "the graph changed after compile(): call g.compile(...) again before execute()"
@@ -379,6 +378,14 @@ class Graph:
         self.runtime.execute(self, dims)
         self._executed = True
         return self
+
+    def _install_default_runtime(self) -> None:
+        """What `execute()` does without a runtime: here, refuse (`luminal.Graph` falls back
+        to the reference backend)."""
+        raise RuntimeError(
+            "execute(): no backend was compiled into this graph: call "
+            "g.compile((lm.GenericCompiler(), lm.backend())) first"
+        )
 
     def check_inputs(self) -> dict[str, int]:
         """Verify every input is set and agrees with the bound dims; return the dim values."""
@@ -396,7 +403,8 @@ class Graph:
         try:  # the common case in one pass: every input set, every shape right
             shapes = ((len(s := data[n.id].shape), *s) for n in nodes)
             if tuple(chain.from_iterable(shapes)) == flat:
-                self._inputs_checked = (self._version, self._data_clock, self._symbolic_key())
+                self._inputs_checked = (self._version, self._data_clock,
+                                        self._expected_input_shapes()[1])
                 return dict(self.dims)
         except KeyError:
             pass
@@ -416,7 +424,8 @@ class Graph:
                     f"input {n.op.label_name!r} holds data of shape {have} but its shape is "
                     + (f"{show_shape(n.shape)} with {bound}, so {want}" if bound else f"{want}")
                 )
-        self._inputs_checked = (self._version, self._data_clock, self._symbolic_key())
+        self._inputs_checked = (self._version, self._data_clock,
+                                self._expected_input_shapes()[1])
         return dict(self.dims)
 
     def _recheck_changed_inputs(self) -> bool:
@@ -438,17 +447,12 @@ class Graph:
         self._inputs_checked = (version, self._data_clock, key_now)
         return True
 
-    def _symbolic_key(self) -> tuple[int | None, ...]:
-        """The values of the dims the symbolic inputs' shapes use: a decode step that only
-        moves the cache length leaves the shapes of its inputs as they were checked."""
-        dims = self.dims
-        return tuple([dims.get(d) for d in self._input_kinds()[3]])
-
     def _expected_input_shapes(self) -> tuple[dict[int, tuple[int, ...]], tuple]:
-        """Every input's shape at the bound dims (id -> shape) and `_symbolic_key()`; the
-        shapes are evaluated again only when that key changes."""
-        static, symbolic, evaluate, _ = self._input_kinds()
-        key = self._symbolic_key()
+        """Every input's shape at the bound dims (id -> shape), and the values of the dims
+        the symbolic inputs' shapes use: the shapes are evaluated again only when those
+        change (a decode step that only moves the cache length leaves them as they were)."""
+        static, symbolic, evaluate, used = self._input_kinds()
+        key = tuple(map(self.dims.get, used))
         version, cached_key, expected = self._expected_cache
         if version != self._version or cached_key != key:
             flat, start, expected = evaluate(self.dims), 0, dict(static)

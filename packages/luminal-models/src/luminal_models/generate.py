@@ -175,7 +175,8 @@ class Generator:
             g.set_data(self._tokens_node, self._one_token)
         else:
             g.set_data(self._tokens_node, np.array([new], dtype=np.int32))
-        g.set_dim("seq", len(new))
+        if g.dims.get("seq") != len(new):  # a decode step's is 1 already
+            g.set_dim("seq", len(new))
         g.execute()
         self.cache.advance(len(new))
         self.context_ids.extend(new)
