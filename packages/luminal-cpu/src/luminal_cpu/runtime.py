@@ -179,8 +179,10 @@ class CpuRuntime(Runtime):
                  direct: list[DirectWrite]):
         super().__init__(graph)
         self.program, self.plan, self.library = program, plan, library
-        self._run = getattr(library.handle, ENTRY_POINT)
-        self._run.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+        # no argtypes: its arguments are ctypes arrays, which ctypes passes as pointers, and
+        # the thread count, an int; converting them through argtypes cost a decode step
+        # about 10 us (caches cold after the weights streamed)
+        self._run = library.handle[ENTRY_POINT]  # a function object of this runtime's own
         self._run.restype = ctypes.c_int
         bufs = program.buffers
         self._ptrs = (ctypes.c_void_p * max(len(bufs), 1))()
