@@ -131,6 +131,8 @@ def test_substitute_then_evaluate(tree, a):
         (smax(N, smin(N, 2)), N),  # absorption
         (smin(N, smax(N, A)), N),
         (smax(N, 0), N),
+        (smin(N - 1, N), N - 1),  # operands a constant apart: a decode step's last position
+        (smax(N - 1, N + 2, A), smax(N + 2, A)),
         (smin(A, 9), A),
         (smax(smin(A, 3), 0), smin(A, 3)),
         (N - smin(N - 1, N), Expr.const(1)),  # unbounded operands, bounded difference

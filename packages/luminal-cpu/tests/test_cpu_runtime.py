@@ -104,6 +104,27 @@ def test_output_arrays_are_recycled_once_released():
     assert out.numpy().ctypes.data == address
 
 
+def test_an_output_of_constant_shape_comes_in_its_shape():
+    """The last row of a symbolic-length input (a decode step's last-position logits) has a
+    constant shape: each run hands out an array of that shape (not a view of a larger one),
+    recycled like any output once released, never changed while held."""
+    g, (a, out) = compiled(lambda g: (a := g.tensor(("n", 5)), (a[-1:] * 2).retrieve()))
+    arrays = []
+    for n in (3, 1, 4):
+        x = np.arange(n * 5, dtype=np.float32).reshape(n, 5)
+        a.set(x)
+        g.execute()
+        arrays.append(g.fetch(out.id))  # (what a decode step reads: `numpy()` makes a view)
+        assert arrays[-1].shape == (1, 5) and arrays[-1].base is None
+    for n, got in zip((3, 1, 4), arrays):
+        np.testing.assert_array_equal(got, np.arange(n * 5 - 5, n * 5).reshape(1, 5) * 2)
+    addresses = {got.ctypes.data for got in arrays}
+    assert len(addresses) == 3  # each held when the next run came
+    arrays.clear()
+    g.execute()
+    assert g.fetch(out.id).ctypes.data in addresses
+
+
 def test_written_rows_land_in_the_input_array():
     """Graph.write on cpu: where the written rows are one contiguous block (batch 1) the
     program computes them straight into the input's array; where they are not (batch 2), or

@@ -14,6 +14,19 @@ def test_llama_greedy_is_argmax():
     assert Sampler(SamplingParams(temperature=0.0, top_k=3, seed=1))(LOGITS) == 1
 
 
+@pytest.mark.parametrize("logits", [
+    [1.0, 3.0, 3.0, 2.0],  # ties: the first
+    [1.0, np.nan, 3.0, np.nan],  # NaN: the first NaN, as NumPy
+    [-np.inf, -np.inf],
+    [[[0.5, 2.0, 2.0]]],  # the leading axes of size 1 a decode step's logits keep
+], ids=["ties", "nan", "all -inf", "3-d"])
+def test_llama_greedy_picks_numpy_s_argmax(logits):
+    for dtype in (np.float32, np.float64):
+        x = np.array(logits, dtype)
+        assert Sampler(SamplingParams())(x) == np.argmax(x)
+    assert Sampler(SamplingParams())(logits) == np.argmax(logits)  # a list too
+
+
 def test_llama_top_k_mask():
     out = top_k_filter(LOGITS, 2)
     assert np.isneginf(out).tolist() == [True, False, True, False]

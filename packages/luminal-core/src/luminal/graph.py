@@ -155,15 +155,13 @@ class Graph(IRGraph):
             )
         self.add_write(tnode.id, value.contiguous_if_view().id, dim, to_expr(offset))
 
-    def execute(self) -> Graph:
-        """Run the graph with the current inputs and dims. A graph compiled without a backend
-        runs on the reference backend (NumPy, one op at a time), with a warning."""
-        if self.runtime is None:
-            warnings.warn(
-                "execute(): no backend was compiled into this graph, so it runs on the "
-                "reference backend (NumPy, slow); compile with a backend, e.g. "
-                "g.compile((lm.GenericCompiler(), lm.backend())), or lm.backend('reference')",
-                UserWarning, stacklevel=2,
-            )
-            ReferenceBackend().compile(self)
-        return super().execute()
+    def _install_default_runtime(self) -> None:
+        """A graph executed without a backend runs on the reference backend (NumPy, one op
+        at a time), with a warning."""
+        warnings.warn(
+            "execute(): no backend was compiled into this graph, so it runs on the "
+            "reference backend (NumPy, slow); compile with a backend, e.g. "
+            "g.compile((lm.GenericCompiler(), lm.backend())), or lm.backend('reference')",
+            UserWarning, stacklevel=3,
+        )
+        ReferenceBackend().compile(self)

@@ -129,8 +129,10 @@ class Graph:
         self.data: dict[int, np.ndarray] = {}  # host values of inputs
         self.data_version: dict[int, int] = {}  # bumped on every set(), lets runtimes skip uploads
         self._data_clock = 0
-        # (graph version, data clock, dims) when every input last passed check_inputs()
+        # (graph version, data clock, the symbolic inputs' dims) when every input last
+        # passed check_inputs() (see _expected_input_shapes)
         self._inputs_checked: tuple[int, int, tuple] = (-1, -1, ())
+        self._expected_cache: tuple[int, tuple, dict[int, tuple[int, ...]]] = (-1, (), {})
         self.runtime: Runtime | None = None
         self._version = 0  # bumped when nodes change
         self._free_dims_cache: tuple[int, frozenset[str]] = (-1, frozenset())
@@ -141,6 +143,7 @@ class Graph:
         self._runtime_version = -1  # the graph version the installed runtime was built from
         self._zero_dims_checked: tuple | None = None  # (version, dims) last checked
         self._executed = False  # whether execute() ran since the last compile()
+        self._fetchable: frozenset[int] = frozenset()  # see set_runtime
         # input id -> sizes of the axes its values index (gather, embedding, one_hot): the
         # reference backend checks the ids are in range; other backends give zeros for them
         self.index_bounds: dict[int, list[Expr]] = {}
@@ -155,6 +158,9 @@ class Graph:
 
     def set_dim(self, name: str, value: int) -> Graph:
         """Bind symbolic dim `name` for the next executions (an int in [0, MAX_DIM])."""
+        if type(value) is int and 0 <= value <= MAX_DIM and name in self.dims:
+            self.dims[name] = value  # a decode step's rebinding: the name was checked before
+            return self
         check_dim_name(name)
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
             raise TypeError(f"symbolic dim {name!r} must be bound to an int, got {value!r}")
@@ -350,14 +356,18 @@ class Graph:
         """Called by a backend's `compile()` to install what `execute()` runs."""
         self.runtime = runtime
         self._runtime_version = self._version
+        # the live computed nodes `fetch` hands to the runtime as they are
+        self._fetchable = frozenset(
+            nid for nid in (*self.retrieved, *self.kept, *self.assignments.values())
+            if nid in self.nodes and nid not in self._forward
+            and not isinstance(self.nodes[nid].op, ops.Input))
 
     def execute(self) -> Graph:
-        """Run the installed runtime with the current inputs and dims."""
+        """Run the installed runtime with the current inputs and dims. A `luminal.Graph`
+        compiled without a backend runs on the reference backend (NumPy, one op at a time),
+        with a warning."""
         if self.runtime is None:
-            raise RuntimeError(
-                "execute(): no backend was compiled into this graph: call "
-                "g.compile((lm.GenericCompiler(), lm.backend())) first"
-            )
+            self._install_default_runtime()
         if self._version != self._runtime_version:
             raise GraphModifiedError(
                 "the graph changed after compile(): call g.compile(...) again before execute()"
@@ -369,21 +379,32 @@ class Graph:
         self._executed = True
         return self
 
+    def _install_default_runtime(self) -> None:
+        """What `execute()` does without a runtime: here, refuse (`luminal.Graph` falls back
+        to the reference backend)."""
+        raise RuntimeError(
+            "execute(): no backend was compiled into this graph: call "
+            "g.compile((lm.GenericCompiler(), lm.backend())) first"
+        )
+
     def check_inputs(self) -> dict[str, int]:
         """Verify every input is set and agrees with the bound dims; return the dim values."""
+        if self._recheck_changed_inputs():  # every dim was bound then, and stays bound
+            if 0 in self.dims.values():
+                self._check_zero_dims()
+            return dict(self.dims)
         missing = sorted(self.free_dims() - self.dims.keys())
         if missing:
             raise UnboundDimError(missing)
         if 0 in self.dims.values():
             self._check_zero_dims()
-        if self._recheck_changed_inputs():
-            return dict(self.dims)
         nodes, evaluate_dims = self._input_shapes()
         flat, data = evaluate_dims(self.dims), self.data
         try:  # the common case in one pass: every input set, every shape right
             shapes = ((len(s := data[n.id].shape), *s) for n in nodes)
             if tuple(chain.from_iterable(shapes)) == flat:
-                self._inputs_checked = (self._version, self._data_clock, tuple(self.dims.items()))
+                self._inputs_checked = (self._version, self._data_clock,
+                                        self._expected_input_shapes()[1])
                 return dict(self.dims)
         except KeyError:
             pass
@@ -403,43 +424,60 @@ class Graph:
                     f"input {n.op.label_name!r} holds data of shape {have} but its shape is "
                     + (f"{show_shape(n.shape)} with {bound}, so {want}" if bound else f"{want}")
                 )
-        self._inputs_checked = (self._version, self._data_clock, tuple(self.dims.items()))
+        self._inputs_checked = (self._version, self._data_clock,
+                                self._expected_input_shapes()[1])
         return dict(self.dims)
 
     def _recheck_changed_inputs(self) -> bool:
         """True when every input still agrees with the dims, judged by the inputs set since
-        the last full check and, if the dims changed, the inputs with symbolic shapes: the
-        other inputs (weights, caches of fixed size) cannot have changed. False: do the full
-        check (it names what is wrong)."""
-        version, clock, dims = self._inputs_checked
+        the last full check and, if the dims their shapes use changed, the inputs with
+        symbolic shapes: the other inputs (weights, caches of fixed size) cannot have
+        changed. False: do the full check (it names what is wrong)."""
+        version, clock, key = self._inputs_checked
         if version != self._version:
             return False
-        static, symbolic, evaluate = self._input_kinds()
-        data, dims_now = self.data, tuple(self.dims.items())
-        recheck_symbolic = dims != dims_now
-        for nid in self.changed_since(clock):
-            want = static.get(nid)
-            if want is None:
-                recheck_symbolic = True
-            elif data[nid].shape != want:
-                return False
-        if recheck_symbolic and tuple(chain.from_iterable(
-                (len(s := data[n].shape), *s) for n in symbolic)) != evaluate(self.dims):
+        expected, key_now = self._expected_input_shapes()
+        data = self.data
+        if key_now != key and any(data[n].shape != expected[n] for n in self._input_kinds()[1]):
             return False
-        self._inputs_checked = (version, self._data_clock, dims_now)
+        for nid in self.changed_since(clock):
+            want = expected.get(nid)
+            if want is not None and data[nid].shape != want:
+                return False
+        self._inputs_checked = (version, self._data_clock, key_now)
         return True
 
-    def _input_kinds(self) -> tuple[dict[int, tuple[int, ...]], list[int], Callable]:
-        """The inputs of constant shape (id -> shape), those with symbolic dims, and one
-        function giving the latter's ranks and dims, flat; cached until the graph changes."""
+    def _expected_input_shapes(self) -> tuple[dict[int, tuple[int, ...]], tuple]:
+        """Every input's shape at the bound dims (id -> shape), and the values of the dims
+        the symbolic inputs' shapes use: the shapes are evaluated again only when those
+        change (a decode step that only moves the cache length leaves them as they were)."""
+        static, symbolic, evaluate, used = self._input_kinds()
+        key = tuple(map(self.dims.get, used))
+        version, cached_key, expected = self._expected_cache
+        if version != self._version or cached_key != key:
+            flat, start, expected = evaluate(self.dims), 0, dict(static)
+            for nid in symbolic:
+                rank = flat[start]
+                expected[nid] = flat[start + 1:start + 1 + rank]
+                start += 1 + rank
+            self._expected_cache = (self._version, key, expected)
+        return expected, key
+
+    def _input_kinds(self) -> tuple[dict[int, tuple[int, ...]], list[int], Callable,
+                                    tuple[str, ...]]:
+        """The inputs of constant shape (id -> shape), those with symbolic dims, one function
+        giving the latter's ranks and dims, flat, and the dims it uses; cached until the graph
+        changes."""
         version, kinds = self._input_kinds_cache
         if version != self._version:
             nodes = self.input_nodes()
             static = {n.id: tuple(d.value for d in n.shape) for n in nodes
                       if all(d.is_const for d in n.shape)}
             symbolic = [n for n in nodes if n.id not in static]
+            used = sorted(set().union(*(d.free_vars for n in symbolic for d in n.shape)))
             kinds = (static, [n.id for n in symbolic],
-                     evaluator(d for n in symbolic for d in (len(n.shape), *n.shape)))
+                     evaluator(d for n in symbolic for d in (len(n.shape), *n.shape)),
+                     tuple(used))
             self._input_kinds_cache = (self._version, kinds)
         return kinds
 
@@ -519,6 +557,9 @@ class Graph:
 
     def fetch(self, node_id: int) -> np.ndarray:
         """The value of a node after `execute()` (host array in the node's shape)."""
+        if (node_id in self._fetchable and self._executed
+                and self._version == self._runtime_version):
+            return self.runtime.fetch(node_id)  # a decode step's logits: nothing to resolve
         nid = self.resolve(node_id)
         node = self.nodes.get(nid)
         if node is None:

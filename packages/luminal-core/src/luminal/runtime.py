@@ -75,6 +75,12 @@ class Runtime:
         self._dims: dict[str, int] = {}
         self._evaluators: dict[tuple[int, ...], Callable[..., tuple[int, ...]]] = {}
         self._assigned_shapes: tuple[tuple[Any, ...], list[Shape]] | None = None
+        # the outputs whose shape no dim changes (a decode step's logits): `fetch` needs no
+        # evaluation for them
+        outputs = {*graph.retrieved, *graph.kept, *graph.assignments.values()}
+        self._static_shapes = {
+            nid: tuple(d.value for d in self.node_info[nid][0]) for nid in outputs
+            if nid in self.node_info and all(d.is_const for d in self.node_info[nid][0])}
 
     # ----- what a backend supplies --------------------------------------------------------
     def upload(self, host: np.ndarray) -> Buffer:
@@ -106,7 +112,9 @@ class Runtime:
         """Host copy of a retrieved, kept or assigned node's last value (the node's shape)."""
         host = self._host.get(node_id)
         if host is None:
-            (shape,) = self.shapes((node_id,), self._dims)
+            shape = self._static_shapes.get(node_id)
+            if shape is None:
+                (shape,) = self.shapes((node_id,), self._dims)
             dtype = self.node_info[node_id][1]
             host = self.read(self._outputs[node_id], shape, dtype)
             self._host[node_id] = host

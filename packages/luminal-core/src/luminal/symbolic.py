@@ -598,22 +598,22 @@ def evaluator(exprs: Iterable[ExprLike]) -> Callable[[Mapping[str, int]], tuple[
     """
     exprs = [to_expr(e) for e in exprs]
     needed = frozenset().union(*(e.free_vars for e in exprs))
-    # Expressions are hash-consed: each distinct one is rendered and evaluated once, bound to
-    # a parameter of an inner lambda that lays the values out in order.
+    # Expressions are hash-consed: each distinct one is rendered and evaluated once, into a
+    # local of one generated function that lays the values out in order (a single call: a
+    # decode step evaluates with caches the weights just streamed through, where every
+    # Python call costs)
     slot = {id(e): k for k, e in enumerate({id(e): e for e in exprs}.values())}
     distinct = {id(e): e for e in exprs}.values()
-    values = "".join(render(e, lambda n: f"env[{n!r}]", _PY_SYNTAX) + ", " for e in distinct)
-    params = "".join(f"v{k}, " for k in range(len(slot)))
+    values = "".join(f"        v{k} = {render(e, lambda n: f'env[{n!r}]', _PY_SYNTAX)}\n"
+                     for k, e in enumerate(distinct))
     layout = "".join(f"v{slot[id(e)]}, " for e in exprs)
-    compiled = eval(f"lambda env: (lambda {params}: ({layout}))({values})",
-                    {"_min": min, "_max": max})
-
-    def evaluate(env: Mapping[str, int]) -> tuple[int, ...]:
-        if not needed <= env.keys():
-            raise UnboundDimError(sorted(needed - env.keys()))
-        return compiled(env)
-
-    return evaluate
+    source = (f"def evaluate(env):\n    try:\n{values}        pass\n"
+              f"    except KeyError:\n        raise _unbound(env) from None\n"
+              f"    return ({layout})\n")
+    scope = {"_min": min, "_max": max,
+             "_unbound": lambda env: UnboundDimError(sorted(needed - env.keys()))}
+    exec(source, scope)
+    return scope["evaluate"]
 
 
 # ----- rendering ----------------------------------------------------------------------------

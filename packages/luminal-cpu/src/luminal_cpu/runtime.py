@@ -18,6 +18,7 @@ and points the values written straight into an input (a KV cache's new rows) at 
 from __future__ import annotations
 
 import ctypes
+import math
 import mmap
 import sys
 import time
@@ -136,33 +137,36 @@ class _Recycler:
     them. An output that grows a little every run (a KV cache, one token longer per decode
     step) would need a new array every time, page-faulted in from the kernel; so arrays get a
     quarter more room than asked for, and a run is handed a view of the first `n` elements
-    of a free array that is large enough."""
+    of a free array that is large enough. An output of constant `shape` (a decode step's
+    logits) gets arrays of exactly that shape, handed out as they are: no view to make, nor
+    to reshape when read."""
 
     KEEP = 3
     HEADROOM = 1.25
 
-    def __init__(self, dtype: np.dtype) -> None:
-        self.dtype = dtype
+    def __init__(self, dtype: np.dtype, shape: tuple[int, ...] | None = None) -> None:
+        self.dtype, self.shape = dtype, shape
         self._owned: list[tuple[np.ndarray, int]] = []
 
-    def get(self, n: int) -> tuple[np.ndarray, int]:
-        """A free array of at least `n` elements, and its address; `view` trims it to `n`."""
-        for k in range(len(self._owned)):
-            a = self._owned[k][0]
-            # 3 references when no one else holds it (views of it hold one each): the tuple,
-            # `a` and getrefcount's argument
+    def take(self, n: int) -> tuple[np.ndarray, int]:
+        """This run's array of `n` elements (a free array of ours, reused or new, or a view of
+        its first `n`) and its address. It stays ours: a later run reuses it once no one
+        holds it."""
+        owned = self._owned
+        for k in range(len(owned)):
+            a = owned[k][0]
+            # 3 references when no one else holds it (or a view of it): the tuple, `a` and
+            # getrefcount's argument
             if n <= a.size <= n * self.HEADROOM * self.HEADROOM and sys.getrefcount(a) <= 3:
-                return self._owned.pop(k)
-        a = np.empty(int(n * self.HEADROOM) + 1, self.dtype)
-        return a, _address(a)
-
-    @staticmethod
-    def view(entry: tuple[np.ndarray, int], n: int) -> np.ndarray:
-        return entry[0][:n]
-
-    def give(self, entry: tuple[np.ndarray, int]) -> None:
-        self._owned.append(entry)
-        del self._owned[: -self.KEEP]
+                entry = owned.pop(k)
+                break
+        else:
+            a = np.empty(self.shape or int(n * self.HEADROOM) + 1, self.dtype)
+            entry = (a, _address(a))
+        owned.append(entry)
+        del owned[: -self.KEEP]
+        a = entry[0]
+        return (a if a.size == n else a[:n]), entry[1]
 
 
 class CpuRuntime(Runtime):
@@ -175,8 +179,10 @@ class CpuRuntime(Runtime):
                  direct: list[DirectWrite]):
         super().__init__(graph)
         self.program, self.plan, self.library = program, plan, library
-        self._run = getattr(library.handle, ENTRY_POINT)
-        self._run.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
+        # no argtypes: its arguments are ctypes arrays, which ctypes passes as pointers, and
+        # the thread count, an int; converting them through argtypes cost a decode step
+        # about 10 us (caches cold after the weights streamed)
+        self._run = library.handle[ENTRY_POINT]  # a function object of this runtime's own
         self._run.restype = ctypes.c_int
         bufs = program.buffers
         self._ptrs = (ctypes.c_void_p * max(len(bufs), 1))()
@@ -201,6 +207,11 @@ class CpuRuntime(Runtime):
         self._numel: dict[int, int] = {}
         self._evaluate_numel = evaluator(bufs[k].numel for k in self._sized)
         self._dims_key: tuple[int, ...] | None = None
+        # the dims those counts use, and their values when last evaluated: a decode step
+        # moves the cache length, which no output's size depends on
+        self._sized_dims = tuple(sorted(set().union(*(bufs[k].numel.free_vars
+                                                      for k in self._sized))))
+        self._sized_key: tuple[int, ...] | None = None
         self._from_input = {src for src in graph.assignments.values()
                             if isinstance(graph.nodes[src].op, ops.Input)}
         # input node -> (the array last run's assignment bound to it, its address)
@@ -210,13 +221,25 @@ class CpuRuntime(Runtime):
         self._layout_dims: dict[str, int] | None = None  # the dims of the arena's layout
         self._room = (ctypes.c_long * max(len(plan.slots), 1))()  # bytes each slot may take
         self._kept_arrays: dict[int, np.ndarray] = {}
-        self._recyclers = {k: _Recycler(bufs[k].dtype.numpy) for k in self._fresh}
+        self._kept_values: dict[int, np.ndarray] = {}  # the same arrays by node
+        # (buffer, node, recycler) of each fresh output
+        self._recyclers = [(k, bufs[k].node, _Recycler(bufs[k].dtype.numpy, self._shape_of(k)))
+                           for k in self._fresh]
+        self._shaped = {node for _, node, recycler in self._recyclers if recycler.shape}
         self.stats: dict[str, object] = {}  # compile-time facts, filled in by the backend
         # seconds spent inside the compiled program over all runs: the rest of a run's wall
         # time is host overhead (binding, Python), which benchmarks report
         self.native_s = 0.0
         self.last_threads = 0  # the thread count the governor gave the last run
         self._governor = governor()
+
+    def _shape_of(self, buffer: int) -> tuple[int, ...] | None:
+        """The constant shape of `buffer`'s node when the buffer holds exactly its elements."""
+        spec = self.program.buffers[buffer]
+        shape = self._static_shapes.get(spec.node)
+        if shape is None or not spec.numel.is_const or spec.numel.value != math.prod(shape):
+            return None
+        return shape
 
     def _lay_out_arena(self, dims: dict[str, int]) -> None:
         """Give every arena slot room for these dims and a quarter more: a decode step's
@@ -239,26 +262,35 @@ class CpuRuntime(Runtime):
         after a prefill, whose temporaries (megabytes for a 128-token prompt) the decode
         steps no longer need. Laying out again then gives the arena back, so it does not add
         to the peak memory while the KV cache grows."""
-        return self._layout_dims is None or any(
-            2 * dims.get(d, 0) < v for d, v in self._layout_dims.items())
+        if self._layout_dims is None:
+            return True
+        for d, v in self._layout_dims.items():  # noqa: SIM110 (no generator to run per step)
+            if 2 * dims.get(d, 0) < v:
+                return True
+        return False
 
     def _bind_dims(self, dims: dict[str, int]) -> None:
-        key = tuple(dims[d] for d in self.program.dims)
+        key = tuple(map(dims.__getitem__, self.program.dims))
         if key == self._dims_key:
             return
         self._dims_key = key
         for k, v in enumerate(key):
             self._dim_args[k] = v
-        bufs = self.program.buffers
-        self._numel = dict(zip(self._sized, self._evaluate_numel(dims)))
         if self._arena_shrinks(dims):
             self._lay_out_arena(dims)
+        sized_key = tuple(map(dims.__getitem__, self._sized_dims))
+        if sized_key == self._sized_key:
+            return
+        self._sized_key = sized_key
+        bufs = self.program.buffers
+        self._numel = dict(zip(self._sized, self._evaluate_numel(dims)))
         for k in self._kept:
             spec = bufs[k]
             old = self._kept_arrays.get(k)
             if old is None or old.size != self._numel[k]:
                 self._kept_arrays[k] = np.empty(self._numel[k], spec.dtype.numpy)
             self._ptrs[k] = _address(self._kept_arrays[k])
+        self._kept_values = {bufs[k].node: a for k, a in self._kept_arrays.items()}
 
     def execute(self, graph: Graph, dims: dict[str, int]) -> None:
         self._bind_dims(dims)
@@ -270,17 +302,13 @@ class CpuRuntime(Runtime):
                        if n in index]
         self._bind_inputs(graph, changed)
         self._bound_clock = graph.data_clock
-        bufs = self.program.buffers
         self.release_outputs()  # drop last run's references so its arrays can be recycled
-        values = {bufs[k].node: a for k, a in self._kept_arrays.items()}
+        values = dict(self._kept_values)
         addresses: dict[int, int] = {}
-        for k in self._fresh:
-            recycler = self._recyclers[k]
-            entry = recycler.get(self._numel[k])
-            recycler.give(entry)
-            a, self._ptrs[k] = recycler.view(entry, self._numel[k]), entry[1]
-            values[bufs[k].node] = a
-            addresses[bufs[k].node] = entry[1]
+        ptrs, numel = self._ptrs, self._numel
+        for k, node, recycler in self._recyclers:
+            values[node], address = recycler.take(numel[k])
+            ptrs[k] = addresses[node] = address
         threads = self.last_threads = self._governor.threads()
         if self._run_native(threads):
             self._lay_out_arena(dims)  # a slot outgrew its room: nothing ran
@@ -299,6 +327,8 @@ class CpuRuntime(Runtime):
         return misfit
 
     def fetch(self, node_id: int) -> np.ndarray:
+        if node_id in self._shaped:
+            return self._outputs[node_id]  # this run's array, in the node's shape already
         direct = self._direct_of.get(node_id)
         if direct is None:
             return super().fetch(node_id)
@@ -330,6 +360,10 @@ class CpuRuntime(Runtime):
 
     def download(self, buffer: np.ndarray, dtype: object) -> np.ndarray:
         return buffer
+
+    def read(self, buffer: np.ndarray, shape: Shape, dtype: object) -> np.ndarray:
+        """`buffer` in `shape`: itself when it has that shape already (see `_Recycler`)."""
+        return buffer if buffer.shape == shape else buffer.reshape(shape)
 
     def hand_over(self, graph: Graph, target: int, src: int, buffer: np.ndarray | None,
                   shape: Shape) -> np.ndarray:

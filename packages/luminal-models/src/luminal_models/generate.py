@@ -161,6 +161,13 @@ class Generator:
             raise ContextLengthError(f"the sequence would exceed the context of "
                                      f"{self.max_context} tokens ({self.position} cached + "
                                      f"{len(new)} new)")
+        return self._forward(new).reshape(-1)
+
+    def _forward(self, new: list[int]) -> np.ndarray:
+        """`forward` of ids known to be in the vocabulary and to fit the context (a decode
+        step's sampled id: its checks cost more than the rest of the step's Python), with the
+        logits as the graph holds them (vocab_size values, leading axes of size 1: the
+        sampler takes them so, and a reshape costs a decode step microseconds)."""
         # what `tokens.set` does, less its checks of arbitrary data: these are in-range ints
         g = self.graph
         if len(new) == 1:
@@ -168,13 +175,14 @@ class Generator:
             g.set_data(self._tokens_node, self._one_token)
         else:
             g.set_data(self._tokens_node, np.array([new], dtype=np.int32))
-        g.set_dim("seq", len(new))
+        if g.dims.get("seq") != len(new):  # a decode step's is 1 already
+            g.set_dim("seq", len(new))
         g.execute()
         self.cache.advance(len(new))
         self.context_ids.extend(new)
         if self._logits_node is None:
-            return self.logits.numpy().reshape(-1)
-        return g.fetch(self._logits_node).reshape(-1)
+            return self.logits.numpy()
+        return g.fetch(self._logits_node)
 
     def stream(self, prompt_ids: list[int], max_tokens: int,
                sampling: SamplingParams = GREEDY,
@@ -195,7 +203,7 @@ class Generator:
             yield token
             if token in stops or i + 1 == max_tokens or self.position >= self.max_context:
                 return
-            logits = self.forward([token])
+            logits = self._forward([token])  # an index of `logits`: in the vocabulary
 
     def generate(self, prompt: str | list[int], max_tokens: int = 128,
                  sampling: SamplingParams = GREEDY,

@@ -112,17 +112,21 @@ class Sampler:
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
         self.rng = np.random.default_rng(params.seed)
+        self._penalized = params.repeat_penalty != 1 and params.repeat_last_n > 0
+        self._greedy = params.temperature == 0 and not self._penalized
 
     def __call__(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
         """The next token id from a 1-D logits vector; `history` holds the ids so far (the
-        repetition penalty looks at its last `repeat_last_n`)."""
+        repetition penalty looks at its last `repeat_last_n`). Greedy picks NumPy's argmax:
+        the first of equal maxima, the first NaN if there is one."""
+        if self._greedy:
+            # the same index as in float64 (the conversion is exact), without the copy; the
+            # method rather than np.argmax: a decode step runs this with caches the weights
+            # just streamed through, where np.argmax's Python wrappers cost more than the pass
+            return int(np.asarray(logits).argmax())
         p = self.params
-        penalized = p.repeat_penalty != 1 and p.repeat_last_n > 0
-        if p.temperature == 0 and not penalized:
-            # the same index as in float64 (the conversion is exact), without the copy
-            return int(np.argmax(logits))
         logits = np.asarray(logits, dtype=np.float64).reshape(-1)
-        if penalized:
+        if self._penalized:
             recent = np.asarray(history[-p.repeat_last_n:], dtype=np.int64)
             logits = repetition_penalty(logits, recent, p.repeat_penalty)
         if p.temperature == 0:

@@ -159,7 +159,8 @@ class KVCache:
 
     def advance(self, n: int) -> None:
         """After an `execute()` that appended `n` positions, bump the length dim to match."""
-        self.graph.set_dim(self.length_dim, self.length + n)
+        dims = self.graph.dims
+        self.graph.set_dim(self.length_dim, dims.get(self.length_dim, 0) + n)
 
 
 def causal_mask(graph: Graph, seq: ExprLike, offset: ExprLike = 0,
