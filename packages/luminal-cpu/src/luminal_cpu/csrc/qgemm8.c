@@ -247,11 +247,13 @@ static inline __attribute__((always_inline)) void lm_g8_pack(const lm_qmat *W, i
   const long rb = W->cols / (q >= LM_Q4_K ? 256 : 32) * (q >= LM_Q4_K ? lm_kq_block_bytes(q) : lm_block_bytes(q));
   const long kc = ng * G, dwords = kc / 4;
   const __m512i ones = _mm512_set1_epi8(1);
+  unsigned char blocks[LM_G8_KC / 32 * 20]; /* a packed W's row, unpacked (lm_qmat.packed) */
   for (int v = 0; v < 2; v++) {
     for (int i = 0; i < 16; i++) {
       const long n = n0 + 16 * v + i < N ? n0 + 16 * v + i : N - 1;
-      lm_g8_row(W->w + n * rb, q, g0 * G, kc, P->rows + i * LM_G8_KC, P->s + 16 * v + i,
-                P->o + 16 * v + i, LM_G8_NR);
+      if (W->packed) lm_unpack_blocks(W, n, g0 * G / 32, kc / 32, blocks);
+      lm_g8_row(W->packed ? blocks : W->w + n * rb, q, W->packed ? 0 : g0 * G, kc,
+                P->rows + i * LM_G8_KC, P->s + 16 * v + i, P->o + 16 * v + i, LM_G8_NR);
     }
     /* 16 rows x 16 dwords at a time through registers (kc is a multiple of 64 bytes but for
      * a last chunk of 32-value groups: 32 or 96 bytes, whose other half is never read) */
