@@ -373,11 +373,13 @@ static inline __attribute__((always_inline)) void lm_q8x3_16(
  * quant vectors load whole (no gather), the low and high nibbles of vector v (values
  * 4v .. 4v + 3 and 16 + 4v .. of each row) meet x's digit dwords broadcast to every lane, and
  * the 16 rows' d and m convert in one `vcvtph2ps` each: no reduction across lanes per block.
- * Per digit 8 `vpdpbusd` and two chains (low, high nibbles) with 8-bit shifts between the
- * digits, each summing 16 values: |16 * 15 * (127 * 65536 + 128 * 257)| = 2,005,432,320 <
- * 2^31 - 1 at every step. The two chains join in float: the one rounding where the GGUF
- * kernel (lm_q8x3_16) rounds four 8-value lane sums, so results differ from it in the last
- * bits (both within float32 rounding of the exact sum of the digit products). */
+ * Per digit and half (low, high nibbles) a chain of 4 `vpdpbusd`, joined per half as
+ * (S1 * 256 + S2) * 256 + S3 (6 short chains: one chain per half with the shifts between the
+ * digits measured 6-8% slower at one row of x, its latency showing), each summing 16 values:
+ * |16 * 15 * (127 * 65536 + 128 * 257)| = 2,005,432,320 < 2^31 - 1 at every step. The halves
+ * join in float: one rounding where the GGUF kernel (lm_q8x3_16) rounds four 8-value lane
+ * sums, so results differ from it in the last bits (both within float32 rounding of the
+ * exact sum of the digit products). */
 static inline __attribute__((always_inline)) void lm_q41r_rows16(
     const unsigned char *restrict w, long blocks, const lm_q16x *x, int M, __m512 *acc) {
   for (long j = 0; j < blocks; j++, w += 320) {
@@ -394,16 +396,19 @@ static inline __attribute__((always_inline)) void lm_q41r_rows16(
     const long c = j / 4, k = j % 4, at = 16 * (c / 4) + 4 * k + c % 4;
     for (int m = 0; m < M; m++) {
       const signed char *xb = x[m].b + 384 * c + 16 * k;
-      __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+      __m512i part[3][2], sum[2];
       for (int digit = 0; digit < 3; digit++)
         for (int h = 0; h < 2; h++) {
-          if (digit) sum[h] = _mm512_slli_epi32(sum[h], 8);
+          part[digit][h] = _mm512_setzero_si512();
           for (int v = 0; v < 4; v++) {
             int dword;
             memcpy(&dword, xb + 128 * digit + 64 * h + 4 * v, 4);
-            sum[h] = lm_dot8(sum[h], u[h][v], _mm512_set1_epi32(dword));
+            part[digit][h] = lm_dot8(part[digit][h], u[h][v], _mm512_set1_epi32(dword));
           }
         }
+      for (int h = 0; h < 2; h++)
+        sum[h] = _mm512_add_epi32(
+            _mm512_slli_epi32(_mm512_add_epi32(_mm512_slli_epi32(part[0][h], 8), part[1][h]), 8), part[2][h]);
       const __m512 f = _mm512_add_ps(_mm512_cvtepi32_ps(sum[0]), _mm512_cvtepi32_ps(sum[1]));
       acc[m] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(x[m].bd[at])), acc[m]);
       acc[m] = _mm512_fmadd_ps(mw, _mm512_set1_ps(x[m].bs[at]), acc[m]);
