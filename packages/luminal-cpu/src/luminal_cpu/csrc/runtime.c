@@ -479,19 +479,22 @@ static inline const unsigned char *lm_gguf_row(const lm_qmat *W, long n, long ro
   return tmp;
 }
 
-/* one row of W decoded: B(n, k0 .. k0 + kc) for a k-contiguous W */
+/* one row of W decoded: B(n, k0 .. k0 + kc) for a k-contiguous W (kc: any multiple of the
+ * block; a packed W is unpacked LM_KC values at a time) */
 static inline void lm_decode_row(const lm_qmat *W, long n, long k0, long kc, float *restrict out) {
   const int kq = W->q >= LM_Q4_K;
   const long be = kq ? 256 : 32, bb = kq ? lm_kq_block_bytes(W->q) : lm_block_bytes(W->q);
   const unsigned char *row = W->w + n * (W->cols / be * bb);
   unsigned char blocks[LM_KC / 32 * 20];
-  if (W->packed) { /* the panel's blocks, unpacked: k0 becomes 0 below */
-    lm_unpack_blocks(W, n, k0 / 32, kc / 32, blocks);
-    row = blocks - k0 / 32 * bb;
-  }
   for (long k = 0; k < kc; k += be) {
-    if (kq) lm_kq_decode_block(row + (k0 + k) / be * bb, W->q, out + k);
-    else lm_dequant_block(row + (k0 + k) / be * bb, W->q, out + k);
+    const unsigned char *b = row + (k0 + k) / be * bb;
+    if (W->packed) {
+      const long j = k % LM_KC / 32;
+      if (!j) lm_unpack_blocks(W, n, (k0 + k) / 32, (kc - k < LM_KC ? kc - k : LM_KC) / 32, blocks);
+      b = blocks + 20 * j;
+    }
+    if (kq) lm_kq_decode_block(b, W->q, out + k);
+    else lm_dequant_block(b, W->q, out + k);
   }
 }
 
