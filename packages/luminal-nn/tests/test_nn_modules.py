@@ -189,8 +189,8 @@ def test_nn_state_dict_round_trip_and_rebinding(rng):
     assert all(np.array_equal(a, fresh.state_dict()[k]) for k, a in net.state_dict().items())
 
 
-def test_nn_hand_over_lets_the_graph_hold_the_weights(rng):
-    """After `hand_over` the parameters read their values back from the graph and hold no
+def test_nn_release_to_lets_the_graph_hold_the_weights(rng):
+    """After `release_to` the parameters read their values back from the graph and hold no
     reference of their own (a backend replacing the graph's array frees the original); a
     new value set on a parameter is its own again; parameters the graph does not use keep
     theirs."""
@@ -200,8 +200,8 @@ def test_nn_hand_over_lets_the_graph_hold_the_weights(rng):
     g = lm.Graph()
     x = rng.standard_normal((1, 3)).astype(np.float32)
     out = mod(g.tensor((1, 3)).set(x)).retrieve()
-    mod.hand_over(g)
-    unused.hand_over(g)  # none of its parameters are inputs of g: nothing to hand over
+    mod.release_to(g)
+    unused.release_to(g)  # none of its parameters are inputs of g: nothing to release
     assert unused.weight._holder is None
     alive = weakref.ref(weight)
     node = mod.weight._inputs[g]
@@ -215,7 +215,7 @@ def test_nn_hand_over_lets_the_graph_hold_the_weights(rng):
     mod.weight.data = np.zeros((2, 3), np.float32)  # its own again, and bound into g
     assert mod.weight._holder is None and np.array_equal(g.data[node], np.zeros((2, 3)))
     with pytest.raises(ValueError, match="weight: not an input of this graph"):
-        mod.weight.hand_over(lm.Graph())
+        mod.weight.release_to(lm.Graph())
 
 
 def test_nn_load_state_dict_errors():

@@ -4,7 +4,7 @@ A `Module` describes part of a network. Calling it on a `GraphTensor` adds ops t
 graph; it never touches data. Each `Parameter` holds its host value (a NumPy array) and becomes
 an input of every graph the module is used in, bound with `set()` the first time it is used
 there. Loading a state dict later re-binds those inputs, so a compiled graph picks up new
-weights on its next `execute()` without recompiling. `Module.hand_over(graph)` lets one graph
+weights on its next `execute()` without recompiling. `Module.release_to(graph)` lets one graph
 hold the values instead (a backend may then keep weights in a form of its own without a
 second copy staying alive).
 """
@@ -47,7 +47,7 @@ class Parameter:
         self._owner: Module | None = None
         self.init = init
         self._data: np.ndarray | None = None
-        self._holder: tuple[Graph, int] | None = None  # where the value is instead (hand_over)
+        self._holder: tuple[Graph, int] | None = None  # where the value is instead (release_to)
         # graph -> id of this parameter's input node there; ids rather than tensors, since a
         # tensor refers to its graph and would keep every graph ever built alive
         self._inputs: weakref.WeakKeyDictionary[Graph, int] = weakref.WeakKeyDictionary()
@@ -58,7 +58,7 @@ class Parameter:
     @property
     def data(self) -> np.ndarray | None:
         """The host value (initialised on first access if the parameter has an `init`; read
-        from the graph holding it after `hand_over`)."""
+        from the graph holding it after `release_to`)."""
         if self._holder is not None:
             graph, node_id = self._holder
             value = graph.data.get(graph.resolve(node_id))
@@ -120,7 +120,7 @@ class Parameter:
         self._inputs[graph] = t.id
         return t
 
-    def hand_over(self, graph: Graph) -> None:
+    def release_to(self, graph: Graph) -> None:
         """Let `graph`, where this parameter is an input with its value set, hold the value
         from now on: the parameter drops its own reference to the array and reads `data`
         back from that input (keeping `graph` alive). A backend may then replace the array in
@@ -302,14 +302,14 @@ class Module:
     def num_parameters(self) -> int:
         return sum(p.numel for p in self.parameters())
 
-    def hand_over(self, graph: Graph) -> None:
-        """`Parameter.hand_over(graph)` for every parameter and buffer that is an input of
+    def release_to(self, graph: Graph) -> None:
+        """`Parameter.release_to(graph)` for every parameter and buffer that is an input of
         `graph` with its value set (a model whose weights only one graph uses, as a
         generator's: the weights are then held once, in the form the graph's backend binds)."""
         for _, p in self._named_leaves():
             node_id = p._inputs.get(graph)
             if node_id is not None and graph.resolve(node_id) in graph.data:
-                p.hand_over(graph)
+                p.release_to(graph)
 
     # ----- state --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
