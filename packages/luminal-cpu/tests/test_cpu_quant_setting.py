@@ -29,10 +29,10 @@ def quantized_matmul(tuning=()) -> Matmul:
 @pytest.mark.parametrize("env", ["float", "int8"])
 def test_each_value_renders_its_precision(env, monkeypatch):
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", env)
-    assert f", {QUANT_ACTIVATIONS[env]}}}, (lm_out)" in kernel_source(quantized_matmul(), "k")
+    assert f", {QUANT_ACTIVATIONS[env]}, 0}}, (lm_out)" in kernel_source(quantized_matmul(), "k")
     for code, name in enumerate(QUANT_ACTIVATIONS):
         source = kernel_source(quantized_matmul((("quant_activations", code),)), "k")
-        assert f", {QUANT_ACTIVATIONS[name]}}}, (lm_out)" in source
+        assert f", {QUANT_ACTIVATIONS[name]}, 0}}, (lm_out)" in source
 
 
 def test_wrong_setting_or_value_is_refused():

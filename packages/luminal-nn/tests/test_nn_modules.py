@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import re
+import weakref
 
 import luminal as lm
 import luminal_nn as nn
@@ -185,6 +187,35 @@ def test_nn_state_dict_round_trip_and_rebinding(rng):
     fresh = _Net()
     fresh.load_state_dict(state)
     assert all(np.array_equal(a, fresh.state_dict()[k]) for k, a in net.state_dict().items())
+
+
+def test_nn_release_to_lets_the_graph_hold_the_weights(rng):
+    """After `release_to` the parameters read their values back from the graph and hold no
+    reference of their own (a backend replacing the graph's array frees the original); a
+    new value set on a parameter is its own again; parameters the graph does not use keep
+    theirs."""
+    mod, unused = nn.Linear(3, 2), nn.Linear(3, 2)
+    weight = rng.standard_normal((2, 3)).astype(np.float32)
+    mod.weight.data = weight
+    g = lm.Graph()
+    x = rng.standard_normal((1, 3)).astype(np.float32)
+    out = mod(g.tensor((1, 3)).set(x)).retrieve()
+    mod.release_to(g)
+    unused.release_to(g)  # none of its parameters are inputs of g: nothing to release
+    assert unused.weight._holder is None
+    alive = weakref.ref(weight)
+    node = mod.weight._inputs[g]
+    g.set_data(node, g.data[node].copy())  # what a backend's own form of the value does
+    del weight
+    gc.collect()
+    assert alive() is None and mod.weight._data is None
+    np.testing.assert_array_equal(mod.weight.data, g.data[node])
+    g.execute()
+    np.testing.assert_allclose(out.numpy(), x @ mod.weight.data.T + mod.bias.data, atol=ATOL)
+    mod.weight.data = np.zeros((2, 3), np.float32)  # its own again, and bound into g
+    assert mod.weight._holder is None and np.array_equal(g.data[node], np.zeros((2, 3)))
+    with pytest.raises(ValueError, match="weight: not an input of this graph"):
+        mod.weight.release_to(lm.Graph())
 
 
 def test_nn_load_state_dict_errors():

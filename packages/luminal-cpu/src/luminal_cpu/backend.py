@@ -10,6 +10,7 @@ from luminal_codegen import lower, plan_memory
 
 from . import device, implicit_gemm, toolchain
 from .dialect import C
+from .repack import packed_inputs
 from .runtime import CpuRuntime, direct_writes, read_written_rows
 from .source import (
     MATMUL_TUNABLE,
@@ -84,14 +85,15 @@ class CpuBackend(Backend):
         # before fusing gathers into matmuls, which would fold the cache's copy into them
         program = implicit_gemm.fuse(read_written_rows(program, direct))
         plan = plan_memory(program)
+        packed, packed_kernels = packed_inputs(graph, program)
         t1 = time.perf_counter()
         source = program_source(program, toolchain.VECTOR_MATH if cc.vector_math else "",
-                                plan, direct)
+                                plan, direct, packed_kernels)
         t2 = time.perf_counter()
         support = toolchain.build(runtime_source(), cc)
         library = toolchain.build(source, cc, links=(support.path,))
         t3 = time.perf_counter()
-        runtime = CpuRuntime(graph, program, plan, library, direct)
+        runtime = CpuRuntime(graph, program, plan, library, direct, packed)
         runtime.stats.update({
             "lower_s": t1 - t0, "render_s": t2 - t1, "build_s": t3 - t2,
             "cached": library.cached, "kernels": len(program.kernels),

@@ -27,6 +27,7 @@ from dataclasses import replace
 
 import numpy as np
 from luminal import ops
+from luminal.device_array import DeviceArray
 from luminal.graph import Graph
 from luminal.runtime import Runtime, Shape
 from luminal.symbolic import evaluator, logical_and, lt, prod
@@ -34,6 +35,7 @@ from luminal_codegen import Call, Kernel, MemoryPlan, Program
 from luminal_codegen.indexing import flat_index
 from luminal_codegen.ir import Binary, Load
 
+from .repack import repack_q4_1, unpack_q4_1
 from .source import ENTRY_POINT, DirectWrite
 from .threads import governor
 from .toolchain import Library
@@ -171,13 +173,15 @@ class _Recycler:
 
 class CpuRuntime(Runtime):
     """Runs a `Program` compiled into `library` (see the module docstring), whose entry
-    point binds `direct` (`direct_writes(graph, program)`)."""
+    point binds `direct` (`direct_writes(graph, program)`) and reads the input buffers
+    `packed` (buffer -> rows, `repack.packed_inputs`) in the repacked Q4_1 layout."""
 
     host_buffers = True
 
     def __init__(self, graph: Graph, program: Program, plan: MemoryPlan, library: Library,
-                 direct: list[DirectWrite]):
+                 direct: list[DirectWrite], packed: dict[int, int] | None = None):
         super().__init__(graph)
+        self._packed = dict(packed or {})
         self.program, self.plan, self.library = program, plan, library
         # no argtypes: its arguments are ctypes arrays, which ctypes passes as pointers, and
         # the thread count, an int; converting them through argtypes cost a decode step
@@ -350,13 +354,32 @@ class CpuRuntime(Runtime):
                 # last run's output, fed back: a fresh contiguous array of ours, of the
                 # input's dtype (Graph.assign checks it), whose address is known
                 address = hint[1]
+            elif k in self._packed:
+                a, address = self._bind_packed(graph, node, a, self._packed[k])
             else:
-                if a.dtype != bufs[k].dtype.numpy or not a.flags.c_contiguous:
+                if (isinstance(a, DeviceArray) or a.dtype != bufs[k].dtype.numpy
+                        or not a.flags.c_contiguous):
                     a = np.ascontiguousarray(a, dtype=bufs[k].dtype.numpy)
                     graph.set_data(node, a)
                 address = _address(a)
             bound[k] = a
             self._ptrs[k] = address
+
+    def _bind_packed(self, graph: Graph, node: int, a: object,
+                     rows: int) -> tuple[object, int]:
+        """A weight the program reads repacked (repack.py), and the address of its packed
+        bytes: repacked once into an array of ours when the caller set a new array (never
+        written), which `graph.data` then holds as a `DeviceArray` that reads back as GGUF's
+        bytes, so the caller's array is not kept alive by the graph."""
+        packed = self.device_buffer(a)
+        if packed is None:
+            raw = np.ascontiguousarray(a, dtype=np.uint8)
+            packed = repack_q4_1(raw, rows)
+            shape = raw.shape
+            a = DeviceArray(lambda: unpack_q4_1(packed, rows).reshape(shape), shape, np.uint8,
+                            buffer=packed, owner=self.owner)
+            graph.set_data(node, a)
+        return a, _address(packed)
 
     def download(self, buffer: np.ndarray, dtype: object) -> np.ndarray:
         return buffer

@@ -91,7 +91,7 @@ def quant_activations_code(name: str) -> int:
     return list(QUANT_ACTIVATIONS).index(name)
 
 
-def _x_prec(mm: Matmul) -> str:
+def x_prec(mm: Matmul) -> str:
     """`lm_qmat.x_prec` for a quantized matmul: the schedule's `quant_activations`, else the
     `LUMINAL_CPU_QUANT_ACTIVATIONS` default."""
     tuned = dict(mm.tuning)
@@ -119,7 +119,7 @@ def runtime_source() -> str:
                       _csrc("qgemv.c"), _csrc("qgemv16.c"), _csrc("qgemm8.c")))
 
 
-def _render_matmul(mm: Matmul, name: str) -> str:
+def _render_matmul(mm: Matmul, name: str, packed: bool) -> str:
     dims = kernel_dims(mm)
     names = dim_names(dims)
 
@@ -158,7 +158,7 @@ def _render_matmul(mm: Matmul, name: str) -> str:
     shape = f"{ex(mm.m)}, {ex(mm.n)}, {ex(mm.k)}"
     if isinstance(b, QuantOperand):
         w = (f"(lm_qmat){{p{b.buf}, {_QTYPE_CODE[b.qtype]}, {int(b.k_contiguous)}, "
-             f"{ex(b.rows)}, {ex(b.cols)}, {_x_prec(mm)}}}")
+             f"{ex(b.rows)}, {ex(b.cols)}, {x_prec(mm)}, {int(packed)}}}")
         lines.append(f"  lm_qgemm(lm_nb, lm_ao, {shape}, {a}, {w}, {out});")
     else:
         b_dt = _DTYPE_CODE[mm.params[b.buf].dtype.name]
@@ -168,12 +168,14 @@ def _render_matmul(mm: Matmul, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def kernel_source(kernel: Kernel | Matmul | implicit_gemm.GatherMatmul, name: str) -> str:
-    """One kernel as a C function."""
+def kernel_source(kernel: Kernel | Matmul | implicit_gemm.GatherMatmul, name: str,
+                  packed: bool = False) -> str:
+    """One kernel as a C function; `packed`: a matmul whose Q4_1 weight is in the repacked
+    layout at every call (repack.py)."""
     if isinstance(kernel, implicit_gemm.GatherMatmul):
         return implicit_gemm.render(kernel, name, _DTYPE_CODE)
     if isinstance(kernel, Matmul):
-        return _render_matmul(kernel, name)
+        return _render_matmul(kernel, name, packed)
     attention = flash.match(kernel)
     if attention is not None:
         return flash.render(kernel, attention, name)
@@ -181,15 +183,18 @@ def kernel_source(kernel: Kernel | Matmul | implicit_gemm.GatherMatmul, name: st
 
 
 def program_source(program: Program, vector_math: str = "", plan: MemoryPlan | None = None,
-                   direct_writes: Sequence[DirectWrite] = ()) -> str:
+                   direct_writes: Sequence[DirectWrite] = (),
+                   packed_kernels: frozenset[int] = frozenset()) -> str:
     """The complete C translation unit of `program`; `vector_math` declares the vectorisable
     math functions the toolchain found (`toolchain.VECTOR_MATH`), if any. The entry point
     checks the arena slots of `plan` against their room and binds `direct_writes` (see the
-    module docstring)."""
+    module docstring). The matmul kernels `packed_kernels` read their weight repacked
+    (`repack.packed_inputs`)."""
     parts = [C.prelude(), vector_math, _csrc("runtime.h")]
     if any(isinstance(k, Kernel) and flash.match(k) for k in program.kernels):
         parts.append(_csrc("flash.h"))
-    parts += [kernel_source(k, f"lm_k{i}") for i, k in enumerate(program.kernels)]
+    parts += [kernel_source(k, f"lm_k{i}", i in packed_kernels)
+              for i, k in enumerate(program.kernels)]
     parts.append(_entry_point(program, plan, direct_writes))
     return "\n".join(parts)
 

@@ -112,6 +112,10 @@ class Generator:
         with tqdm(total=len(steps), desc="compiling", unit="step", disable=not progress,
                   leave=False) as bar:
             g.compile(tuple(_CompileStep(name, compiler, bar) for name, compiler in steps))
+        # the graph holds the weights from here on: a backend that binds them in a form of its
+        # own (luminal-cpu's repacked Q4_1, at the first run) frees the loaded arrays instead
+        # of keeping both
+        model.release_to(g)
         # a decode step's Python runs with caches the weights just streamed through, so each
         # step binds the ids and reads the logits by node, with nothing else to look up (the
         # logits through their view when they are not their node's whole buffer)

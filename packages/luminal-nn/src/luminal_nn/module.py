@@ -4,7 +4,9 @@ A `Module` describes part of a network. Calling it on a `GraphTensor` adds ops t
 graph; it never touches data. Each `Parameter` holds its host value (a NumPy array) and becomes
 an input of every graph the module is used in, bound with `set()` the first time it is used
 there. Loading a state dict later re-binds those inputs, so a compiled graph picks up new
-weights on its next `execute()` without recompiling.
+weights on its next `execute()` without recompiling. `Module.release_to(graph)` lets one graph
+hold the values instead (a backend may then keep weights in a form of its own without a
+second copy staying alive).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Parameter:
         self._owner: Module | None = None
         self.init = init
         self._data: np.ndarray | None = None
+        self._holder: tuple[Graph, int] | None = None  # where the value is instead (release_to)
         # graph -> id of this parameter's input node there; ids rather than tensors, since a
         # tensor refers to its graph and would keep every graph ever built alive
         self._inputs: weakref.WeakKeyDictionary[Graph, int] = weakref.WeakKeyDictionary()
@@ -54,7 +57,16 @@ class Parameter:
     # ----- host value -----------------------------------------------------------------------
     @property
     def data(self) -> np.ndarray | None:
-        """The host value (initialised on first access if the parameter has an `init`)."""
+        """The host value (initialised on first access if the parameter has an `init`; read
+        from the graph holding it after `release_to`)."""
+        if self._holder is not None:
+            graph, node_id = self._holder
+            value = graph.data.get(graph.resolve(node_id))
+            if value is None:
+                raise RuntimeError(f"{self.name or 'parameter'}: its value was handed over to "
+                                   "a graph that no longer holds it (a compiler dropped the "
+                                   "input): set `data` again")
+            return np.asarray(value)
         if self._data is None and self.init is not None:
             self.data = self.init(self.shape, np.random.default_rng())
         return self._data
@@ -62,6 +74,7 @@ class Parameter:
     @data.setter
     def data(self, value: np.ndarray) -> None:
         self._data = self._check(value)
+        self._holder = None
         for graph, node_id in list(self._inputs.items()):
             if graph.resolve(node_id) in graph.nodes:  # unless a compiler dropped the input
                 self.stored(graph).set(self._data)
@@ -101,10 +114,25 @@ class Parameter:
             node = graph.nodes[graph.resolve(node_id)]
             return GraphTensor(graph, node.id, View.contiguous(node.shape), self.dtype)
         t = graph.tensor(self.storage_shape, name=self.name or None, dtype=self.dtype)
-        if self.data is not None:
-            t.set(self._data)
+        data = self.data
+        if data is not None:
+            t.set(data)
         self._inputs[graph] = t.id
         return t
+
+    def release_to(self, graph: Graph) -> None:
+        """Let `graph`, where this parameter is an input with its value set, hold the value
+        from now on: the parameter drops its own reference to the array and reads `data`
+        back from that input (keeping `graph` alive). A backend may then replace the array in
+        `graph.data` with a form of its own that reads back as the same value (luminal-cpu
+        repacks Q4_1 weights) and the original is freed, not kept as a second copy. Reading
+        `data` may then download a copy; setting it gives the parameter its own array again."""
+        node_id = self._inputs.get(graph)
+        if node_id is None or graph.resolve(node_id) not in graph.data:
+            raise ValueError(f"{self.name or 'parameter'}: not an input of this graph with its "
+                             "value set")
+        self._holder = (graph, node_id)
+        self._data = None
 
     def value(self, stored: GraphTensor) -> GraphTensor:
         """The weight computed from its stored input (identity here; quantized weights
@@ -273,6 +301,15 @@ class Module:
 
     def num_parameters(self) -> int:
         return sum(p.numel for p in self.parameters())
+
+    def release_to(self, graph: Graph) -> None:
+        """`Parameter.release_to(graph)` for every parameter and buffer that is an input of
+        `graph` with its value set (a model whose weights only one graph uses, as a
+        generator's: the weights are then held once, in the form the graph's backend binds)."""
+        for _, p in self._named_leaves():
+            node_id = p._inputs.get(graph)
+            if node_id is not None and graph.resolve(node_id) in graph.data:
+                p.release_to(graph)
 
     # ----- state --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:

@@ -368,6 +368,88 @@ static inline __attribute__((always_inline)) void lm_q8x3_16(
   }
 }
 
+/* ----- Q4_1 with rows interleaved by 16 (lm_qmat.packed) ---------------------------------- */
+/* One 32-value block of 16 rows per step, each row in its own int32 lane: the four 64-byte
+ * quant vectors load whole (no gather), the low and high nibbles of vector v (values
+ * 4v .. 4v + 3 and 16 + 4v .. of each row) meet x's digit dwords broadcast to every lane, and
+ * the 16 rows' d and m convert in one `vcvtph2ps` each: no reduction across lanes per block.
+ * Per digit and half (low, high nibbles) a chain of 4 `vpdpbusd`, joined per half as
+ * (S1 * 256 + S2) * 256 + S3 (6 short chains: one chain per half with the shifts between the
+ * digits measured 6-8% slower at one row of x, its latency showing), each summing 16 values:
+ * |16 * 15 * (127 * 65536 + 128 * 257)| = 2,005,432,320 < 2^31 - 1 at every step. The halves
+ * join in float: one rounding where the GGUF kernel (lm_q8x3_16) rounds four 8-value lane
+ * sums, so results differ from it in the last bits (both within float32 rounding of the
+ * exact sum of the digit products). */
+static inline __attribute__((always_inline)) void lm_q41r_rows16(
+    const unsigned char *restrict w, long blocks, const lm_q16x *x, int M, __m512 *acc) {
+  for (long j = 0; j < blocks; j++, w += 320) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+    const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 32)));
+    __m512i u[2][4];
+    for (int v = 0; v < 4; v++) {
+      const __m512i q = _mm512_loadu_si512(w + 64 + 64 * v);
+      u[0][v] = _mm512_and_si512(q, _mm512_set1_epi8(15));
+      u[1][v] = lm_high_nibbles(q);
+    }
+    /* block j is block j % 4 of x's span j / 4: its low values' digit bytes at 16 (j % 4),
+     * its high values' at 64 + 16 (j % 4) of each digit's 128 (lm_q8x3_quantize) */
+    const long c = j / 4, k = j % 4, at = 16 * (c / 4) + 4 * k + c % 4;
+    for (int m = 0; m < M; m++) {
+      const signed char *xb = x[m].b + 384 * c + 16 * k;
+      __m512i part[3][2], sum[2];
+      for (int digit = 0; digit < 3; digit++)
+        for (int h = 0; h < 2; h++) {
+          part[digit][h] = _mm512_setzero_si512();
+          for (int v = 0; v < 4; v++) {
+            int dword;
+            memcpy(&dword, xb + 128 * digit + 64 * h + 4 * v, 4);
+            part[digit][h] = lm_dot8(part[digit][h], u[h][v], _mm512_set1_epi32(dword));
+          }
+        }
+      for (int h = 0; h < 2; h++)
+        sum[h] = _mm512_add_epi32(
+            _mm512_slli_epi32(_mm512_add_epi32(_mm512_slli_epi32(part[0][h], 8), part[1][h]), 8), part[2][h]);
+      const __m512 f = _mm512_add_ps(_mm512_cvtepi32_ps(sum[0]), _mm512_cvtepi32_ps(sum[1]));
+      acc[m] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(x[m].bd[at])), acc[m]);
+      acc[m] = _mm512_fmadd_ps(mw, _mm512_set1_ps(x[m].bs[at]), acc[m]);
+    }
+  }
+}
+
+/* lm_q16_gemv_formats for a packed W: work items are (batch, group of 16 rows) */
+static inline __attribute__((always_inline)) void lm_q41r_gemv_m(
+    long nb, long N, long K, const lm_q16x *xs, const lm_qmat *W, const lm_out *C, int M) {
+  const long groups = N / 16, blocks = K / 32, group_bytes = 16 * blocks * 20;
+  lm_for_begin(nb * groups);
+  for (long lo, hi; lm_for_next(&lo, &hi);)
+    for (long t = lo; t < hi; t++) {
+      const long b = t / groups, g = t % groups;
+      __m512 acc[LM_GEMV_MAX_M];
+      for (int m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
+      lm_q41r_rows16(W->w + g * group_bytes, blocks, xs + b * M, M, acc);
+      for (int m = 0; m < M; m++) {
+        const long at = C->off[b] + m * C->rs + 16 * g;
+        if (C->dt == LM_F32) {
+          _mm512_storeu_ps((float *)C->p + at, acc[m]);
+        } else {
+          float out[16];
+          _mm512_storeu_ps(out, acc[m]);
+          for (int i = 0; i < 16; i++) lm_put(C->p, C->dt, at + i, out[i]);
+        }
+      }
+    }
+}
+
+static void lm_q41r_gemv(long nb, long M, long N, long K, const lm_q16x *xs, const lm_qmat *W,
+                         const lm_out *C) {
+  switch (M) {
+    case 1: lm_q41r_gemv_m(nb, N, K, xs, W, C, 1); break;
+    case 2: lm_q41r_gemv_m(nb, N, K, xs, W, C, 2); break;
+    case 3: lm_q41r_gemv_m(nb, N, K, xs, W, C, 3); break;
+    default: lm_q41r_gemv_m(nb, N, K, xs, W, C, 4); break;
+  }
+}
+
 /* ----- the K-quants: one 256-value block per step ---------------------------------------- */
 /* int16 lanes: idx[i] of a (as 32 words) */
 static inline __m512i lm_words(const short idx[32], __m512i a) {
@@ -536,7 +618,8 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
    * both paths are one team loop (the float matvec too): the late thread's loop number still
    * matches, and it finds that loop complete. A fallback with more loops would hang the team
    * (qgemm8.c decides per row inside its loops for that reason). */
-  if (ok) lm_q16_gemv_formats(nb, M, N, K, xs, W, C);
+  if (ok && W->packed) lm_q41r_gemv(nb, M, N, K, xs, W, C);
+  else if (ok) lm_q16_gemv_formats(nb, M, N, K, xs, W, C);
   free(buf);
   free(mem);
   free(xs);

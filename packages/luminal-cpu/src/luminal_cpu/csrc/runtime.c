@@ -456,14 +456,45 @@ _Static_assert(LM_KC % 256 == 0, "a K panel must hold whole K-quant blocks");
 static void lm_kq_decode_block(const unsigned char *restrict b, int q, float *restrict out);
 static long lm_kq_block_bytes(int q);
 
-/* one row of W decoded: B(n, k0 .. k0 + kc) for a k-contiguous W */
+/* blocks j0 .. j0 + nj of row n of a packed W (lm_qmat.packed: Q4_1, rows interleaved by 16)
+ * as GGUF's 20-byte blocks at out: what every reader but decode's int16 matvec decodes */
+static void lm_unpack_blocks(const lm_qmat *W, long n, long j0, long nj, unsigned char *restrict out) {
+  const long row_bytes = W->cols / 32 * 20, i = n % 16;
+  const unsigned char *group = W->w + n / 16 * 16 * row_bytes;
+  for (long j = 0; j < nj; j++) {
+    const unsigned char *b = group + (j0 + j) * 320;
+    unsigned char *o = out + 20 * j;
+    memcpy(o, b + 2 * i, 2);
+    memcpy(o + 2, b + 32 + 2 * i, 2);
+    for (int v = 0; v < 4; v++) memcpy(o + 4 + 4 * v, b + 64 + 64 * v + 4 * i, 4);
+  }
+}
+
+/* row n of a k-contiguous 32-value-block W in GGUF's layout: in place, or (packed) unpacked
+ * into tmp (K / 32 * 20 bytes) */
+static inline const unsigned char *lm_gguf_row(const lm_qmat *W, long n, long row_bytes,
+                                               unsigned char *tmp) {
+  if (!W->packed) return W->w + n * row_bytes;
+  lm_unpack_blocks(W, n, 0, W->cols / 32, tmp);
+  return tmp;
+}
+
+/* one row of W decoded: B(n, k0 .. k0 + kc) for a k-contiguous W (kc: any multiple of the
+ * block; a packed W is unpacked LM_KC values at a time) */
 static inline void lm_decode_row(const lm_qmat *W, long n, long k0, long kc, float *restrict out) {
   const int kq = W->q >= LM_Q4_K;
   const long be = kq ? 256 : 32, bb = kq ? lm_kq_block_bytes(W->q) : lm_block_bytes(W->q);
   const unsigned char *row = W->w + n * (W->cols / be * bb);
+  unsigned char blocks[LM_KC / 32 * 20];
   for (long k = 0; k < kc; k += be) {
-    if (kq) lm_kq_decode_block(row + (k0 + k) / be * bb, W->q, out + k);
-    else lm_dequant_block(row + (k0 + k) / be * bb, W->q, out + k);
+    const unsigned char *b = row + (k0 + k) / be * bb;
+    if (W->packed) {
+      const long j = k % LM_KC / 32;
+      if (!j) lm_unpack_blocks(W, n, (k0 + k) / 32, (kc - k < LM_KC ? kc - k : LM_KC) / 32, blocks);
+      b = blocks + 20 * j;
+    }
+    if (kq) lm_kq_decode_block(b, W->q, out + k);
+    else lm_dequant_block(b, W->q, out + k);
   }
 }
 
@@ -943,6 +974,7 @@ static inline __attribute__((always_inline)) void lm_qgemv_dot_qm(
     const lm_out *C, int q, int MM) {
   const long row_bytes = K / 32 * lm_block_bytes(q);
   float *buf = lm_scratch(A, M, K), *sums = (float *)malloc(sizeof(float) * (M * (K / 32) + 1));
+  unsigned char *tmp = W->packed ? (unsigned char *)malloc(row_bytes) : NULL;
   const float *x[LM_GEMV_MAX_M], *xsum[LM_GEMV_MAX_M];
   for (long m = 0; m < M; m++) xsum[m] = sums + m * (K / 32);
   long xb = -1;
@@ -954,15 +986,15 @@ static inline __attribute__((always_inline)) void lm_qgemv_dot_qm(
       lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
       for (long m = 0; m < M; m++) lm_block_sums(x[m], K, sums + m * (K / 32));
     }
-    const unsigned char *w = W->w + n0 * row_bytes;
-    for (long n = n0; n < n1; n++, w += row_bytes) {
+    for (long n = n0; n < n1; n++) {
       float out[LM_GEMV_MAX_M];
-      lm_qdot_row(w, K, x, xsum, q, MM, out);
+      lm_qdot_row(lm_gguf_row(W, n, row_bytes, tmp), K, x, xsum, q, MM, out);
       for (long m = 0; m < M; m++) lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, out[m]);
     }
   }
   free(buf);
   free(sums);
+  free(tmp);
 }
 
 /* M (rows of A, 1 to LM_GEMV_MAX_M) as a compile-time constant */
@@ -983,6 +1015,7 @@ static inline __attribute__((always_inline)) void lm_qgemv_dot_q(
     const lm_out *C, int q) {
   const long bb = lm_block_bytes(q), row_bytes = K / 32 * bb;
   float *buf = lm_scratch(A, M, K);
+  unsigned char *tmp = W->packed ? (unsigned char *)malloc(row_bytes) : NULL;
   const float *x[LM_GEMV_MAX_M];
   long xb = -1;
   lm_for_begin(nb * N);
@@ -990,7 +1023,7 @@ static inline __attribute__((always_inline)) void lm_qgemv_dot_q(
   for (long t = lo; t < hi; t++) {
     const long b = t / N, n = t % N;
     if (b != xb) lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
-    const unsigned char *row = W->w + n * row_bytes;
+    const unsigned char *row = lm_gguf_row(W, n, row_bytes, tmp);
     float acc[LM_GEMV_MAX_M][32] = {{0}};
     float blk[32];
     for (long k0 = 0; k0 < K; k0 += 32) {
@@ -1008,6 +1041,7 @@ static inline __attribute__((always_inline)) void lm_qgemv_dot_q(
     }
   }
   free(buf);
+  free(tmp);
 }
 #endif
 
@@ -1124,7 +1158,9 @@ static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const l
 /* C[b] (M x N) = A[b] * B^T with B decoded from the quantized W (shared by every batch) */
 void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W,
               lm_out C) {
-  if (M <= LM_GEMV_MAX_M && W.k_contig && W.x_prec == LM_X_I8 && lm_q8_gemv(nb, aoff, M, N, K, &A, &W, &C))
+  /* a packed W (the runtime repacks only where every matmul reading it holds x as int16)
+   * reaches qgemv16.c, qgemm8.c and the float kernels, which read its layout */
+  if (M <= LM_GEMV_MAX_M && W.k_contig && W.x_prec == LM_X_I8 && !W.packed && lm_q8_gemv(nb, aoff, M, N, K, &A, &W, &C))
     return; /* decode's matvec through int8 activations (qgemv.c) */
   if (M <= LM_GEMV_MAX_M && W.k_contig && W.x_prec == LM_X_I16 && lm_q16_gemv(nb, aoff, M, N, K, &A, &W, &C))
     return; /* through int16 activations (qgemv16.c) */

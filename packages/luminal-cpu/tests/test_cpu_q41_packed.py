@@ -1,0 +1,207 @@
+"""Q4_1 weights repacked with their rows interleaved by 16 (luminal_cpu/repack.py): the layout
+round-trips to GGUF's bytes; decode's int16 matvec (csrc/qgemv16.c), prefill's GEMM
+(csrc/qgemm8.c), the float fallbacks and the build without AVX-512 read it, checked against
+float64 NumPy on the `gguf` package's dequantization as test_cpu_qgemv16 / test_cpu_qgemm8 do;
+the runtime repacks exactly the inputs that every reader can read packed, never writes the
+caller's array nor keeps it alive, reads back GGUF's bytes, repacks a weight once, and repacks
+a new array the user sets."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import luminal as lm
+import numpy as np
+import pytest
+from luminal.device_array import DeviceArray
+from luminal.quant import dequantize
+from luminal.testing.quant import int8_digit_activations
+from luminal_cpu import CpuBackend
+from luminal_cpu.repack import ROWS, repack_q4_1, unpack_q4_1
+from test_cpu_qgemv import weight
+from test_cpu_qgemv16 import check
+
+gguf = pytest.importorskip("gguf")
+rng = np.random.default_rng(41)
+
+
+@pytest.fixture(autouse=True)
+def default_setting(monkeypatch):
+    """The layout is used under the default setting (int16) only."""
+    monkeypatch.delenv("LUMINAL_CPU_QUANT_ACTIVATIONS", raising=False)
+
+
+def compiled(raw: np.ndarray, shape: tuple[int, int], m: int, extra=None):
+    """(graph, x input, weight input, y) of y = x @ W.T for m rows of x; `extra(w_bytes)` may
+    add another reader of the weight's bytes (its value retrieved)."""
+    g = lm.Graph()
+    xt = g.tensor((m, shape[1]))
+    wt = g.tensor(raw.shape, dtype=lm.uint8).set(raw)
+    y = (xt @ dequantize(wt, "q4_1", shape).T).retrieve()
+    if extra is not None:
+        extra(wt).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    return g, xt, wt, y
+
+
+def is_packed(g: lm.Graph, wt) -> bool:
+    return isinstance(g.data[wt.id], DeviceArray) and bool(g.runtime._packed)
+
+
+def prefill_check(got: np.ndarray, x: np.ndarray, w: np.ndarray) -> None:
+    """qgemm8's three byte digits per value (test_cpu_qgemm8's bound)."""
+    xq = int8_digit_activations(x, 32)
+    want, scale = xq @ w.T, np.abs(xq) @ np.abs(w.T)
+    assert np.all(np.abs(got - want) <= 2e-6 * scale + 1e-30)
+
+
+def test_layout_round_trips_and_matches_its_table():
+    rows, cols = 32, 96
+    raw, _ = weight("q4_1", rows, cols)
+    packed = repack_q4_1(raw, rows)
+    assert packed.nbytes == raw.nbytes and packed.__array_interface__["data"][0] % 64 == 0
+    assert np.array_equal(unpack_q4_1(packed, rows), raw.reshape(-1))
+    blocks = raw.reshape(rows, cols // 32, 20)
+    group, j, i = 1, 2, 5  # row 16 + 5, block 2
+    chunk = packed[(group * (cols // 32) + j) * 320:][:320]
+    b = blocks[ROWS * group + i, j]
+    assert bytes(chunk[2 * i:2 * i + 2]) == bytes(b[:2])  # d
+    assert bytes(chunk[32 + 2 * i:34 + 2 * i]) == bytes(b[2:4])  # m
+    for v in range(4):
+        assert bytes(chunk[64 + 64 * v + 4 * i:][:4]) == bytes(b[4 + 4 * v:8 + 4 * v])
+    with pytest.raises(ValueError, match="multiple of 16"):
+        repack_q4_1(raw[:24], 24)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_packed_matvec_matches_gguf(m, threads, monkeypatch):
+    monkeypatch.setenv("LUMINAL_CPU_THREADS", threads)
+    for rows, cols in [(16, 32), (32, 160), (48, 608), (64, 2048)]:
+        raw, w = weight("q4_1", rows, cols)
+        g, xt, wt, y = compiled(raw, (rows, cols), m)
+        magnitude = 10.0 ** rng.integers(-3, 3, (m, 1))
+        x = (rng.standard_normal((m, cols)) * magnitude).astype(np.float32)
+        x[0, :32] = 0  # a block of zeros: dx = 0
+        x[:, 7::61] *= 3e4  # outliers beside small values
+        xt.set(x)
+        g.execute()
+        assert is_packed(g, wt)
+        check(y.numpy(), x, w, "q4_1")
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_prefill_reads_the_packed_layout(threads, monkeypatch):
+    monkeypatch.setenv("LUMINAL_CPU_THREADS", threads)
+    for m, rows, cols in [(5, 16, 256), (37, 80, 608)]:
+        raw, w = weight("q4_1", rows, cols)
+        g, xt, wt, y = compiled(raw, (rows, cols), m)
+        x = rng.standard_normal((m, cols)).astype(np.float32)
+        x[:, 7::61] *= 3e4
+        xt.set(x)
+        g.execute()
+        assert is_packed(g, wt)
+        prefill_check(y.numpy(), x, w)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 1e-35])
+def test_rows_without_a_rounding_take_the_float_kernels_on_the_packed_layout(bad):
+    rows, cols = 32, 512
+    raw, w = weight("q4_1", rows, cols)
+    for m in (2, 6):  # decode's float matvec, prefill's float GEMM
+        g, xt, wt, y = compiled(raw, (rows, cols), m)
+        x = rng.standard_normal((m, cols)).astype(np.float32)
+        if bad == 1e-35:
+            x[0] *= np.float32(1e-35)
+        else:
+            x[0, 37] = bad
+        xt.set(x)
+        g.execute()
+        assert is_packed(g, wt)
+        got = y.numpy()
+        with np.errstate(invalid="ignore"):
+            exact = x.astype(np.float64) @ w.T
+        scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
+        if bad == 1e-35:
+            assert np.all(np.abs(got - exact) <= 1e-5 * scale + 1e-45)
+        else:
+            assert not np.isfinite(got[0]).any()
+            assert np.all(np.abs(got[1] - exact[1]) <= 1e-5 * scale[1] + 1e-30)
+
+
+def test_without_avx512_the_portable_kernels_read_the_packed_layout(monkeypatch):
+    monkeypatch.setenv("CC", "gcc -mno-avx512f")
+    rows, cols = 48, 608
+    raw, w = weight("q4_1", rows, cols)
+    for m in (1, 4, 9):
+        g, xt, wt, y = compiled(raw, (rows, cols), m)
+        x = rng.standard_normal((m, cols)).astype(np.float32)
+        xt.set(x)
+        g.execute()
+        assert is_packed(g, wt)
+        exact = x.astype(np.float64) @ w.T
+        scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
+        assert np.all(np.abs(y.numpy() - exact) <= 1e-5 * scale + 1e-30)
+
+
+def test_graph_data_reads_back_ggufs_bytes_and_the_callers_array_is_released():
+    rows, cols = 32, 160
+    raw, _ = weight("q4_1", rows, cols)
+    saved = raw.copy()
+    g, xt, wt, _ = compiled(raw, (rows, cols), 1)
+    alive = weakref.ref(raw)
+    del raw
+    xt.set(rng.standard_normal((1, cols)).astype(np.float32))
+    g.execute()
+    assert is_packed(g, wt)
+    gc.collect()
+    assert alive() is None  # the graph holds the packed copy only
+    held = g.data[wt.id]
+    assert np.array_equal(np.asarray(held), saved)  # read back: GGUF's bytes
+    g.execute()  # not repacked again
+    assert g.data[wt.id] is held
+
+
+def test_the_callers_array_is_never_written_and_a_new_one_is_repacked():
+    rows, cols = 32, 608
+    raw, w = weight("q4_1", rows, cols)
+    raw.flags.writeable = False  # the runtime must not need to write it
+    g, xt, wt, y = compiled(raw, (rows, cols), 1)
+    x = rng.standard_normal((1, cols)).astype(np.float32)
+    xt.set(x)
+    g.execute()
+    check(y.numpy(), x, w, "q4_1")
+    first = g.data[wt.id]
+    raw2, w2 = weight("q4_1", rows, cols)
+    wt.set(raw2)
+    g.execute()
+    assert is_packed(g, wt) and g.data[wt.id] is not first
+    check(y.numpy(), x, w2, "q4_1")
+    assert np.array_equal(np.asarray(g.data[wt.id]), raw2)
+
+
+def test_inputs_a_reader_cannot_read_packed_keep_ggufs_layout(monkeypatch):
+    rows, cols = 32, 160
+    raw, w = weight("q4_1", rows, cols)
+    x = rng.standard_normal((1, cols)).astype(np.float32)
+
+    def run(extra=None, shape=(rows, cols), data=raw, want=w):
+        g, xt, wt, y = compiled(data, shape, 1, extra)
+        xt.set(x)
+        g.execute()
+        check(y.numpy(), x, want, "q4_1")
+        return is_packed(g, wt), g, wt
+
+    assert run()[0]
+    # the bytes also read by a generic kernel (a sum of them), or gathered by rows (a tied
+    # embedding's lookup): the whole input stays GGUF's
+    packed, g, wt = run(lambda b: b.to(lm.float32).sum())
+    assert not packed and np.array_equal(g.data[wt.id], raw)
+    assert not run(lambda b: b[3:5].to(lm.float32))[0]
+    # rows not a multiple of 16
+    raw24, w24 = weight("q4_1", 24, cols)
+    assert not run(shape=(24, cols), data=raw24, want=w24)[0]
+    # the other settings' kernels keep GGUF's layout
+    monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "float")
+    assert not run()[0]
