@@ -1,10 +1,10 @@
-"""Q4_1 weights repacked with their rows interleaved by 16 (luminal_cpu/repack.py): the layout
-round-trips to GGUF's bytes; decode's int16 matvec (csrc/qgemv16.c), prefill's GEMM
-(csrc/qgemm8.c), the float fallbacks and the build without AVX-512 read it, checked against
-float64 NumPy on the `gguf` package's dequantization as test_cpu_qgemv16 / test_cpu_qgemm8 do;
-the runtime repacks exactly the inputs that every reader can read packed, never writes the
-caller's array nor keeps it alive, reads back GGUF's bytes, repacks a weight once, and repacks
-a new array the user sets."""
+"""Q4_0, Q4_1 and Q5_0 weights repacked with their rows interleaved by 16
+(luminal_cpu/repack.py): the layout round-trips to GGUF's bytes; decode's int16 matvec
+(csrc/qgemv16.c), prefill's GEMM (csrc/qgemm8.c), the float fallbacks and the build without
+AVX-512 read it, checked against float64 NumPy on the `gguf` package's dequantization as
+test_cpu_qgemv16 / test_cpu_qgemm8 do; the runtime repacks exactly the inputs that every
+reader can read packed, never writes the caller's array nor keeps it alive, reads back GGUF's
+bytes, repacks a weight once, and repacks a new array the user sets."""
 
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ from luminal.device_array import DeviceArray
 from luminal.quant import dequantize
 from luminal.testing.quant import int8_digit_activations
 from luminal_cpu import CpuBackend
-from luminal_cpu.repack import ROWS, repack_q4_1, unpack_q4_1
+from luminal_cpu.repack import FORMATS, ROWS, block_bytes, repack, unpack
 from test_cpu_qgemv import weight
 from test_cpu_qgemv16 import check
 
 gguf = pytest.importorskip("gguf")
 rng = np.random.default_rng(41)
+formats = pytest.mark.parametrize("qtype", sorted(FORMATS))
 
 
 @pytest.fixture(autouse=True)
@@ -32,13 +33,13 @@ def default_setting(monkeypatch):
     monkeypatch.delenv("LUMINAL_CPU_QUANT_ACTIVATIONS", raising=False)
 
 
-def compiled(raw: np.ndarray, shape: tuple[int, int], m: int, extra=None):
+def compiled(raw: np.ndarray, shape: tuple[int, int], m: int, extra=None, qtype="q4_1"):
     """(graph, x input, weight input, y) of y = x @ W.T for m rows of x; `extra(w_bytes)` may
     add another reader of the weight's bytes (its value retrieved)."""
     g = lm.Graph()
     xt = g.tensor((m, shape[1]))
     wt = g.tensor(raw.shape, dtype=lm.uint8).set(raw)
-    y = (xt @ dequantize(wt, "q4_1", shape).T).retrieve()
+    y = (xt @ dequantize(wt, qtype, shape).T).retrieve()
     if extra is not None:
         extra(wt).retrieve()
     g.compile((lm.GenericCompiler(), CpuBackend()))
@@ -56,31 +57,37 @@ def prefill_check(got: np.ndarray, x: np.ndarray, w: np.ndarray) -> None:
     assert np.all(np.abs(got - want) <= 2e-6 * scale + 1e-30)
 
 
-def test_layout_round_trips_and_matches_its_table():
+@formats
+def test_layout_round_trips_and_matches_its_table(qtype):
     rows, cols = 32, 96
-    raw, _ = weight("q4_1", rows, cols)
-    packed = repack_q4_1(raw, rows)
+    raw, _ = weight(qtype, rows, cols)
+    packed = repack(raw, qtype, rows)
     assert packed.nbytes == raw.nbytes and packed.__array_interface__["data"][0] % 64 == 0
-    assert np.array_equal(unpack_q4_1(packed, rows), raw.reshape(-1))
-    blocks = raw.reshape(rows, cols // 32, 20)
+    assert np.array_equal(unpack(packed, qtype, rows), raw.reshape(-1))
+    bb = block_bytes(qtype)
+    blocks = raw.reshape(rows, cols // 32, bb)
     group, j, i = 1, 2, 5  # row 16 + 5, block 2
-    chunk = packed[(group * (cols // 32) + j) * 320:][:320]
+    chunk = packed[(group * (cols // 32) + j) * 16 * bb:][:16 * bb]
     b = blocks[ROWS * group + i, j]
     assert bytes(chunk[2 * i:2 * i + 2]) == bytes(b[:2])  # d
-    assert bytes(chunk[32 + 2 * i:34 + 2 * i]) == bytes(b[2:4])  # m
+    h = bb - 16  # header bytes: d, then Q4_1's m (2) or Q5_0's qh (4)
+    if h > 2:
+        w = h - 2
+        assert bytes(chunk[32 + w * i:32 + w * (i + 1)]) == bytes(b[2:h])
     for v in range(4):
-        assert bytes(chunk[64 + 64 * v + 4 * i:][:4]) == bytes(b[4 + 4 * v:8 + 4 * v])
+        assert bytes(chunk[16 * h + 64 * v + 4 * i:][:4]) == bytes(b[h + 4 * v:h + 4 + 4 * v])
     with pytest.raises(ValueError, match="multiple of 16"):
-        repack_q4_1(raw[:24], 24)
+        repack(raw[:24], qtype, 24)
 
 
+@formats
 @pytest.mark.parametrize("threads", ["1", "2"])
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
-def test_packed_matvec_matches_gguf(m, threads, monkeypatch):
+def test_packed_matvec_matches_gguf(m, threads, qtype, monkeypatch):
     monkeypatch.setenv("LUMINAL_CPU_THREADS", threads)
     for rows, cols in [(16, 32), (32, 160), (48, 608), (64, 2048)]:
-        raw, w = weight("q4_1", rows, cols)
-        g, xt, wt, y = compiled(raw, (rows, cols), m)
+        raw, w = weight(qtype, rows, cols)
+        g, xt, wt, y = compiled(raw, (rows, cols), m, qtype=qtype)
         magnitude = 10.0 ** rng.integers(-3, 3, (m, 1))
         x = (rng.standard_normal((m, cols)) * magnitude).astype(np.float32)
         x[0, :32] = 0  # a block of zeros: dx = 0
@@ -88,15 +95,16 @@ def test_packed_matvec_matches_gguf(m, threads, monkeypatch):
         xt.set(x)
         g.execute()
         assert is_packed(g, wt)
-        check(y.numpy(), x, w, "q4_1")
+        check(y.numpy(), x, w, qtype)
 
 
+@formats
 @pytest.mark.parametrize("threads", ["1", "2"])
-def test_prefill_reads_the_packed_layout(threads, monkeypatch):
+def test_prefill_reads_the_packed_layout(threads, qtype, monkeypatch):
     monkeypatch.setenv("LUMINAL_CPU_THREADS", threads)
     for m, rows, cols in [(5, 16, 256), (37, 80, 608)]:
-        raw, w = weight("q4_1", rows, cols)
-        g, xt, wt, y = compiled(raw, (rows, cols), m)
+        raw, w = weight(qtype, rows, cols)
+        g, xt, wt, y = compiled(raw, (rows, cols), m, qtype=qtype)
         x = rng.standard_normal((m, cols)).astype(np.float32)
         x[:, 7::61] *= 3e4
         xt.set(x)
@@ -105,12 +113,13 @@ def test_prefill_reads_the_packed_layout(threads, monkeypatch):
         prefill_check(y.numpy(), x, w)
 
 
+@formats
 @pytest.mark.parametrize("bad", [np.nan, np.inf, 1e-35])
-def test_rows_without_a_rounding_take_the_float_kernels_on_the_packed_layout(bad):
+def test_rows_without_a_rounding_take_the_float_kernels_on_the_packed_layout(bad, qtype):
     rows, cols = 32, 512
-    raw, w = weight("q4_1", rows, cols)
+    raw, w = weight(qtype, rows, cols)
     for m in (2, 6):  # decode's float matvec, prefill's float GEMM
-        g, xt, wt, y = compiled(raw, (rows, cols), m)
+        g, xt, wt, y = compiled(raw, (rows, cols), m, qtype=qtype)
         x = rng.standard_normal((m, cols)).astype(np.float32)
         if bad == 1e-35:
             x[0] *= np.float32(1e-35)
@@ -130,12 +139,13 @@ def test_rows_without_a_rounding_take_the_float_kernels_on_the_packed_layout(bad
             assert np.all(np.abs(got[1] - exact[1]) <= 1e-5 * scale[1] + 1e-30)
 
 
-def test_without_avx512_the_portable_kernels_read_the_packed_layout(monkeypatch):
+@formats
+def test_without_avx512_the_portable_kernels_read_the_packed_layout(qtype, monkeypatch):
     monkeypatch.setenv("CC", "gcc -mno-avx512f")
     rows, cols = 48, 608
-    raw, w = weight("q4_1", rows, cols)
+    raw, w = weight(qtype, rows, cols)
     for m in (1, 4, 9):
-        g, xt, wt, y = compiled(raw, (rows, cols), m)
+        g, xt, wt, y = compiled(raw, (rows, cols), m, qtype=qtype)
         x = rng.standard_normal((m, cols)).astype(np.float32)
         xt.set(x)
         g.execute()
@@ -145,11 +155,12 @@ def test_without_avx512_the_portable_kernels_read_the_packed_layout(monkeypatch)
         assert np.all(np.abs(y.numpy() - exact) <= 1e-5 * scale + 1e-30)
 
 
-def test_graph_data_reads_back_ggufs_bytes_and_the_callers_array_is_released():
+@formats
+def test_graph_data_reads_back_ggufs_bytes_and_the_callers_array_is_released(qtype):
     rows, cols = 32, 160
-    raw, _ = weight("q4_1", rows, cols)
+    raw, _ = weight(qtype, rows, cols)
     saved = raw.copy()
-    g, xt, wt, _ = compiled(raw, (rows, cols), 1)
+    g, xt, wt, _ = compiled(raw, (rows, cols), 1, qtype=qtype)
     alive = weakref.ref(raw)
     del raw
     xt.set(rng.standard_normal((1, cols)).astype(np.float32))
@@ -181,16 +192,17 @@ def test_the_callers_array_is_never_written_and_a_new_one_is_repacked():
     assert np.array_equal(np.asarray(g.data[wt.id]), raw2)
 
 
-def test_inputs_a_reader_cannot_read_packed_keep_ggufs_layout(monkeypatch):
+@formats
+def test_inputs_a_reader_cannot_read_packed_keep_ggufs_layout(qtype, monkeypatch):
     rows, cols = 32, 160
-    raw, w = weight("q4_1", rows, cols)
+    raw, w = weight(qtype, rows, cols)
     x = rng.standard_normal((1, cols)).astype(np.float32)
 
     def run(extra=None, shape=(rows, cols), data=raw, want=w):
-        g, xt, wt, y = compiled(data, shape, 1, extra)
+        g, xt, wt, y = compiled(data, shape, 1, extra, qtype)
         xt.set(x)
         g.execute()
-        check(y.numpy(), x, want, "q4_1")
+        check(y.numpy(), x, want, qtype)
         return is_packed(g, wt), g, wt
 
     assert run()[0]
@@ -200,7 +212,7 @@ def test_inputs_a_reader_cannot_read_packed_keep_ggufs_layout(monkeypatch):
     assert not packed and np.array_equal(g.data[wt.id], raw)
     assert not run(lambda b: b[3:5].to(lm.float32))[0]
     # rows not a multiple of 16
-    raw24, w24 = weight("q4_1", 24, cols)
+    raw24, w24 = weight(qtype, 24, cols)
     assert not run(shape=(24, cols), data=raw24, want=w24)[0]
     # the other settings' kernels keep GGUF's layout
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "float")

@@ -1,22 +1,26 @@
-"""Q4_1 weights repacked with their rows interleaved by 16, for decode's matvec.
+"""Q4_0, Q4_1 and Q5_0 weights repacked with their rows interleaved by 16, for decode's matvec.
 
-GGUF stores a Q4_1 matrix row by row, a 20-byte block (f16 d, f16 m, 16 bytes of nibbles) per
-32 values. Decode's int16 matvec (csrc/qgemv16.c) then gathers the quant bytes of four blocks
-out of 80-byte strides and reduces each block across lanes. The packed layout puts one row in
-each int32 lane instead, for each group of 16 rows and each 32-value block (320 bytes, the
-same as the 16 GGUF blocks it replaces, so the matrix keeps its size):
+GGUF stores these matrices row by row, a block per 32 values: a header (f16 d; Q4_1: then
+f16 m; Q5_0: then the 32 fifth bits as a u32 qh) and 16 bytes of nibbles. Decode's int16
+matvec (csrc/qgemv16.c) then gathers the quant bytes of four blocks out of the rows' strides
+and reduces each block across lanes. The packed layout puts one row in each int32 lane
+instead: for each group of 16 rows and each 32-value block, the 16 blocks' bytes (16 times a
+block's size, so the matrix keeps its size) are laid out field by field, each header field
+of width w at GGUF offset o becoming 16 w bytes at 16 o:
 
-| bytes    | holds                                                              |
-| -------- | ------------------------------------------------------------------ |
-| 0..31    | the 16 rows' d (f16), row i at 2i                                  |
-| 32..63   | the 16 rows' m (f16)                                               |
-| 64..319  | 4 vectors of 64 bytes: int32 lane i of vector v holds quant bytes  |
-|          | 4v..4v+3 of row i (values 4v..4v+3 in the low nibbles, 16 + those  |
-|          | in the high ones)                                                  |
+| bytes (Q4_0 / Q4_1 / Q5_0)        | holds                                               |
+| --------------------------------- | --------------------------------------------------- |
+| 0..31                             | the 16 rows' d (f16), row i at 2i                   |
+| - / 32..63 / 32..95               | Q4_1: the 16 rows' m (f16); Q5_0: their qh (u32),   |
+|                                   | row i at 32 + 4i (one 64-byte vector)              |
+| 32..287 / 64..319 / 96..351       | 4 vectors of 64 bytes: int32 lane i of vector v     |
+|                                   | holds quant bytes 4v..4v+3 of row i (values         |
+|                                   | 4v..4v+3 in the low nibbles, 16 + those in the high |
+|                                   | ones)                                               |
 
 The contract: the cpu backend decides when it lowers a program (`packed_inputs`) which input
 buffers to repack: only where every call reading the buffer is a quantized matmul that reads
-it as its Q4_1 weight along k, with 16 | rows and x held as int16 (the default
+it as its weight along k in one of `FORMATS`, with 16 | rows and x held as int16 (the default
 `quant_activations`: decode's matvec, prefill's GEMM and their float fallbacks all read the
 layout, csrc `lm_qmat.packed`); anything else keeps GGUF's layout. The runtime repacks such
 an input once, when it binds a new array, into an array of its own, and puts a
@@ -34,61 +38,79 @@ from luminal_codegen import Matmul, Program, QuantOperand
 from .source import x_prec
 
 ROWS = 16  # rows per interleaved group
-_BLOCK = 20  # bytes of a GGUF Q4_1 block (32 values)
+# the packable formats: the widths of their block header's fields (GGUF order), which the
+# 16 bytes of nibbles follow
+FORMATS = {"q4_0": (2,), "q4_1": (2, 2), "q5_0": (2, 4)}
 
 
-def _groups(nbytes: int, rows: int) -> tuple[int, int]:
-    if rows % ROWS or nbytes % (rows * _BLOCK):
-        raise ValueError(f"a packed Q4_1 matrix needs rows a multiple of {ROWS} and whole "
-                         f"{_BLOCK}-byte blocks: {rows} rows, {nbytes} bytes")
-    return rows // ROWS, nbytes // (rows * _BLOCK)
+def block_bytes(qtype: str) -> int:
+    """Bytes of one GGUF block (32 values) of a packable format."""
+    return sum(FORMATS[qtype]) + 16
 
 
-def repack_q4_1(raw: np.ndarray, rows: int) -> np.ndarray:
-    """GGUF Q4_1 bytes of a `rows`-row matrix (any shape, C order) in the packed layout: a new
-    flat uint8 array starting on a 64-byte boundary (a block's vectors then load aligned)."""
-    groups, blocks = _groups(raw.size, rows)
-    b = raw.reshape(groups, ROWS, blocks, _BLOCK).transpose(0, 2, 1, 3)
+def _groups(nbytes: int, qtype: str, rows: int) -> tuple[int, int]:
+    bb = block_bytes(qtype)
+    if rows % ROWS or nbytes % (rows * bb):
+        raise ValueError(f"a packed {qtype} matrix needs rows a multiple of {ROWS} and whole "
+                         f"{bb}-byte blocks: {rows} rows, {nbytes} bytes")
+    return rows // ROWS, nbytes // (rows * bb)
+
+
+def _sections(qtype: str) -> list[tuple[int, int]]:
+    """(GGUF offset, width) of each header field, then of the nibbles as four 4-byte words."""
+    at, out = 0, []
+    for width in FORMATS[qtype]:
+        out.append((at, width))
+        at += width
+    return out + [(at + 4 * v, 4) for v in range(4)]
+
+
+def repack(raw: np.ndarray, qtype: str, rows: int) -> np.ndarray:
+    """GGUF bytes of a `rows`-row `qtype` matrix (any shape, C order) in the packed layout: a
+    new flat uint8 array starting on a 64-byte boundary (a Q4_1 block's vectors then load
+    aligned)."""
+    groups, blocks = _groups(raw.size, qtype, rows)
+    bb = block_bytes(qtype)
+    b = raw.reshape(groups, ROWS, blocks, bb).transpose(0, 2, 1, 3)
     room = np.empty(raw.size + 64, np.uint8)
     start = -room.__array_interface__["data"][0] % 64
-    out = room[start:start + raw.size].reshape(groups, blocks, 5, 64)
-    out[:, :, 0, :32] = b[..., 0:2].reshape(groups, blocks, 32)
-    out[:, :, 0, 32:] = b[..., 2:4].reshape(groups, blocks, 32)
-    out[:, :, 1:] = (b[..., 4:].reshape(groups, blocks, ROWS, 4, 4).transpose(0, 1, 3, 2, 4)
-                     .reshape(groups, blocks, 4, 64))
+    out = room[start:start + raw.size].reshape(groups, blocks, ROWS * bb)
+    for at, width in _sections(qtype):
+        out[..., ROWS * at:ROWS * (at + width)] = b[..., at:at + width].reshape(groups, blocks, -1)
     return out.reshape(-1)
 
 
-def unpack_q4_1(packed: np.ndarray, rows: int) -> np.ndarray:
-    """The GGUF bytes (flat uint8, a new array) of a matrix `repack_q4_1` packed."""
-    groups, blocks = _groups(packed.size, rows)
-    p = packed.reshape(groups, blocks, 5, 64)
-    out = np.empty((groups, ROWS, blocks, _BLOCK), np.uint8)
+def unpack(packed: np.ndarray, qtype: str, rows: int) -> np.ndarray:
+    """The GGUF bytes (flat uint8, a new array) of a matrix `repack` packed."""
+    groups, blocks = _groups(packed.size, qtype, rows)
+    bb = block_bytes(qtype)
+    p = packed.reshape(groups, blocks, ROWS * bb)
+    out = np.empty((groups, ROWS, blocks, bb), np.uint8)
     t = out.transpose(0, 2, 1, 3)
-    t[..., 0:2] = p[:, :, 0, :32].reshape(groups, blocks, ROWS, 2)
-    t[..., 2:4] = p[:, :, 0, 32:].reshape(groups, blocks, ROWS, 2)
-    t[..., 4:] = (p[:, :, 1:].reshape(groups, blocks, 4, ROWS, 4).transpose(0, 1, 3, 2, 4)
-                  .reshape(groups, blocks, ROWS, 16))
+    for at, width in _sections(qtype):
+        section = p[..., ROWS * at:ROWS * (at + width)]
+        t[..., at:at + width] = section.reshape(groups, blocks, ROWS, width)
     return out.reshape(-1)
 
 
-def _packable(kernel: object) -> tuple[int, int] | None:
-    """(rows, bytes) of a matmul's quantized weight when the packed layout can hold it and
-    every reader of the layout runs (x held as int16), else None."""
+def _packable(kernel: object) -> tuple[str, int, int] | None:
+    """(format, rows, bytes) of a matmul's quantized weight when the packed layout can hold
+    it and every reader of the layout runs (x held as int16), else None."""
     if not isinstance(kernel, Matmul):
         return None
     b = kernel.b
-    if (not isinstance(b, QuantOperand) or b.qtype != "q4_1" or not b.k_contiguous
+    if (not isinstance(b, QuantOperand) or b.qtype not in FORMATS or not b.k_contiguous
             or x_prec(kernel) != "LM_X_I16" or not (b.rows.is_const and b.cols.is_const)):
         return None
     rows, cols = b.rows.value, b.cols.value
     if rows <= 0 or rows % ROWS or cols <= 0 or cols % 32:
         return None
-    return rows, rows * cols // 32 * _BLOCK
+    return b.qtype, rows, rows * cols // 32 * block_bytes(b.qtype)
 
 
-def packed_inputs(graph: Graph, program: Program) -> tuple[dict[int, int], frozenset[int]]:
-    """The input buffers to repack (buffer -> rows) and the matmul kernels that read them
+def packed_inputs(graph: Graph, program: Program
+                  ) -> tuple[dict[int, tuple[str, int]], frozenset[int]]:
+    """The input buffers to repack (buffer -> (format, rows)) and the matmul kernels that read them
     packed. A buffer qualifies when every call reading it reads it as a packable weight
     (`_packable`) of a kernel all of whose calls read qualifying buffers there (a kernel is
     rendered once for all its calls), and its node is not written, assigned or retrieved."""
@@ -107,9 +129,9 @@ def packed_inputs(graph: Graph, program: Program) -> tuple[dict[int, int], froze
         if (spec.role != "input" or spec.node in untouchable or len(rows) != 1 or None in rows
                 or any(pos != kernels[k].b.buf for k, pos in reads)):
             continue
-        ((r, nbytes),) = rows
+        ((qtype, r, nbytes),) = rows
         if spec.numel.is_const and spec.numel.value == nbytes:
-            chosen[buf] = r
+            chosen[buf] = (qtype, r)
     while True:  # drop kernels that read a buffer left out, then buffers they read
         packed = {k for k, r in enumerate(rows_of) if r is not None and all(
             c.args[kernels[k].b.buf] in chosen for c in program.calls if c.kernel == k)}

@@ -35,7 +35,7 @@ from luminal_codegen import Call, Kernel, MemoryPlan, Program
 from luminal_codegen.indexing import flat_index
 from luminal_codegen.ir import Binary, Load
 
-from .repack import repack_q4_1, unpack_q4_1
+from .repack import repack, unpack
 from .source import ENTRY_POINT, DirectWrite
 from .threads import governor
 from .toolchain import Library
@@ -174,12 +174,12 @@ class _Recycler:
 class CpuRuntime(Runtime):
     """Runs a `Program` compiled into `library` (see the module docstring), whose entry
     point binds `direct` (`direct_writes(graph, program)`) and reads the input buffers
-    `packed` (buffer -> rows, `repack.packed_inputs`) in the repacked Q4_1 layout."""
+    `packed` (buffer -> (format, rows), `repack.packed_inputs`) in the repacked layout."""
 
     host_buffers = True
 
     def __init__(self, graph: Graph, program: Program, plan: MemoryPlan, library: Library,
-                 direct: list[DirectWrite], packed: dict[int, int] | None = None):
+                 direct: list[DirectWrite], packed: dict[int, tuple[str, int]] | None = None):
         super().__init__(graph)
         self._packed = dict(packed or {})
         self.program, self.plan, self.library = program, plan, library
@@ -355,7 +355,7 @@ class CpuRuntime(Runtime):
                 # input's dtype (Graph.assign checks it), whose address is known
                 address = hint[1]
             elif k in self._packed:
-                a, address = self._bind_packed(graph, node, a, self._packed[k])
+                a, address = self._bind_packed(graph, node, a, *self._packed[k])
             else:
                 if (isinstance(a, DeviceArray) or a.dtype != bufs[k].dtype.numpy
                         or not a.flags.c_contiguous):
@@ -365,7 +365,7 @@ class CpuRuntime(Runtime):
             bound[k] = a
             self._ptrs[k] = address
 
-    def _bind_packed(self, graph: Graph, node: int, a: object,
+    def _bind_packed(self, graph: Graph, node: int, a: object, qtype: str,
                      rows: int) -> tuple[object, int]:
         """A weight the program reads repacked (repack.py), and the address of its packed
         bytes: repacked once into an array of ours when the caller set a new array (never
@@ -374,9 +374,9 @@ class CpuRuntime(Runtime):
         packed = self.device_buffer(a)
         if packed is None:
             raw = np.ascontiguousarray(a, dtype=np.uint8)
-            packed = repack_q4_1(raw, rows)
+            packed = repack(raw, qtype, rows)
             shape = raw.shape
-            a = DeviceArray(lambda: unpack_q4_1(packed, rows).reshape(shape), shape, np.uint8,
+            a = DeviceArray(lambda: unpack(packed, qtype, rows).reshape(shape), shape, np.uint8,
                             buffer=packed, owner=self.owner)
             graph.set_data(node, a)
         return a, _address(packed)

@@ -170,7 +170,7 @@ def _render_matmul(mm: Matmul, name: str, packed: bool) -> str:
 
 def kernel_source(kernel: Kernel | Matmul | implicit_gemm.GatherMatmul, name: str,
                   packed: bool = False) -> str:
-    """One kernel as a C function; `packed`: a matmul whose Q4_1 weight is in the repacked
+    """One kernel as a C function; `packed`: a matmul whose weight is in the repacked
     layout at every call (repack.py)."""
     if isinstance(kernel, implicit_gemm.GatherMatmul):
         return implicit_gemm.render(kernel, name, _DTYPE_CODE)

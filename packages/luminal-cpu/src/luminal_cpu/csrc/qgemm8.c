@@ -240,28 +240,35 @@ typedef struct {
   signed char *rows; /* LM_G8_KC bytes per row of 16 rows: a half-panel decoded row by row */
 } lm_g8w;
 
-/* lm_g8_pack for a packed Q4_1 W (lm_qmat.packed): a half-panel (16 rows from a multiple of
- * 16) is one group of the layout, whose quant vectors hold dword t of row i in lane i already
- * (low nibbles: t = 0..3, high: 4..7), so the chunk is stored with no transposition and the
- * 16 rows' d and m convert at once. A half-panel past N reads the last group (its outputs are
+/* lm_g8_pack for a packed W (lm_qmat.packed): a half-panel (16 rows from a multiple of 16) is
+ * one group of the layout, whose quant vectors hold dword t of row i in lane i already (low
+ * nibbles: t = 0..3, high: 4..7), so the chunk is stored with no transposition (Q5_0's fifth
+ * bits joined as in lm_qr_rows16, Q4_0 / Q5_0 centred as lm_g8_row does) and the 16 rows' d
+ * (and Q4_1's m) convert at once. A half-panel past N reads the last group (its outputs are
  * not stored). */
-static inline __attribute__((always_inline)) void lm_g8_pack_rows16(const lm_qmat *W, long N, long n0,
+static inline __attribute__((always_inline)) void lm_g8_pack_rows16(const lm_qmat *W, int q, long N, long n0,
                                                                     long g0, long ng, const lm_g8w *P) {
-  const long blocks = W->cols / 32;
+  const long blocks = W->cols / 32, gb = 16 * lm_block_bytes(q), nib = 16 * lm_nibbles_at(q);
   const __m512i ones = _mm512_set1_epi8(1), low4 = _mm512_set1_epi8(15);
+  const __m512i centre = _mm512_set1_epi8(q == LM_Q4_0 ? 8 : q == LM_Q5_0 ? 16 : 0);
   for (int v = 0; v < 2; v++) {
     const long g = n0 / 16 + v < N / 16 ? n0 / 16 + v : N / 16 - 1;
-    const unsigned char *blk = W->w + (g * blocks + g0) * 320;
-    for (long l = 0; l < ng; l++, blk += 320) {
+    const unsigned char *blk = W->w + (g * blocks + g0) * gb;
+    for (long l = 0; l < ng; l++, blk += gb) {
       _mm512_storeu_ps(P->s + l * LM_G8_NR + 16 * v, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk)));
-      _mm512_storeu_ps(P->o + l * LM_G8_NR + 16 * v, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32))));
+      _mm512_storeu_ps(P->o + l * LM_G8_NR + 16 * v, q == LM_Q4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)))
+                                                                  : _mm512_setzero_ps());
+      const __m512i qh = q == LM_Q5_0 ? _mm512_loadu_si512(blk + 32) : _mm512_setzero_si512();
       __m512i sum = _mm512_setzero_si512();
       for (int u = 0; u < 4; u++) {
-        const __m512i w = _mm512_loadu_si512(blk + 64 + 64 * u);
-        const __m512i lo = _mm512_and_si512(w, low4), hi = _mm512_and_si512(_mm512_srli_epi16(w, 4), low4);
-        _mm512_storeu_si512(P->b + ((l * 8 + u) * 2 + v) * 16, lo);
-        _mm512_storeu_si512(P->b + ((l * 8 + u + 4) * 2 + v) * 16, hi);
-        sum = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(sum, ones, lo), ones, hi);
+        const __m512i w = _mm512_loadu_si512(blk + nib + 64 * u);
+        __m512i half[2] = {_mm512_and_si512(w, low4), _mm512_and_si512(_mm512_srli_epi16(w, 4), low4)};
+        for (int h = 0; h < 2; h++) {
+          if (q == LM_Q5_0) half[h] = _mm512_mask_add_epi8(half[h], lm_q5r_fifth(qh, u, h), half[h], _mm512_set1_epi8(16));
+          half[h] = _mm512_sub_epi8(half[h], centre);
+          _mm512_storeu_si512(P->b + ((l * 8 + u + 4 * h) * 2 + v) * 16, half[h]);
+          sum = _mm512_dpbusd_epi32(sum, ones, half[h]);
+        }
       }
       _mm512_storeu_si512(P->start + l * 32 + 16 * v, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7)));
     }
@@ -275,8 +282,8 @@ static inline __attribute__((always_inline)) void lm_g8_pack(const lm_qmat *W, i
   const long rb = W->cols / (q >= LM_Q4_K ? 256 : 32) * (q >= LM_Q4_K ? lm_kq_block_bytes(q) : lm_block_bytes(q));
   const long kc = ng * G, dwords = kc / 4;
   const __m512i ones = _mm512_set1_epi8(1);
-  if (q == LM_Q4_1 && W->packed) {
-    lm_g8_pack_rows16(W, N, n0, g0, ng, P);
+  if (W->packed) {
+    lm_g8_pack_rows16(W, q, N, n0, g0, ng, P);
     return;
   }
   for (int v = 0; v < 2; v++) {

@@ -99,12 +99,14 @@ static int lm_q16_order(int q, int p) {
  * lanes 4i..4i+3 are block i's), s (dx / 65536 times the lane's sum of T: Q4_1's offset) and z
  * (Q4_0 / Q5_0: -8 / -16 times that sum of T: the lane's start); and for Q4_1 per 16 blocks bd
  * and bs, dx / 65536 and dx / 65536 times the block's sum of T, block 4g + k of the 16 at
- * 4k + g (lm_q8x3_16's order) */
+ * 4k + g (lm_q8x3_16's order; the packed kernel's bd for every 32-value format); Q4_0 /
+ * Q5_0: per block j, bz[2j], bz[2j + 1]: -8 / -16 times the block's sums of q1 and of
+ * 256 q2 + q3 (lm_qr_rows16) */
 typedef struct {
   short *q;
   signed char *b;
   float *d, *s, *bd, *bs;
-  int *z;
+  int *z, *bz;
 } lm_q16x;
 
 static long lm_q16_span(int q) { return q >= LM_Q4_K ? 256 : 128; }
@@ -126,6 +128,7 @@ static int lm_q8x3_quantize(const float *restrict x, long K, int q, lm_q16x *out
     int *z = out->z + 16 * c;
     signed char *b = out->b + 384 * c;
     long lane[16] = {0};
+    const int zoff = q == LM_Q4_0 ? -8 : q == LM_Q5_0 ? -16 : 0;
     for (int i = 0; i < 384; i++) b[i] = 0;
     for (int l = 0; l < 16; l++) d[l] = 0.0f;
     for (long k = 0; k < 4 && 128 * c + 32 * k < K; k++) {
@@ -140,7 +143,7 @@ static int lm_q8x3_quantize(const float *restrict x, long K, int q, lm_q16x *out
       const float id = amax > 0.0f ? 127.0f / amax : 0.0f, dx = amax / 127.0f;
       /* |x id| <= 127 (id in float32, the product in double: exact), so |T| <= 127 * 65536 */
       const __m512d scale = _mm512_set1_pd((double)id * 65536.0);
-      int tv[32];
+      int tv[32], sums[2] = {0, 0};
       for (int h = 0; h < 2; h++) { /* values 16h .. 16h + 15, rounded to nearest even */
         const __m256 halves[2] = {_mm512_castps512_ps256(v[h]),
                                   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v[h]), 1))};
@@ -157,12 +160,18 @@ static int lm_q8x3_quantize(const float *restrict x, long K, int q, lm_q16x *out
         _mm_storeu_si128((__m128i *)(at + 128), _mm512_cvtepi32_epi8(q2));
         _mm_storeu_si128((__m128i *)(at + 256), _mm512_cvtepi32_epi8(q3));
         _mm512_storeu_si512(tv + 16 * h, t);
+        if (zoff) {
+          sums[0] += _mm512_reduce_add_epi32(q1);
+          sums[1] += _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q2, 8), q3));
+        }
       }
+      if (zoff) out->bz[8 * c + 2 * k] = zoff * sums[0], out->bz[8 * c + 2 * k + 1] = zoff * sums[1];
       for (int i = 0; i < 32; i++) lane[4 * k + i % 16 / 4] += tv[i];
       for (int l = 0; l < 4; l++) d[4 * k + l] = dx / 65536.0f;
-      if (q == LM_Q4_1) { /* block 4c + k of the row: at 4k + c % 4 of its 16 */
+      /* block 4c + k of the row: at 4k + c % 4 of its 16 */
+      out->bd[16 * (c / 4) + 4 * k + c % 4] = dx / 65536.0f;
+      if (q == LM_Q4_1) {
         const long sum = lane[4 * k] + lane[4 * k + 1] + lane[4 * k + 2] + lane[4 * k + 3];
-        out->bd[16 * (c / 4) + 4 * k + c % 4] = dx / 65536.0f;
         out->bs[16 * (c / 4) + 4 * k + c % 4] = dx / 65536.0f * (float)sum;
       }
     }
@@ -368,35 +377,48 @@ static inline __attribute__((always_inline)) void lm_q8x3_16(
   }
 }
 
-/* ----- Q4_1 with rows interleaved by 16 (lm_qmat.packed) ---------------------------------- */
+/* ----- Q4_0 / Q4_1 / Q5_0 with rows interleaved by 16 (lm_qmat.packed) --------------------- */
 /* One 32-value block of 16 rows per step, each row in its own int32 lane: the four 64-byte
- * quant vectors load whole (no gather), the low and high nibbles of vector v (values
- * 4v .. 4v + 3 and 16 + 4v .. of each row) meet x's digit dwords broadcast to every lane, and
- * the 16 rows' d and m convert in one `vcvtph2ps` each: no reduction across lanes per block.
- * Per digit and half (low, high nibbles) a chain of 4 `vpdpbusd`, joined per half as
- * (S1 * 256 + S2) * 256 + S3 (6 short chains: one chain per half with the shifts between the
- * digits measured 6-8% slower at one row of x, its latency showing), each summing 16 values:
- * |16 * 15 * (127 * 65536 + 128 * 257)| = 2,005,432,320 < 2^31 - 1 at every step. The halves
- * join in float: one rounding where the GGUF kernel (lm_q8x3_16) rounds four 8-value lane
- * sums, so results differ from it in the last bits (both within float32 rounding of the
- * exact sum of the digit products). */
-static inline __attribute__((always_inline)) void lm_q41r_rows16(
-    const unsigned char *restrict w, long blocks, const lm_q16x *x, int M, __m512 *acc) {
-  for (long j = 0; j < blocks; j++, w += 320) {
+ * quant vectors load whole (no gather; Q5_0's fifth bits join them through one
+ * `vpshufbitqmb` mask per vector and half, lm_q5r_fifth), the low and high nibbles of vector
+ * v (values 4v .. 4v + 3 and 16 + 4v .. of each row) meet x's digit dwords broadcast to every
+ * lane, and the 16 rows' d (and Q4_1's m) convert in one `vcvtph2ps`: no reduction across
+ * lanes per block. Per digit and half (low, high nibbles) a chain of 4 `vpdpbusd` (6 short
+ * chains: one chain per half with the shifts between the digits measured 6-8% slower at one
+ * row of x, its latency showing), each summing 16 values.
+ * - Q4_1: joined per half as (S1 * 256 + S2) * 256 + S3, |16 * 15 * (127 * 65536 + 128 *
+ *   257)| = 2,005,432,320 < 2^31 - 1 at every step; the halves join in float: one rounding
+ *   where the GGUF kernel (lm_q8x3_16) rounds four 8-value lane sums, so results differ from
+ *   it in the last bits (both within float32 rounding of the exact sum of the digit products).
+ * - Q4_0 / Q5_0: a half's join would not fit int32 (16 * 31 * 127 * 65536 > 2^31), so the
+ *   block's sum stays two exact integers, S1 + z1 (|.| <= 32 * 31 * 127 + 16 * 32 * 127) and
+ *   256 S2 + S3 + z2 (< 2^26; z: -8 / -16 times the block's digit sums, x's bz), joined as
+ *   (S1 + z1) * 65536 + (256 S2 + S3 + z2) in one `vfmadd`: one rounding (two when the low
+ *   part passes 2^24) where the GGUF kernel rounds four lane sums. */
+static inline __attribute__((always_inline)) void lm_qr_rows16(
+    const unsigned char *restrict w, long blocks, const lm_q16x *x, int q, int M, __m512 *acc) {
+  const long gb = 16 * lm_block_bytes(q), nib = 16 * lm_nibbles_at(q);
+  for (long j = 0; j < blocks; j++, w += gb) {
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
-    const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 32)));
+    __m512 mw = _mm512_setzero_ps();
+    __m512i qh = _mm512_setzero_si512();
+    if (q == LM_Q4_1) mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 32)));
+    if (q == LM_Q5_0) qh = _mm512_loadu_si512(w + 32);
     __m512i u[2][4];
     for (int v = 0; v < 4; v++) {
-      const __m512i q = _mm512_loadu_si512(w + 64 + 64 * v);
-      u[0][v] = _mm512_and_si512(q, _mm512_set1_epi8(15));
-      u[1][v] = lm_high_nibbles(q);
+      const __m512i qv = _mm512_loadu_si512(w + nib + 64 * v);
+      u[0][v] = _mm512_and_si512(qv, _mm512_set1_epi8(15));
+      u[1][v] = lm_high_nibbles(qv);
+      if (q == LM_Q5_0)
+        for (int h = 0; h < 2; h++)
+          u[h][v] = _mm512_mask_add_epi8(u[h][v], lm_q5r_fifth(qh, v, h), u[h][v], _mm512_set1_epi8(16));
     }
     /* block j is block j % 4 of x's span j / 4: its low values' digit bytes at 16 (j % 4),
      * its high values' at 64 + 16 (j % 4) of each digit's 128 (lm_q8x3_quantize) */
     const long c = j / 4, k = j % 4, at = 16 * (c / 4) + 4 * k + c % 4;
     for (int m = 0; m < M; m++) {
       const signed char *xb = x[m].b + 384 * c + 16 * k;
-      __m512i part[3][2], sum[2];
+      __m512i part[3][2];
       for (int digit = 0; digit < 3; digit++)
         for (int h = 0; h < 2; h++) {
           part[digit][h] = _mm512_setzero_si512();
@@ -406,27 +428,37 @@ static inline __attribute__((always_inline)) void lm_q41r_rows16(
             part[digit][h] = lm_dot8(part[digit][h], u[h][v], _mm512_set1_epi32(dword));
           }
         }
-      for (int h = 0; h < 2; h++)
-        sum[h] = _mm512_add_epi32(
-            _mm512_slli_epi32(_mm512_add_epi32(_mm512_slli_epi32(part[0][h], 8), part[1][h]), 8), part[2][h]);
-      const __m512 f = _mm512_add_ps(_mm512_cvtepi32_ps(sum[0]), _mm512_cvtepi32_ps(sum[1]));
+      __m512 f;
+      if (q == LM_Q4_1) {
+        __m512i sum[2];
+        for (int h = 0; h < 2; h++)
+          sum[h] = _mm512_add_epi32(
+              _mm512_slli_epi32(_mm512_add_epi32(_mm512_slli_epi32(part[0][h], 8), part[1][h]), 8), part[2][h]);
+        f = _mm512_add_ps(_mm512_cvtepi32_ps(sum[0]), _mm512_cvtepi32_ps(sum[1]));
+      } else {
+        const __m512i high = _mm512_add_epi32(_mm512_add_epi32(part[0][0], part[0][1]), _mm512_set1_epi32(x[m].bz[2 * j]));
+        const __m512i low = _mm512_add_epi32(
+            _mm512_slli_epi32(_mm512_add_epi32(part[1][0], part[1][1]), 8),
+            _mm512_add_epi32(_mm512_add_epi32(part[2][0], part[2][1]), _mm512_set1_epi32(x[m].bz[2 * j + 1])));
+        f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(high), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
+      }
       acc[m] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(x[m].bd[at])), acc[m]);
-      acc[m] = _mm512_fmadd_ps(mw, _mm512_set1_ps(x[m].bs[at]), acc[m]);
+      if (q == LM_Q4_1) acc[m] = _mm512_fmadd_ps(mw, _mm512_set1_ps(x[m].bs[at]), acc[m]);
     }
   }
 }
 
 /* lm_q16_gemv_formats for a packed W: work items are (batch, group of 16 rows) */
-static inline __attribute__((always_inline)) void lm_q41r_gemv_m(
-    long nb, long N, long K, const lm_q16x *xs, const lm_qmat *W, const lm_out *C, int M) {
-  const long groups = N / 16, blocks = K / 32, group_bytes = 16 * blocks * 20;
+static inline __attribute__((always_inline)) void lm_qr_gemv_m(
+    long nb, long N, long K, const lm_q16x *xs, const lm_qmat *W, const lm_out *C, int q, int M) {
+  const long groups = N / 16, blocks = K / 32, group_bytes = 16 * blocks * lm_block_bytes(q);
   lm_for_begin(nb * groups);
   for (long lo, hi; lm_for_next(&lo, &hi);)
     for (long t = lo; t < hi; t++) {
       const long b = t / groups, g = t % groups;
       __m512 acc[LM_GEMV_MAX_M];
       for (int m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
-      lm_q41r_rows16(W->w + g * group_bytes, blocks, xs + b * M, M, acc);
+      lm_qr_rows16(W->w + g * group_bytes, blocks, xs + b * M, q, M, acc);
       for (int m = 0; m < M; m++) {
         const long at = C->off[b] + m * C->rs + 16 * g;
         if (C->dt == LM_F32) {
@@ -440,13 +472,23 @@ static inline __attribute__((always_inline)) void lm_q41r_gemv_m(
     }
 }
 
-static void lm_q41r_gemv(long nb, long M, long N, long K, const lm_q16x *xs, const lm_qmat *W,
-                         const lm_out *C) {
+/* the format and M (1 to LM_GEMV_MAX_M) as compile-time constants */
+static inline __attribute__((always_inline)) void lm_qr_gemv_q(
+    long nb, long M, long N, long K, const lm_q16x *xs, const lm_qmat *W, const lm_out *C, int q) {
   switch (M) {
-    case 1: lm_q41r_gemv_m(nb, N, K, xs, W, C, 1); break;
-    case 2: lm_q41r_gemv_m(nb, N, K, xs, W, C, 2); break;
-    case 3: lm_q41r_gemv_m(nb, N, K, xs, W, C, 3); break;
-    default: lm_q41r_gemv_m(nb, N, K, xs, W, C, 4); break;
+    case 1: lm_qr_gemv_m(nb, N, K, xs, W, C, q, 1); break;
+    case 2: lm_qr_gemv_m(nb, N, K, xs, W, C, q, 2); break;
+    case 3: lm_qr_gemv_m(nb, N, K, xs, W, C, q, 3); break;
+    default: lm_qr_gemv_m(nb, N, K, xs, W, C, q, 4); break;
+  }
+}
+
+static void lm_qr_gemv(long nb, long M, long N, long K, const lm_q16x *xs, const lm_qmat *W,
+                       const lm_out *C) {
+  switch (W->q) {
+    case LM_Q4_0: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_0); break;
+    case LM_Q4_1: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_1); break;
+    default: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q5_0); break;
   }
 }
 
@@ -592,8 +634,8 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
   lm_q16_perm perm;
   if (kq) lm_q16_perm_of(q, &perm);
   float *buf = lm_scratch(A, M, K);
-  const long blocks16 = q == LM_Q4_1 ? (spans + 3) / 4 * 16 : 0; /* bd, bs */
-  const size_t per_row = 64 + digits + sizeof(float) * (dlen + spans * lanes + 2 * blocks16) + sizeof(int) * zlen;
+  const long blocks16 = kq ? 0 : (spans + 3) / 4 * 16; /* bd, bs */
+  const size_t per_row = 64 + digits + sizeof(float) * (dlen + spans * lanes + 2 * blocks16) + sizeof(int) * (zlen + 2 * 4 * spans);
   char *mem = (char *)aligned_alloc(64, ((size_t)rows * per_row + 63) / 64 * 64);
   lm_q16x *xs = (lm_q16x *)malloc(sizeof(lm_q16x) * rows);
   int ok = 1;
@@ -609,6 +651,7 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
       r->bd = (float *)at, at += sizeof(float) * blocks16;
       r->bs = (float *)at, at += sizeof(float) * blocks16;
       r->z = (int *)at, at += sizeof(int) * zlen;
+      r->bz = (int *)at, at += sizeof(int) * 2 * 4 * spans;
       at += 64 - (at - mem) % 64;
       ok = kq ? lm_q16x_quantize(x[m], K, &perm, r) : lm_q8x3_quantize(x[m], K, q, r);
     }
@@ -618,7 +661,7 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
    * both paths are one team loop (the float matvec too): the late thread's loop number still
    * matches, and it finds that loop complete. A fallback with more loops would hang the team
    * (qgemm8.c decides per row inside its loops for that reason). */
-  if (ok && W->packed) lm_q41r_gemv(nb, M, N, K, xs, W, C);
+  if (ok && W->packed) lm_qr_gemv(nb, M, N, K, xs, W, C);
   else if (ok) lm_q16_gemv_formats(nb, M, N, K, xs, W, C);
   free(buf);
   free(mem);

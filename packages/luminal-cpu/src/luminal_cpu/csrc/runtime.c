@@ -197,6 +197,26 @@ static inline __attribute__((always_inline)) void lm_nibbles(const unsigned char
   *hi = _mm512_cvtepi32_ps(nhi);
 }
 
+#if defined(__AVX512BW__)
+/* the fifth bits of quant vector v of a packed Q5_0 block (lm_qmat.packed; qh: its 16 rows'
+ * u32 qh, row i in lane i) for the low (h = 0) or high (h = 1) nibbles: bit 16h + 4v + j of
+ * lane i as the mask bit of byte 4i + j */
+static inline __mmask64 lm_q5r_fifth(__m512i qh, int v, int h) {
+#if defined(__AVX512BITALG__)
+  /* `vpshufbitqmb`: byte p of each qword picks bit idx[p] of that qword (two lanes) */
+  unsigned long long idx = 0;
+  for (int p = 0; p < 8; p++) idx |= (unsigned long long)(32 * (p / 4) + 16 * h + 4 * v + p % 4) << 8 * p;
+  return _mm512_bitshuffle_epi64_mask(qh, _mm512_set1_epi64((long long)idx));
+#else
+  /* byte 2h + v / 2 of each lane into its four bytes, then bit 4 (v % 2) + j of byte j */
+  unsigned char sel[64];
+  for (int p = 0; p < 64; p++) sel[p] = (unsigned char)(p % 16 / 4 * 4 + 2 * h + v / 2);
+  const unsigned int bits = 0x08040201u << 4 * (v % 2);
+  return _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, _mm512_loadu_si512(sel)), _mm512_set1_epi32((int)bits));
+#endif
+}
+#endif
+
 static inline void lm_dequant_vec(const unsigned char *restrict b, int q, __m512 *lo, __m512 *hi) {
   const __m512 d = _mm512_set1_ps(lm_half_at(b));
   if (q == LM_Q8_0) {
@@ -456,22 +476,25 @@ _Static_assert(LM_KC % 256 == 0, "a K panel must hold whole K-quant blocks");
 static void lm_kq_decode_block(const unsigned char *restrict b, int q, float *restrict out);
 static long lm_kq_block_bytes(int q);
 
-/* blocks j0 .. j0 + nj of row n of a packed W (lm_qmat.packed: Q4_1, rows interleaved by 16)
- * as GGUF's 20-byte blocks at out: what every reader but decode's int16 matvec decodes */
+/* blocks j0 .. j0 + nj of row n of a packed W (lm_qmat.packed: Q4_0 / Q4_1 / Q5_0, rows
+ * interleaved by 16) as GGUF's blocks at out: what every reader but decode's int16 matvec
+ * decodes. A header field of width w at GGUF offset o is 16 w bytes at 16 o (d: w = 2; Q4_1's
+ * m: 2, Q5_0's qh: 4), the nibbles 4 vectors at 16 times their offset. */
 static void lm_unpack_blocks(const lm_qmat *W, long n, long j0, long nj, unsigned char *restrict out) {
-  const long row_bytes = W->cols / 32 * 20, i = n % 16;
+  const long bb = lm_block_bytes(W->q), at = lm_nibbles_at(W->q), row_bytes = W->cols / 32 * bb;
+  const long i = n % 16, w = at - 2; /* the second field's width (0: none) */
   const unsigned char *group = W->w + n / 16 * 16 * row_bytes;
   for (long j = 0; j < nj; j++) {
-    const unsigned char *b = group + (j0 + j) * 320;
-    unsigned char *o = out + 20 * j;
+    const unsigned char *b = group + (j0 + j) * 16 * bb;
+    unsigned char *o = out + bb * j;
     memcpy(o, b + 2 * i, 2);
-    memcpy(o + 2, b + 32 + 2 * i, 2);
-    for (int v = 0; v < 4; v++) memcpy(o + 4 + 4 * v, b + 64 + 64 * v + 4 * i, 4);
+    memcpy(o + 2, b + 32 + w * i, (size_t)w);
+    for (int v = 0; v < 4; v++) memcpy(o + at + 4 * v, b + 16 * at + 64 * v + 4 * i, 4);
   }
 }
 
 /* row n of a k-contiguous 32-value-block W in GGUF's layout: in place, or (packed) unpacked
- * into tmp (K / 32 * 20 bytes) */
+ * into tmp (a row's bytes) */
 static inline const unsigned char *lm_gguf_row(const lm_qmat *W, long n, long row_bytes,
                                                unsigned char *tmp) {
   if (!W->packed) return W->w + n * row_bytes;
@@ -485,13 +508,13 @@ static inline void lm_decode_row(const lm_qmat *W, long n, long k0, long kc, flo
   const int kq = W->q >= LM_Q4_K;
   const long be = kq ? 256 : 32, bb = kq ? lm_kq_block_bytes(W->q) : lm_block_bytes(W->q);
   const unsigned char *row = W->w + n * (W->cols / be * bb);
-  unsigned char blocks[LM_KC / 32 * 20];
+  unsigned char blocks[LM_KC / 32 * 22]; /* unpacked blocks: Q5_0's are the largest */
   for (long k = 0; k < kc; k += be) {
     const unsigned char *b = row + (k0 + k) / be * bb;
     if (W->packed) {
       const long j = k % LM_KC / 32;
       if (!j) lm_unpack_blocks(W, n, (k0 + k) / 32, (kc - k < LM_KC ? kc - k : LM_KC) / 32, blocks);
-      b = blocks + 20 * j;
+      b = blocks + bb * j;
     }
     if (kq) lm_kq_decode_block(b, W->q, out + k);
     else lm_dequant_block(b, W->q, out + k);
