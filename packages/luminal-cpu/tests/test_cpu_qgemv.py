@@ -125,6 +125,15 @@ def assert_float_fallback(qtype: str, bad: float, rng: np.random.Generator) -> N
     else:
         x[0, 37] = bad
     got = matvec(raw, qtype, (7, cols), x)
+    check_bad_row(got, x, w, bad)
+    if np.isnan(bad):
+        assert np.isnan(got[0]).all()
+
+
+def check_bad_row(got: np.ndarray, x: np.ndarray, w: np.ndarray, bad: float) -> None:
+    """`got` = x @ w.T where row 0 of x holds `bad` (or was scaled by it when tiny): a tiny
+    row matches the exact product to float32 rounding; a non-finite value leaves row 0 with
+    no finite output and the finite row 1 exact to float32 rounding."""
     with np.errstate(invalid="ignore"):  # inf * 0 in row 0
         exact = x.astype(np.float64) @ w.T
         scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
@@ -132,6 +141,4 @@ def assert_float_fallback(qtype: str, bad: float, rng: np.random.Generator) -> N
         assert np.all(np.abs(got - exact) <= 1e-5 * scale + 1e-45)
     else:
         assert not np.isfinite(got[0]).any()
-        if np.isnan(bad):
-            assert np.isnan(got[0]).all()
         assert np.all(np.abs(got[1] - exact[1]) <= 1e-5 * scale[1] + 1e-30)
