@@ -1,4 +1,4 @@
-"""Q4_0, Q4_1 and Q5_0 weights repacked with their rows interleaved by 16
+"""Q4_0, Q4_1, Q5_0 and Q4_K weights repacked with their rows interleaved by 16
 (luminal_cpu/repack.py): the layout round-trips to GGUF's bytes; decode's int16 matvec
 (csrc/qgemv16.c), prefill's GEMM (csrc/qgemm8.c), the float fallbacks and the build without
 AVX-512 read it, checked against float64 NumPy on the `gguf` package's dequantization as
@@ -18,13 +18,20 @@ from luminal.device_array import DeviceArray
 from luminal.quant import dequantize
 from luminal.testing.quant import int8_digit_activations
 from luminal_cpu import CpuBackend
-from luminal_cpu.repack import FORMATS, ROWS, block_bytes, repack, unpack
+from luminal_cpu.repack import FORMATS, ROWS, block_bytes, block_values, repack, unpack
 from test_cpu_qgemv import check_bad_row, weight
 from test_cpu_qgemv16 import check
 
 gguf = pytest.importorskip("gguf")
 rng = np.random.default_rng(41)
 formats = pytest.mark.parametrize("qtype", sorted(FORMATS))
+
+
+def length(qtype: str, n: int) -> int:
+    """A row length for `qtype` near n values: n itself (a multiple of 32) for the 32-value
+    formats, else n rounded up to whole 256-value blocks."""
+    b = block_values(qtype)
+    return -(-n // b) * b
 
 
 @pytest.fixture(autouse=True)
@@ -59,23 +66,25 @@ def prefill_check(got: np.ndarray, x: np.ndarray, w: np.ndarray) -> None:
 
 @formats
 def test_layout_round_trips_and_matches_its_table(qtype):
-    rows, cols = 32, 96
-    raw, _ = weight(qtype, rows, cols)
+    rows, n = 32, length(qtype, 96)
+    raw, _ = weight(qtype, rows, n)
     packed = repack(raw, qtype, rows)
     assert packed.nbytes == raw.nbytes and packed.__array_interface__["data"][0] % 64 == 0
     assert np.array_equal(unpack(packed, qtype, rows), raw.reshape(-1))
-    bb = block_bytes(qtype)
-    blocks = raw.reshape(rows, cols // 32, bb)
-    group, j, i = 1, 2, 5  # row 16 + 5, block 2
-    chunk = packed[(group * (cols // 32) + j) * 16 * bb:][:16 * bb]
+    bb, nblocks = block_bytes(qtype), n // block_values(qtype)
+    blocks = raw.reshape(rows, nblocks, bb)
+    group, j, i = 1, nblocks - 1, 5  # row 16 + 5, the last block
+    chunk = packed[(group * nblocks + j) * 16 * bb:][:16 * bb]
     b = blocks[ROWS * group + i, j]
-    assert bytes(chunk[2 * i:2 * i + 2]) == bytes(b[:2])  # d
-    h = bb - 16  # header bytes: d, then Q4_1's m (2) or Q5_0's qh (4)
-    if h > 2:
-        w = h - 2
-        assert bytes(chunk[32 + w * i:32 + w * (i + 1)]) == bytes(b[2:h])
-    for v in range(4):
-        assert bytes(chunk[16 * h + 64 * v + 4 * i:][:4]) == bytes(b[h + 4 * v:h + 4 + 4 * v])
+    # the module's table: a field of width w <= 4 at offset o is row i's w bytes at 16 o + w i;
+    # a wider field's 4-byte word at o + 4 t is row i's 4 bytes at 16 (o + 4 t) + 4 i
+    at = 0
+    for width in FORMATS[qtype][1]:
+        step = min(width, 4)
+        for o in range(at, at + width, step):
+            assert bytes(chunk[16 * o + step * i:][:step]) == bytes(b[o:o + step]), (o, width)
+        at += width
+    assert at == bb
     with pytest.raises(ValueError, match="multiple of 16"):
         repack(raw[:24], qtype, 24)
 
@@ -85,11 +94,12 @@ def test_layout_round_trips_and_matches_its_table(qtype):
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
 def test_packed_matvec_matches_gguf(m, threads, qtype, monkeypatch):
     monkeypatch.setenv("LUMINAL_CPU_THREADS", threads)
-    for rows, cols in [(16, 32), (32, 160), (48, 608), (64, 2048)]:
-        raw, w = weight(qtype, rows, cols)
-        g, xt, wt, y = compiled(raw, (rows, cols), m, qtype=qtype)
+    for rows, n in [(16, 32), (32, 160), (48, 608), (64, 2048)]:
+        n = length(qtype, n)
+        raw, w = weight(qtype, rows, n)
+        g, xt, wt, y = compiled(raw, (rows, n), m, qtype=qtype)
         magnitude = 10.0 ** rng.integers(-3, 3, (m, 1))
-        x = (rng.standard_normal((m, cols)) * magnitude).astype(np.float32)
+        x = (rng.standard_normal((m, n)) * magnitude).astype(np.float32)
         x[0, :32] = 0  # a block of zeros: dx = 0
         x[:, 7::61] *= 3e4  # outliers beside small values
         xt.set(x)
@@ -102,10 +112,10 @@ def test_packed_matvec_matches_gguf(m, threads, qtype, monkeypatch):
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_prefill_reads_the_packed_layout(threads, qtype, monkeypatch):
     monkeypatch.setenv("LUMINAL_CPU_THREADS", threads)
-    for m, rows, cols in [(5, 16, 256), (37, 80, 608)]:
-        raw, w = weight(qtype, rows, cols)
-        g, xt, wt, y = compiled(raw, (rows, cols), m, qtype=qtype)
-        x = rng.standard_normal((m, cols)).astype(np.float32)
+    for m, rows, n in [(5, 16, 256), (37, 80, length(qtype, 608))]:
+        raw, w = weight(qtype, rows, n)
+        g, xt, wt, y = compiled(raw, (rows, n), m, qtype=qtype)
+        x = rng.standard_normal((m, n)).astype(np.float32)
         x[:, 7::61] *= 3e4
         xt.set(x)
         g.execute()
@@ -134,11 +144,11 @@ def test_rows_without_a_rounding_take_the_float_kernels_on_the_packed_layout(bad
 @formats
 def test_without_avx512_the_portable_kernels_read_the_packed_layout(qtype, monkeypatch):
     monkeypatch.setenv("CC", "gcc -mno-avx512f")
-    rows, cols = 48, 608
-    raw, w = weight(qtype, rows, cols)
+    rows, n = 48, length(qtype, 608)
+    raw, w = weight(qtype, rows, n)
     for m in (1, 4, 9):
-        g, xt, wt, y = compiled(raw, (rows, cols), m, qtype=qtype)
-        x = rng.standard_normal((m, cols)).astype(np.float32)
+        g, xt, wt, y = compiled(raw, (rows, n), m, qtype=qtype)
+        x = rng.standard_normal((m, n)).astype(np.float32)
         xt.set(x)
         g.execute()
         assert is_packed(g, wt)
@@ -149,13 +159,13 @@ def test_without_avx512_the_portable_kernels_read_the_packed_layout(qtype, monke
 
 @formats
 def test_graph_data_reads_back_ggufs_bytes_and_the_callers_array_is_released(qtype):
-    rows, cols = 32, 160
-    raw, _ = weight(qtype, rows, cols)
+    rows, n = 32, length(qtype, 160)
+    raw, _ = weight(qtype, rows, n)
     saved = raw.copy()
-    g, xt, wt, _ = compiled(raw, (rows, cols), 1, qtype=qtype)
+    g, xt, wt, _ = compiled(raw, (rows, n), 1, qtype=qtype)
     alive = weakref.ref(raw)
     del raw
-    xt.set(rng.standard_normal((1, cols)).astype(np.float32))
+    xt.set(rng.standard_normal((1, n)).astype(np.float32))
     g.execute()
     assert is_packed(g, wt)
     gc.collect()
@@ -186,11 +196,11 @@ def test_the_callers_array_is_never_written_and_a_new_one_is_repacked():
 
 @formats
 def test_inputs_a_reader_cannot_read_packed_keep_ggufs_layout(qtype, monkeypatch):
-    rows, cols = 32, 160
-    raw, w = weight(qtype, rows, cols)
-    x = rng.standard_normal((1, cols)).astype(np.float32)
+    rows, n = 32, length(qtype, 160)
+    raw, w = weight(qtype, rows, n)
+    x = rng.standard_normal((1, n)).astype(np.float32)
 
-    def run(extra=None, shape=(rows, cols), data=raw, want=w):
+    def run(extra=None, shape=(rows, n), data=raw, want=w):
         g, xt, wt, y = compiled(data, shape, 1, extra, qtype)
         xt.set(x)
         g.execute()
@@ -204,8 +214,8 @@ def test_inputs_a_reader_cannot_read_packed_keep_ggufs_layout(qtype, monkeypatch
     assert not packed and np.array_equal(g.data[wt.id], raw)
     assert not run(lambda b: b[3:5].to(lm.float32))[0]
     # rows not a multiple of 16
-    raw24, w24 = weight(qtype, 24, cols)
-    assert not run(shape=(24, cols), data=raw24, want=w24)[0]
+    raw24, w24 = weight(qtype, 24, n)
+    assert not run(shape=(24, n), data=raw24, want=w24)[0]
     # the other settings' kernels keep GGUF's layout
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "float")
     assert not run()[0]

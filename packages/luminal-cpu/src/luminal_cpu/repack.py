@@ -38,14 +38,20 @@ from luminal_codegen import Matmul, Program, QuantOperand
 from .source import x_prec
 
 ROWS = 16  # rows per interleaved group
-# the packable formats: the widths of their block header's fields (GGUF order), which the
-# 16 bytes of nibbles follow
-FORMATS = {"q4_0": (2,), "q4_1": (2, 2), "q5_0": (2, 4)}
+# the packable formats: values per GGUF block, and the widths of the block's fields in GGUF
+# order (csrc/runtime.c's lm_rows16_fields holds the same)
+FORMATS = {"q4_0": (32, (2, 16)), "q4_1": (32, (2, 2, 16)), "q5_0": (32, (2, 4, 16)),
+           "q4_k": (256, (2, 2, 12, 128))}
+
+
+def block_values(qtype: str) -> int:
+    """Values of one GGUF block of a packable format (32, or 256 for the K-quants)."""
+    return FORMATS[qtype][0]
 
 
 def block_bytes(qtype: str) -> int:
-    """Bytes of one GGUF block (32 values) of a packable format."""
-    return sum(FORMATS[qtype]) + 16
+    """Bytes of one GGUF block of a packable format."""
+    return sum(FORMATS[qtype][1])
 
 
 def _groups(nbytes: int, qtype: str, rows: int) -> tuple[int, int]:
@@ -57,12 +63,13 @@ def _groups(nbytes: int, qtype: str, rows: int) -> tuple[int, int]:
 
 
 def _sections(qtype: str) -> list[tuple[int, int]]:
-    """(GGUF offset, width) of each header field, then of the nibbles as four 4-byte words."""
+    """(GGUF offset, width) of each field of up to 4 bytes, and of each 4-byte word of a wider
+    one: the pieces that lie in the packed layout as 16 lanes side by side."""
     at, out = 0, []
-    for width in FORMATS[qtype]:
-        out.append((at, width))
+    for width in FORMATS[qtype][1]:
+        out += [(at, width)] if width <= 4 else [(at + w, 4) for w in range(0, width, 4)]
         at += width
-    return out + [(at + 4 * v, 4) for v in range(4)]
+    return out
 
 
 def repack(raw: np.ndarray, qtype: str, rows: int) -> np.ndarray:
@@ -102,10 +109,10 @@ def _packable(kernel: object) -> tuple[str, int, int] | None:
     if (not isinstance(b, QuantOperand) or b.qtype not in FORMATS or not b.k_contiguous
             or x_prec(kernel) != "LM_X_I16" or not (b.rows.is_const and b.cols.is_const)):
         return None
-    rows, cols = b.rows.value, b.cols.value
-    if rows <= 0 or rows % ROWS or cols <= 0 or cols % 32:
+    rows, cols, values = b.rows.value, b.cols.value, block_values(b.qtype)
+    if rows <= 0 or rows % ROWS or cols <= 0 or cols % values:
         return None
-    return b.qtype, rows, rows * cols // 32 * block_bytes(b.qtype)
+    return b.qtype, rows, rows * cols // values * block_bytes(b.qtype)
 
 
 def packed_inputs(graph: Graph, program: Program

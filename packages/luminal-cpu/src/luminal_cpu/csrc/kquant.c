@@ -194,6 +194,7 @@ static inline __attribute__((always_inline)) void lm_kq_gemv_qm(
     const lm_out *C, int q, int MM) {
   const long bb = lm_kq_block_bytes(q), row_bytes = K / LM_KQ_BLOCK * bb;
   float *buf = lm_scratch(A, M, K), *sums = (float *)malloc(sizeof(float) * (M * (K / 32) + 1));
+  unsigned char *tmp = W->packed ? (unsigned char *)malloc(row_bytes) : NULL;
   const float *x[LM_KQ_GEMV_MAX_M], *xsum[LM_KQ_GEMV_MAX_M];
   for (long m = 0; m < M; m++) xsum[m] = sums + m * (K / 32);
   long xb = -1;
@@ -205,7 +206,7 @@ static inline __attribute__((always_inline)) void lm_kq_gemv_qm(
       lm_rows_f32(A, aoff[b], M, K, buf, x), xb = b;
       for (long m = 0; m < M; m++) lm_block_sums(x[m], K, sums + m * (K / 32));
     }
-    const unsigned char *row = W->w + n * row_bytes;
+    const unsigned char *row = lm_gguf_row(W, n, row_bytes, tmp);
     __m512 acc[2][LM_KQ_GEMV_MAX_M];
     float offset[LM_KQ_GEMV_MAX_M];
     for (int m = 0; m < MM; m++)
@@ -218,6 +219,7 @@ static inline __attribute__((always_inline)) void lm_kq_gemv_qm(
   }
   free(buf);
   free(sums);
+  free(tmp);
 }
 
 static inline __attribute__((always_inline)) void lm_kq_gemv_q(
@@ -237,6 +239,7 @@ static inline __attribute__((always_inline)) void lm_kq_gemv_q(
     const lm_out *C, int q) {
   const long be = LM_KQ_BLOCK, bb = lm_kq_block_bytes(q), row_bytes = K / be * bb;
   float *x = (float *)malloc(sizeof(float) * LM_KQ_GEMV_MAX_M * K);
+  unsigned char *tmp = W->packed ? (unsigned char *)malloc(row_bytes) : NULL;
   long xb = -1;
   lm_for_begin(nb * N);
   for (long lo, hi; lm_for_next(&lo, &hi);)
@@ -248,7 +251,7 @@ static inline __attribute__((always_inline)) void lm_kq_gemv_q(
           x[m * K + k] = lm_kq_get(A->p, A->dt, aoff[b] + m * A->rs + k * A->ks);
       xb = b;
     }
-    const unsigned char *row = W->w + n * row_bytes;
+    const unsigned char *row = lm_gguf_row(W, n, row_bytes, tmp);
     float acc[LM_KQ_GEMV_MAX_M][32] __attribute__((aligned(64))) = {{0}};
     float w[LM_KQ_BLOCK] __attribute__((aligned(64)));
     for (long k0 = 0; k0 < K; k0 += be) {
@@ -268,6 +271,7 @@ static inline __attribute__((always_inline)) void lm_kq_gemv_q(
     }
   }
   free(x);
+  free(tmp);
 }
 #endif
 

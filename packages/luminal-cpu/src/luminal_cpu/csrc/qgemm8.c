@@ -238,6 +238,7 @@ typedef struct {
   int *b, *start;
   float *s, *o;
   signed char *rows; /* LM_G8_KC bytes per row of 16 rows: a half-panel decoded row by row */
+  unsigned char *gguf; /* a packed K-quant W: one row's chunk (a block) unpacked to GGUF's bytes */
 } lm_g8w;
 
 /* lm_g8_pack for a packed W (lm_qmat.packed): a half-panel (16 rows from a multiple of 16) is
@@ -282,15 +283,17 @@ static inline __attribute__((always_inline)) void lm_g8_pack(const lm_qmat *W, i
   const long rb = W->cols / (q >= LM_Q4_K ? 256 : 32) * (q >= LM_Q4_K ? lm_kq_block_bytes(q) : lm_block_bytes(q));
   const long kc = ng * G, dwords = kc / 4;
   const __m512i ones = _mm512_set1_epi8(1);
-  if (W->packed) {
+  if (W->packed && q < LM_Q4_K) {
     lm_g8_pack_rows16(W, q, N, n0, g0, ng, P);
     return;
   }
   for (int v = 0; v < 2; v++) {
     for (int i = 0; i < 16; i++) {
       const long n = n0 + 16 * v + i < N ? n0 + 16 * v + i : N - 1;
-      lm_g8_row(W->w + n * rb, q, g0 * G, kc, P->rows + i * LM_G8_KC, P->s + 16 * v + i,
-                P->o + 16 * v + i, LM_G8_NR);
+      if (W->packed) /* the K-quants: the chunk is one block (LM_G8_KC = 256) */
+        lm_unpack_blocks(W, n, g0 * G / 256, 1, P->gguf);
+      lm_g8_row(W->packed ? P->gguf : W->w + n * rb, q, W->packed ? 0 : g0 * G, kc,
+                P->rows + i * LM_G8_KC, P->s + 16 * v + i, P->o + 16 * v + i, LM_G8_NR);
     }
     /* 16 rows x 16 dwords at a time through registers (kc is a multiple of 64 bytes but for
      * a last chunk of 32-value groups: 32 or 96 bytes, whose other half is never read) */
@@ -414,11 +417,12 @@ static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long
   float *wrow = (float *)malloc(sizeof(float) * 2 * K), *tmp = wrow + K;
   float *ct = (float *)aligned_alloc(64, sizeof(float) * LM_G8_NR * X->panels * MR);
   lm_g8w P;
-  P.b = (int *)aligned_alloc(64, sizeof(int) * (cg * J * LM_G8_NR + 3 * cg * LM_G8_NR) + 16 * LM_G8_KC);
+  P.b = (int *)aligned_alloc(64, sizeof(int) * (cg * J * LM_G8_NR + 3 * cg * LM_G8_NR) + 16 * LM_G8_KC + 256);
   P.start = P.b + cg * J * LM_G8_NR;
   P.s = (float *)(P.start + cg * LM_G8_NR);
   P.o = P.s + cg * LM_G8_NR;
   P.rows = (signed char *)(P.o + cg * LM_G8_NR);
+  P.gguf = (unsigned char *)(P.rows + 16 * LM_G8_KC);
   const long panels = (N + LM_G8_NR - 1) / LM_G8_NR;
   lm_for_begin(panels);
   for (long lo, hi; lm_for_next(&lo, &hi);)

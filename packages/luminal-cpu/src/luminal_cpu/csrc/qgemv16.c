@@ -448,17 +448,86 @@ static inline __attribute__((always_inline)) void lm_qr_rows16(
   }
 }
 
+/* Q4_K with rows interleaved by 16 (lm_qmat.packed): one 256-value block of 16 rows per step,
+ * row i in int32 lane i of every vector. Quant vector v holds bytes 4v .. 4v + 3 of each row's
+ * 128 (pair p = v / 8 of sub-blocks: values 4 (v % 8) .. + 3 of sub-block 2p in the low
+ * nibbles, of 2p + 1 in the high ones). Read as 16-bit words, lm_nibble_words gives four
+ * vectors of int16 pairs, each lane one row's quants l, l + 2 (e = 0: low nibbles of bytes 0,
+ * 2; 1: their high nibbles; 2, 3: bytes 1, 3): the very pairs, in the same lanes of `vpdpwssd`,
+ * that the GGUF-layout kernel forms from the same bytes, so x's digit dword for (v, e) is the
+ * one at int16 32 e + 2 (v % 16) of the block's 128 (v / 16) (lm_q16_order) and is broadcast
+ * to every lane: the integer products are the GGUF kernel's. A lane then holds 32 products per
+ * sub-block and digit (|.| <= 32 * 15 * 32767 < 2^24); the 16 rows' 6-bit scales and mins are
+ * unpacked for all lanes at once from the three scale vectors (lm_kq_scale_min lane-wise), d
+ * and dmin convert in one `vcvtph2ps` each, and per row the block is
+ *   dx (sum_j (d sc_j) (S1_j + S2_j / 32768)) - dmin sum_j m_j s_j
+ * (s_j: x's sub-block sums), each sub-block's two int32 sums joined in float and its scale
+ * applied in float, in the order written (the GGUF kernel joins the whole block in int32:
+ * results differ in the last bits). */
+static inline __attribute__((always_inline)) void lm_qr_k_rows16(
+    const unsigned char *restrict w, long blocks, const lm_q16x *x, int M, __m512 *acc) {
+  const long gb = 16 * lm_kq_block_bytes(LM_Q4_K);
+  const __m512i byte = _mm512_set1_epi32(0xFF), m6 = _mm512_set1_epi8(63);
+  const __m512i low4 = _mm512_set1_epi8(15), top2 = _mm512_set1_epi8(0x30);
+  for (long c = 0; c < blocks; c++, w += gb) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 32)));
+    const __m512i s0 = _mm512_loadu_si512(w + 64), s1 = _mm512_loadu_si512(w + 128);
+    const __m512i s2 = _mm512_loadu_si512(w + 192);
+    /* bytes j of sc[0] / mn[0]: sub-block j's scale / min (j < 4); of sc[1] / mn[1]: j + 4's,
+     * whose top two bits are bits 6, 7 of byte j of s0 / s1 (0xF8: a | (b & c)) */
+    const __m512i sc[2] = {_mm512_and_si512(s0, m6), _mm512_ternarylogic_epi32(
+        _mm512_and_si512(s2, low4), _mm512_srli_epi32(s0, 2), top2, 0xF8)};
+    const __m512i mn[2] = {_mm512_and_si512(s1, m6), _mm512_ternarylogic_epi32(
+        _mm512_and_si512(_mm512_srli_epi32(s2, 4), low4), _mm512_srli_epi32(s1, 2), top2, 0xF8)};
+    __m512 dot[LM_GEMV_MAX_M], mins[LM_GEMV_MAX_M];
+    for (int m = 0; m < M; m++) dot[m] = mins[m] = _mm512_setzero_ps();
+    for (int p = 0; p < 4; p++) {
+      /* per row of x: the int32 sums of sub-blocks 2p + h (h = 0, 1), digit `digit` */
+      __m512i sum[LM_GEMV_MAX_M][2][2];
+      for (int m = 0; m < M; m++)
+        for (int h = 0; h < 2; h++) sum[m][h][0] = sum[m][h][1] = _mm512_setzero_si512();
+      for (int t = 0; t < 8; t++) {
+        const long v = 8 * p + t;
+        __m512i u[4];
+        lm_nibble_words(_mm512_loadu_si512(w + 256 + 64 * v), u);
+        for (int m = 0; m < M; m++) {
+          const short *xq = x[m].q + 512 * c + 128 * (v / 16) + 2 * (v % 16);
+          for (int digit = 0; digit < 2; digit++)
+            for (int e = 0; e < 4; e++) {
+              int dword;
+              memcpy(&dword, xq + 256 * digit + 32 * e, 4);
+              sum[m][e & 1][digit] = lm_dot16(sum[m][e & 1][digit], u[e], _mm512_set1_epi32(dword));
+            }
+        }
+      }
+      for (int h = 0; h < 2; h++) {
+        const int j = 2 * p + h, at = 8 * (j % 4);
+        const __m512 scj = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(sc[j / 4], at), byte)));
+        const __m512 mnj = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(mn[j / 4], at), byte));
+        for (int m = 0; m < M; m++) {
+          dot[m] = _mm512_fmadd_ps(lm_digits(sum[m][h]), scj, dot[m]);
+          mins[m] = _mm512_fmadd_ps(mnj, _mm512_set1_ps(x[m].s[8 * c + j]), mins[m]);
+        }
+      }
+    }
+    for (int m = 0; m < M; m++)
+      acc[m] = _mm512_fnmadd_ps(dmin, mins[m], _mm512_fmadd_ps(dot[m], _mm512_set1_ps(x[m].d[c]), acc[m]));
+  }
+}
+
 /* lm_q16_gemv_formats for a packed W: work items are (batch, group of 16 rows) */
 static inline __attribute__((always_inline)) void lm_qr_gemv_m(
     long nb, long N, long K, const lm_q16x *xs, const lm_qmat *W, const lm_out *C, int q, int M) {
-  const long groups = N / 16, blocks = K / 32, group_bytes = 16 * blocks * lm_block_bytes(q);
+  const long groups = N / 16, blocks = K / lm_q_values(q), group_bytes = 16 * blocks * lm_q_bytes(q);
   lm_for_begin(nb * groups);
   for (long lo, hi; lm_for_next(&lo, &hi);)
     for (long t = lo; t < hi; t++) {
       const long b = t / groups, g = t % groups;
       __m512 acc[LM_GEMV_MAX_M];
       for (int m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
-      lm_qr_rows16(W->w + g * group_bytes, blocks, xs + b * M, q, M, acc);
+      if (q == LM_Q4_K) lm_qr_k_rows16(W->w + g * group_bytes, blocks, xs + b * M, M, acc);
+      else lm_qr_rows16(W->w + g * group_bytes, blocks, xs + b * M, q, M, acc);
       for (int m = 0; m < M; m++) {
         const long at = C->off[b] + m * C->rs + 16 * g;
         if (C->dt == LM_F32) {
@@ -488,7 +557,8 @@ static void lm_qr_gemv(long nb, long M, long N, long K, const lm_q16x *xs, const
   switch (W->q) {
     case LM_Q4_0: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_0); break;
     case LM_Q4_1: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_1); break;
-    default: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q5_0); break;
+    case LM_Q5_0: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q5_0); break;
+    default: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_K); break;
   }
 }
 

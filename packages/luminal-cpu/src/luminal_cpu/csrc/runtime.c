@@ -476,29 +476,41 @@ _Static_assert(LM_KC % 256 == 0, "a K panel must hold whole K-quant blocks");
 static void lm_kq_decode_block(const unsigned char *restrict b, int q, float *restrict out);
 static long lm_kq_block_bytes(int q);
 
-/* blocks j0 .. j0 + nj of row n of a packed W (lm_qmat.packed: Q4_0 / Q4_1 / Q5_0, rows
- * interleaved by 16) as GGUF's blocks at out: what every reader but decode's int16 matvec
- * decodes. A header field of width w at GGUF offset o is 16 w bytes at 16 o (d: w = 2; Q4_1's
- * m: 2, Q5_0's qh: 4), the nibbles 4 vectors at 16 times their offset. */
+/* values and bytes of one GGUF block of W's format */
+static inline long lm_q_values(int q) { return q >= LM_Q4_K ? 256 : 32; }
+static inline long lm_q_bytes(int q) { return q >= LM_Q4_K ? lm_kq_block_bytes(q) : lm_block_bytes(q); }
+
+/* the widths of a packable format's block fields in GGUF order, zero-terminated (repack.py's
+ * FORMATS) */
+static const unsigned char *lm_rows16_fields(int q) {
+  static const unsigned char fields[][5] = {
+      [LM_Q4_0] = {2, 16}, [LM_Q4_1] = {2, 2, 16}, [LM_Q5_0] = {2, 4, 16}, [LM_Q4_K] = {2, 2, 12, 128}};
+  return fields[q];
+}
+
+/* blocks j0 .. j0 + nj of row n of a packed W (lm_qmat.packed: rows interleaved by 16) as
+ * GGUF's blocks at out: what every reader but decode's int16 matvec and prefill's 32-value
+ * panels decodes. A field of width w <= 4 at GGUF offset o is 16 w bytes at 16 o, row i's at
+ * 16 o + w i; a wider one is 4-byte words laid out so. */
 static void lm_unpack_blocks(const lm_qmat *W, long n, long j0, long nj, unsigned char *restrict out) {
-  const long bb = lm_block_bytes(W->q), at = lm_nibbles_at(W->q), row_bytes = W->cols / 32 * bb;
-  const long i = n % 16, w = at - 2; /* the second field's width (0: none) */
-  const unsigned char *group = W->w + n / 16 * 16 * row_bytes;
+  const long bb = lm_q_bytes(W->q), row_bytes = W->cols / lm_q_values(W->q) * bb, i = n % 16;
+  const unsigned char *fields = lm_rows16_fields(W->q), *group = W->w + n / 16 * 16 * row_bytes;
   for (long j = 0; j < nj; j++) {
     const unsigned char *b = group + (j0 + j) * 16 * bb;
     unsigned char *o = out + bb * j;
-    memcpy(o, b + 2 * i, 2);
-    memcpy(o + 2, b + 32 + w * i, (size_t)w);
-    for (int v = 0; v < 4; v++) memcpy(o + at + 4 * v, b + 16 * at + 64 * v + 4 * i, 4);
+    for (long f = 0, at = 0; fields[f]; at += fields[f++]) {
+      const long w = fields[f] <= 4 ? fields[f] : 4;
+      for (long t = at; t < at + fields[f]; t += w) memcpy(o + t, b + 16 * t + w * i, (size_t)w);
+    }
   }
 }
 
-/* row n of a k-contiguous 32-value-block W in GGUF's layout: in place, or (packed) unpacked
- * into tmp (a row's bytes) */
+/* row n of a k-contiguous W in GGUF's layout: in place, or (packed) unpacked into tmp (a
+ * row's bytes) */
 static inline const unsigned char *lm_gguf_row(const lm_qmat *W, long n, long row_bytes,
                                                unsigned char *tmp) {
   if (!W->packed) return W->w + n * row_bytes;
-  lm_unpack_blocks(W, n, 0, W->cols / 32, tmp);
+  lm_unpack_blocks(W, n, 0, W->cols / lm_q_values(W->q), tmp);
   return tmp;
 }
 
@@ -506,14 +518,15 @@ static inline const unsigned char *lm_gguf_row(const lm_qmat *W, long n, long ro
  * block; a packed W is unpacked LM_KC values at a time) */
 static inline void lm_decode_row(const lm_qmat *W, long n, long k0, long kc, float *restrict out) {
   const int kq = W->q >= LM_Q4_K;
-  const long be = kq ? 256 : 32, bb = kq ? lm_kq_block_bytes(W->q) : lm_block_bytes(W->q);
+  const long be = lm_q_values(W->q), bb = lm_q_bytes(W->q);
   const unsigned char *row = W->w + n * (W->cols / be * bb);
-  unsigned char blocks[LM_KC / 32 * 22]; /* unpacked blocks: Q5_0's are the largest */
+  /* unpacked blocks: Q5_0's are the largest of 32 values, Q6_K's of 256 */
+  unsigned char blocks[LM_KC / 32 * 22 > LM_KC / 256 * 210 ? LM_KC / 32 * 22 : LM_KC / 256 * 210];
   for (long k = 0; k < kc; k += be) {
     const unsigned char *b = row + (k0 + k) / be * bb;
     if (W->packed) {
-      const long j = k % LM_KC / 32;
-      if (!j) lm_unpack_blocks(W, n, (k0 + k) / 32, (kc - k < LM_KC ? kc - k : LM_KC) / 32, blocks);
+      const long j = k % LM_KC / be;
+      if (!j) lm_unpack_blocks(W, n, (k0 + k) / be, (kc - k < LM_KC ? kc - k : LM_KC) / be, blocks);
       b = blocks + bb * j;
     }
     if (kq) lm_kq_decode_block(b, W->q, out + k);
