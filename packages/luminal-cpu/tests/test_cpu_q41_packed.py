@@ -19,6 +19,7 @@ from luminal.quant import dequantize
 from luminal.testing.quant import int8_digit_activations
 from luminal_cpu import CpuBackend
 from luminal_cpu.repack import FORMATS, ROWS, block_bytes, block_values, repack, unpack
+from test_cpu_qgemm8 import group
 from test_cpu_qgemv import check_bad_row, weight
 from test_cpu_qgemv16 import check
 
@@ -57,9 +58,9 @@ def is_packed(g: lm.Graph, wt) -> bool:
     return isinstance(g.data[wt.id], DeviceArray) and bool(g.runtime._packed)
 
 
-def prefill_check(got: np.ndarray, x: np.ndarray, w: np.ndarray) -> None:
+def prefill_check(got: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: str) -> None:
     """qgemm8's three byte digits per value (test_cpu_qgemm8's bound)."""
-    xq = int8_digit_activations(x, 32)
+    xq = int8_digit_activations(x, group(qtype))
     want, scale = xq @ w.T, np.abs(xq) @ np.abs(w.T)
     assert np.all(np.abs(got - want) <= 2e-6 * scale + 1e-30)
 
@@ -108,6 +109,34 @@ def test_packed_matvec_matches_gguf(m, threads, qtype, monkeypatch):
         check(y.numpy(), x, w, qtype)
 
 
+@pytest.mark.parametrize("qtype", sorted(q for q in FORMATS if block_values(q) == 256))
+@pytest.mark.parametrize("quants, scales", [(0xFF, 0xFF), (0x00, 0x80), (0xA5, 0x5A)])
+def test_packed_k_quants_hold_the_largest_sums(qtype, quants, scales):
+    """The K-quant kernels sum each sub-block in int32 lanes of their own row: every quant (Q6_K:
+    its high bits too) and scale byte set (0x00 / 0x80: Q6_K's q - 32 = -32 times scale -128,
+    the largest products), x at +-max|x| in whole rows (the first digit at +-32767 everywhere)
+    and mixed, 1 and 4 rows of x; d (and dmin) stay random."""
+    rows, n = 32, 768
+    raw, _ = weight(qtype, rows, n)
+    blocks = raw.reshape(rows, n // 256, -1)
+    if qtype == "q4_k":  # d, dmin, 12 bytes of 6-bit scales and mins, 128 of nibbles
+        blocks[..., 4:16], blocks[..., 16:] = scales, quants
+    else:  # 128 bytes of low nibbles, 64 of high bits, 16 int8 scales, d
+        blocks[..., :192], blocks[..., 192:208] = quants, scales
+    fmt = gguf.GGMLQuantizationType[qtype.upper()]
+    w = gguf.quants.dequantize(raw, fmt).astype(np.float64)
+    for m in (1, 4):
+        g, xt, wt, y = compiled(raw, (rows, n), m, qtype=qtype)
+        x = np.full((m, n), 2.5, np.float32)
+        x[1::2] = -2.5
+        if m == 4:
+            x[3, ::3] = -2.5
+        xt.set(x)
+        g.execute()
+        assert is_packed(g, wt)
+        check(y.numpy(), x, w, qtype)
+
+
 @formats
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_prefill_reads_the_packed_layout(threads, qtype, monkeypatch):
@@ -120,7 +149,7 @@ def test_prefill_reads_the_packed_layout(threads, qtype, monkeypatch):
         xt.set(x)
         g.execute()
         assert is_packed(g, wt)
-        prefill_check(y.numpy(), x, w)
+        prefill_check(y.numpy(), x, w, qtype)
 
 
 @formats

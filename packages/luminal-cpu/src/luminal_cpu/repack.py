@@ -41,7 +41,7 @@ ROWS = 16  # rows per interleaved group
 # the packable formats: values per GGUF block, and the widths of the block's fields in GGUF
 # order (csrc/runtime.c's lm_rows16_fields holds the same)
 FORMATS = {"q4_0": (32, (2, 16)), "q4_1": (32, (2, 2, 16)), "q5_0": (32, (2, 4, 16)),
-           "q4_k": (256, (2, 2, 12, 128))}
+           "q4_k": (256, (2, 2, 12, 128)), "q6_k": (256, (128, 64, 16, 2))}
 
 
 def block_values(qtype: str) -> int:

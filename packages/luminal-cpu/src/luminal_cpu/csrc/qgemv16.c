@@ -491,6 +491,13 @@ static inline __attribute__((always_inline)) void lm_qr_k_rows16(
         const long v = 8 * p + t;
         __m512i u[4];
         lm_nibble_words(_mm512_loadu_si512(w + 256 + 64 * v), u);
+        /* the next block's 36 lines, one or two per vector. From DRAM (one thread, Zen 4, ns
+         * per block of 16 rows, 1 / 4 rows of x): Q4_K 94-105 / 422-440 without, 102 / 348
+         * with; Q6_K 460-530 / 750-890 without (its blocks of 3360 bytes start half a line
+         * off every other block), 166 / 848 with the whole next block prefetched at its
+         * start, 161 / 401 spread so; in L2 153-166 / 395-420 */
+        _mm_prefetch((const char *)w + gb + 64 * (v + 4), _MM_HINT_T0);
+        if (v < 4) _mm_prefetch((const char *)w + gb + 64 * v, _MM_HINT_T0);
         for (int m = 0; m < M; m++) {
           const short *xq = x[m].q + 512 * c + 128 * (v / 16) + 2 * (v % 16);
           for (int digit = 0; digit < 2; digit++)
@@ -516,6 +523,72 @@ static inline __attribute__((always_inline)) void lm_qr_k_rows16(
   }
 }
 
+/* Q6_K with rows interleaved by 16 (lm_qmat.packed): ql vector a (bytes 4a .. 4a + 3 of each
+ * row's 128; half h = a / 16) holds values 128 h + 32 g + 16 q + 4 r .. + 3 with a % 16 =
+ * 8 G + 4 q + r, g = G in the low nibbles and G + 2 in the high ones, whose top two bits are
+ * bits 2g, 2g + 1 of the same bytes of qh vector 8 h + 4 q + r. Per ql vector the six bits are
+ * merged byte-wise (one `vpternlogd` select per nibble half; qh's bits 2g + 1 flipped once per
+ * qh vector, so that the six bits read as a signed number are q - 32) and split into int16
+ * pairs by sign-extending shifts (bytes 0, 2 and 1, 3 of each lane: lm_nibble_words' pairs),
+ * meeting x's digit dword broadcast as in lm_qr_k_rows16: the integer products are the GGUF
+ * kernel's. Each 16-value sub-block's two int32 sums (|.| <= 16 * 32 * 32767) are joined in
+ * float and scaled by d sc_j per lane, then dx once per block. */
+static inline __attribute__((always_inline)) void lm_qr_q6k_rows16(
+    const unsigned char *restrict w, long blocks, const lm_q16x *x, int M, __m512 *acc) {
+  const long gb = 16 * lm_kq_block_bytes(LM_Q6_K);
+  const __m512i top2 = _mm512_set1_epi8(0x30), flip = _mm512_set1_epi8((char)0xAA);
+  for (long c = 0; c < blocks; c++, w += gb) {
+    /* the next block, a line at a time: without it a block from DRAM took 3x its time from
+     * L2 (460-530 ns against 153 a block of 16 rows, one thread, Zen 4), against 166 with it;
+     * two blocks ahead 325, into L2 three ahead 181 (Q4_K streams as fast from DRAM as from
+     * L2 without it) */
+    __m512 dot[LM_GEMV_MAX_M];
+    for (int m = 0; m < M; m++) dot[m] = _mm512_setzero_ps();
+    for (int h = 0; h < 2; h++)
+      for (int G = 0; G < 2; G++)
+        for (int q = 0; q < 2; q++) { /* the ql vectors in order: the prefetchers follow */
+          __m512i qh[4];
+          for (int r = 0; r < 4; r++) qh[r] = _mm512_xor_si512(_mm512_loadu_si512(w + 2048 + 64 * (8 * h + 4 * q + r)), flip);
+          /* per row of x: the sums of sub-blocks 8h + 2G + q (low nibbles) and + 4 (high) */
+          __m512i sum[LM_GEMV_MAX_M][2][2];
+          for (int m = 0; m < M; m++)
+            for (int n = 0; n < 2; n++) sum[m][n][0] = sum[m][n][1] = _mm512_setzero_si512();
+          for (int r = 0; r < 4; r++) {
+            const int a = 16 * h + 8 * G + 4 * q + r;
+            const __m512i ql = _mm512_loadu_si512(w + 64 * a);
+            /* the next block's lines, spread over its vectors (lm_qr_k_rows16) */
+            _mm_prefetch((const char *)w + gb + 105 * a, _MM_HINT_T0);
+            _mm_prefetch((const char *)w + gb + 105 * a + 64, _MM_HINT_T0);
+            /* 0xD8: c ? b : a per bit; bits 6, 7 of each byte are left out by the split */
+            const __m512i six[2] = {
+                _mm512_ternarylogic_epi32(ql, _mm512_slli_epi32(qh[r], 4 - 2 * G), top2, 0xD8),
+                _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), G ? _mm512_srli_epi32(qh[r], 2) : qh[r], top2, 0xD8)};
+            for (int n = 0; n < 2; n++) {
+              const __m512i u[2] = {_mm512_srai_epi16(_mm512_slli_epi16(six[n], 10), 10),
+                                    _mm512_srai_epi16(_mm512_slli_epi16(six[n], 2), 10)};
+              for (int m = 0; m < M; m++) {
+                const short *xq = x[m].q + 512 * c + 128 * h + 2 * (a % 16);
+                for (int digit = 0; digit < 2; digit++)
+                  for (int b = 0; b < 2; b++) { /* e = n + 2b of lm_nibble_words' order */
+                    int dword;
+                    memcpy(&dword, xq + 256 * digit + 32 * (n + 2 * b), 4);
+                    sum[m][n][digit] = lm_dot16(sum[m][n][digit], u[b], _mm512_set1_epi32(dword));
+                  }
+              }
+            }
+          }
+          for (int n = 0; n < 2; n++) {
+            const int j = 8 * h + 2 * G + q + 4 * n;
+            const __m512i sv = _mm512_loadu_si512(w + 3072 + 64 * (j / 4));
+            const __m512 scj = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(sv, 24 - 8 * (j % 4)), 24));
+            for (int m = 0; m < M; m++) dot[m] = _mm512_fmadd_ps(lm_digits(sum[m][n]), scj, dot[m]);
+          }
+        }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 3328)));
+    for (int m = 0; m < M; m++) acc[m] = _mm512_fmadd_ps(dot[m], _mm512_mul_ps(d, _mm512_set1_ps(x[m].d[c])), acc[m]);
+  }
+}
+
 /* lm_q16_gemv_formats for a packed W: work items are (batch, group of 16 rows) */
 static inline __attribute__((always_inline)) void lm_qr_gemv_m(
     long nb, long N, long K, const lm_q16x *xs, const lm_qmat *W, const lm_out *C, int q, int M) {
@@ -527,6 +600,7 @@ static inline __attribute__((always_inline)) void lm_qr_gemv_m(
       __m512 acc[LM_GEMV_MAX_M];
       for (int m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
       if (q == LM_Q4_K) lm_qr_k_rows16(W->w + g * group_bytes, blocks, xs + b * M, M, acc);
+      else if (q == LM_Q6_K) lm_qr_q6k_rows16(W->w + g * group_bytes, blocks, xs + b * M, M, acc);
       else lm_qr_rows16(W->w + g * group_bytes, blocks, xs + b * M, q, M, acc);
       for (int m = 0; m < M; m++) {
         const long at = C->off[b] + m * C->rs + 16 * g;
@@ -558,7 +632,8 @@ static void lm_qr_gemv(long nb, long M, long N, long K, const lm_q16x *xs, const
     case LM_Q4_0: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_0); break;
     case LM_Q4_1: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_1); break;
     case LM_Q5_0: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q5_0); break;
-    default: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_K); break;
+    case LM_Q4_K: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_K); break;
+    default: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q6_K); break;
   }
 }
 

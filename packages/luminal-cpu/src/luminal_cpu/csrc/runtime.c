@@ -484,7 +484,8 @@ static inline long lm_q_bytes(int q) { return q >= LM_Q4_K ? lm_kq_block_bytes(q
  * FORMATS) */
 static const unsigned char *lm_rows16_fields(int q) {
   static const unsigned char fields[][5] = {
-      [LM_Q4_0] = {2, 16}, [LM_Q4_1] = {2, 2, 16}, [LM_Q5_0] = {2, 4, 16}, [LM_Q4_K] = {2, 2, 12, 128}};
+      [LM_Q4_0] = {2, 16}, [LM_Q4_1] = {2, 2, 16}, [LM_Q5_0] = {2, 4, 16}, [LM_Q4_K] = {2, 2, 12, 128},
+      [LM_Q6_K] = {128, 64, 16, 2}};
   return fields[q];
 }
 
