@@ -238,7 +238,6 @@ typedef struct {
   int *b, *start;
   float *s, *o;
   signed char *rows; /* LM_G8_KC bytes per row of 16 rows: a half-panel decoded row by row */
-  unsigned char *gguf; /* a packed K-quant W: one row's chunk (a block) unpacked to GGUF's bytes */
 } lm_g8w;
 
 /* lm_g8_pack for a packed W (lm_qmat.packed): a half-panel (16 rows from a multiple of 16) is
@@ -276,6 +275,72 @@ static inline __attribute__((always_inline)) void lm_g8_pack_rows16(const lm_qma
   }
 }
 
+/* lm_g8_pack for a packed Q4_K / Q6_K W: the chunk is one block (LM_G8_KC = 256), and a
+ * half-panel one group of the layout, so each quant vector's low and high nibble halves are
+ * dwords of the panel as they stand (Q4_K's vector v: dwords 16 (v / 8) + v % 8 and + 8;
+ * Q6_K's ql vector a: 32 h + 8 g + 4 q + r, g = G and G + 2, lm_q6kr_six), and the 16 rows'
+ * scales unpack at once (lm_q4kr_scales); s and o are lm_g8_row's products. */
+static inline __attribute__((always_inline)) void lm_g8_pack_k16(const lm_qmat *W, int q, long N, long n0,
+                                                                 long g0, const lm_g8w *P) {
+  const long blocks = W->cols / 256, gb = 16 * lm_kq_block_bytes(q), c = g0 * (q == LM_Q6_K ? 16 : 32) / 256;
+  const __m512i ones = _mm512_set1_epi8(1), low4 = _mm512_set1_epi8(15);
+  for (int v = 0; v < 2; v++) {
+    const long g = n0 / 16 + v < N / 16 ? n0 / 16 + v : N / 16 - 1;
+    const unsigned char *blk = W->w + (g * blocks + c) * gb;
+    /* dword t of row 16 v + i at b[(2 t + v) 16 + i]; group l's start, s, o at [32 l + 16 v] */
+    int *b = P->b + 16 * v, *start = P->start + 16 * v;
+    float *s = P->s + 16 * v, *o = P->o + 16 * v;
+    if (q == LM_Q4_K) {
+      const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
+      const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
+      __m512i sc[2], mn[2];
+      lm_q4kr_scales(blk, sc, mn);
+      for (int j = 0; j < 8; j++) {
+        _mm512_storeu_ps(s + 32 * j, _mm512_mul_ps(d, lm_lane_byte(sc[j / 4], j % 4)));
+        _mm512_storeu_ps(o + 32 * j, _mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(dmin, lm_lane_byte(mn[j / 4], j % 4))));
+      }
+      for (int p = 0; p < 4; p++) {
+        __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+        for (int t = 0; t < 8; t++) {
+          const __m512i w = _mm512_loadu_si512(blk + 256 + 64 * (8 * p + t));
+          const __m512i half[2] = {_mm512_and_si512(w, low4), _mm512_and_si512(_mm512_srli_epi16(w, 4), low4)};
+          for (int h = 0; h < 2; h++) {
+            _mm512_storeu_si512(b + 2 * 16 * (16 * p + 8 * h + t), half[h]);
+            sum[h] = _mm512_dpbusd_epi32(sum[h], ones, half[h]);
+          }
+        }
+        for (int h = 0; h < 2; h++)
+          _mm512_storeu_si512(start + 32 * (2 * p + h), _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum[h], 7)));
+      }
+      continue;
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 3328)));
+    for (int l = 0; l < 16; l++) { /* int8 scale l: byte l % 4 of each lane of vector l / 4 */
+      const __m512i sv = _mm512_loadu_si512(blk + 3072 + 64 * (l / 4));
+      _mm512_storeu_ps(s + 32 * l, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(sv, 24 - 8 * (l % 4)), 24))));
+      _mm512_storeu_ps(o + 32 * l, _mm512_setzero_ps());
+    }
+    for (int h = 0; h < 2; h++)
+      for (int G = 0; G < 2; G++)
+        for (int q4 = 0; q4 < 2; q4++) {
+          __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+          for (int r = 0; r < 4; r++) {
+            const __m512i ql = _mm512_loadu_si512(blk + 64 * (16 * h + 8 * G + 4 * q4 + r));
+            const __m512i qh = _mm512_loadu_si512(blk + 2048 + 64 * (8 * h + 4 * q4 + r));
+            for (int n = 0; n < 2; n++) {
+              const __m512i val = _mm512_sub_epi8(_mm512_and_si512(lm_q6kr_six(ql, qh, G, n), _mm512_set1_epi8(63)),
+                                                  _mm512_set1_epi8(32));
+              _mm512_storeu_si512(b + 2 * 16 * (32 * h + 8 * (G + 2 * n) + 4 * q4 + r), val);
+              sum[n] = _mm512_dpbusd_epi32(sum[n], ones, val);
+            }
+          }
+          for (int n = 0; n < 2; n++) /* group (16 values) 8 h + 2 (G + 2 n) + q4 */
+            _mm512_storeu_si512(start + 32 * (8 * h + 2 * (G + 2 * n) + q4),
+                                _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum[n], 7)));
+        }
+  }
+}
+
 static inline __attribute__((always_inline)) void lm_g8_pack(const lm_qmat *W, int q, int G, long N,
                                                              long n0, long g0, long ng,
                                                              const lm_g8w *P) {
@@ -283,17 +348,16 @@ static inline __attribute__((always_inline)) void lm_g8_pack(const lm_qmat *W, i
   const long rb = W->cols / (q >= LM_Q4_K ? 256 : 32) * (q >= LM_Q4_K ? lm_kq_block_bytes(q) : lm_block_bytes(q));
   const long kc = ng * G, dwords = kc / 4;
   const __m512i ones = _mm512_set1_epi8(1);
-  if (W->packed && q < LM_Q4_K) {
-    lm_g8_pack_rows16(W, q, N, n0, g0, ng, P);
+  if (W->packed) {
+    if (q >= LM_Q4_K) lm_g8_pack_k16(W, q, N, n0, g0, P);
+    else lm_g8_pack_rows16(W, q, N, n0, g0, ng, P);
     return;
   }
   for (int v = 0; v < 2; v++) {
     for (int i = 0; i < 16; i++) {
       const long n = n0 + 16 * v + i < N ? n0 + 16 * v + i : N - 1;
-      if (W->packed) /* the K-quants: the chunk is one block (LM_G8_KC = 256) */
-        lm_unpack_blocks(W, n, g0 * G / 256, 1, P->gguf);
-      lm_g8_row(W->packed ? P->gguf : W->w + n * rb, q, W->packed ? 0 : g0 * G, kc,
-                P->rows + i * LM_G8_KC, P->s + 16 * v + i, P->o + 16 * v + i, LM_G8_NR);
+      lm_g8_row(W->w + n * rb, q, g0 * G, kc, P->rows + i * LM_G8_KC, P->s + 16 * v + i,
+                P->o + 16 * v + i, LM_G8_NR);
     }
     /* 16 rows x 16 dwords at a time through registers (kc is a multiple of 64 bytes but for
      * a last chunk of 32-value groups: 32 or 96 bytes, whose other half is never read) */
@@ -417,12 +481,11 @@ static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long
   float *wrow = (float *)malloc(sizeof(float) * 2 * K), *tmp = wrow + K;
   float *ct = (float *)aligned_alloc(64, sizeof(float) * LM_G8_NR * X->panels * MR);
   lm_g8w P;
-  P.b = (int *)aligned_alloc(64, sizeof(int) * (cg * J * LM_G8_NR + 3 * cg * LM_G8_NR) + 16 * LM_G8_KC + 256);
+  P.b = (int *)aligned_alloc(64, sizeof(int) * (cg * J * LM_G8_NR + 3 * cg * LM_G8_NR) + 16 * LM_G8_KC);
   P.start = P.b + cg * J * LM_G8_NR;
   P.s = (float *)(P.start + cg * LM_G8_NR);
   P.o = P.s + cg * LM_G8_NR;
   P.rows = (signed char *)(P.o + cg * LM_G8_NR);
-  P.gguf = (unsigned char *)(P.rows + 16 * LM_G8_KC);
   const long panels = (N + LM_G8_NR - 1) / LM_G8_NR;
   lm_for_begin(panels);
   for (long lo, hi; lm_for_next(&lo, &hi);)

@@ -458,7 +458,7 @@ static inline __attribute__((always_inline)) void lm_qr_rows16(
  * one at int16 32 e + 2 (v % 16) of the block's 128 (v / 16) (lm_q16_order) and is broadcast
  * to every lane: the integer products are the GGUF kernel's. A lane then holds 32 products per
  * sub-block and digit (|.| <= 32 * 15 * 32767 < 2^24); the 16 rows' 6-bit scales and mins are
- * unpacked for all lanes at once from the three scale vectors (lm_kq_scale_min lane-wise), d
+ * unpacked for all lanes at once from the three scale vectors (lm_q4kr_scales), d
  * and dmin convert in one `vcvtph2ps` each, and per row the block is
  *   dx (sum_j (d sc_j) (S1_j + S2_j / 32768)) - dmin sum_j m_j s_j
  * (s_j: x's sub-block sums), each sub-block's two int32 sums joined in float and its scale
@@ -467,19 +467,11 @@ static inline __attribute__((always_inline)) void lm_qr_rows16(
 static inline __attribute__((always_inline)) void lm_qr_k_rows16(
     const unsigned char *restrict w, long blocks, const lm_q16x *x, int M, __m512 *acc) {
   const long gb = 16 * lm_kq_block_bytes(LM_Q4_K);
-  const __m512i byte = _mm512_set1_epi32(0xFF), m6 = _mm512_set1_epi8(63);
-  const __m512i low4 = _mm512_set1_epi8(15), top2 = _mm512_set1_epi8(0x30);
   for (long c = 0; c < blocks; c++, w += gb) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 32)));
-    const __m512i s0 = _mm512_loadu_si512(w + 64), s1 = _mm512_loadu_si512(w + 128);
-    const __m512i s2 = _mm512_loadu_si512(w + 192);
-    /* bytes j of sc[0] / mn[0]: sub-block j's scale / min (j < 4); of sc[1] / mn[1]: j + 4's,
-     * whose top two bits are bits 6, 7 of byte j of s0 / s1 (0xF8: a | (b & c)) */
-    const __m512i sc[2] = {_mm512_and_si512(s0, m6), _mm512_ternarylogic_epi32(
-        _mm512_and_si512(s2, low4), _mm512_srli_epi32(s0, 2), top2, 0xF8)};
-    const __m512i mn[2] = {_mm512_and_si512(s1, m6), _mm512_ternarylogic_epi32(
-        _mm512_and_si512(_mm512_srli_epi32(s2, 4), low4), _mm512_srli_epi32(s1, 2), top2, 0xF8)};
+    __m512i sc[2], mn[2];
+    lm_q4kr_scales(w, sc, mn);
     __m512 dot[LM_GEMV_MAX_M], mins[LM_GEMV_MAX_M];
     for (int m = 0; m < M; m++) dot[m] = mins[m] = _mm512_setzero_ps();
     for (int p = 0; p < 4; p++) {
@@ -509,9 +501,8 @@ static inline __attribute__((always_inline)) void lm_qr_k_rows16(
         }
       }
       for (int h = 0; h < 2; h++) {
-        const int j = 2 * p + h, at = 8 * (j % 4);
-        const __m512 scj = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(sc[j / 4], at), byte)));
-        const __m512 mnj = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(mn[j / 4], at), byte));
+        const int j = 2 * p + h;
+        const __m512 scj = _mm512_mul_ps(d, lm_lane_byte(sc[j / 4], j % 4)), mnj = lm_lane_byte(mn[j / 4], j % 4);
         for (int m = 0; m < M; m++) {
           dot[m] = _mm512_fmadd_ps(lm_digits(sum[m][h]), scj, dot[m]);
           mins[m] = _mm512_fmadd_ps(mnj, _mm512_set1_ps(x[m].s[8 * c + j]), mins[m]);
@@ -523,20 +514,18 @@ static inline __attribute__((always_inline)) void lm_qr_k_rows16(
   }
 }
 
-/* Q6_K with rows interleaved by 16 (lm_qmat.packed): ql vector a (bytes 4a .. 4a + 3 of each
- * row's 128; half h = a / 16) holds values 128 h + 32 g + 16 q + 4 r .. + 3 with a % 16 =
- * 8 G + 4 q + r, g = G in the low nibbles and G + 2 in the high ones, whose top two bits are
- * bits 2g, 2g + 1 of the same bytes of qh vector 8 h + 4 q + r. Per ql vector the six bits are
- * merged byte-wise (one `vpternlogd` select per nibble half; qh's bits 2g + 1 flipped once per
- * qh vector, so that the six bits read as a signed number are q - 32) and split into int16
- * pairs by sign-extending shifts (bytes 0, 2 and 1, 3 of each lane: lm_nibble_words' pairs),
- * meeting x's digit dword broadcast as in lm_qr_k_rows16: the integer products are the GGUF
- * kernel's. Each 16-value sub-block's two int32 sums (|.| <= 16 * 32 * 32767) are joined in
- * float and scaled by d sc_j per lane, then dx once per block. */
+/* Q6_K with rows interleaved by 16 (lm_qmat.packed): per ql vector the six bits are merged
+ * byte-wise (lm_q6kr_six: one `vpternlogd` select per nibble half; qh's bits 2g + 1 flipped
+ * once per qh vector, so that the six bits read as a signed number are q - 32) and split into
+ * int16 pairs by sign-extending shifts (bytes 0, 2 and 1, 3 of each lane: lm_nibble_words'
+ * pairs), meeting x's digit dword broadcast as in lm_qr_k_rows16: the integer products are the
+ * GGUF kernel's. Each 16-value sub-block's two int32 sums (|.| <= 16 * 32 * 32767) are joined
+ * in float and scaled by its sc_j per lane; the block's sum then by d dx (the GGUF kernel
+ * scales in int16 and joins the whole block in int32: results differ in the last bits). */
 static inline __attribute__((always_inline)) void lm_qr_q6k_rows16(
     const unsigned char *restrict w, long blocks, const lm_q16x *x, int M, __m512 *acc) {
   const long gb = 16 * lm_kq_block_bytes(LM_Q6_K);
-  const __m512i top2 = _mm512_set1_epi8(0x30), flip = _mm512_set1_epi8((char)0xAA);
+  const __m512i flip = _mm512_set1_epi8((char)0xAA);
   for (long c = 0; c < blocks; c++, w += gb) {
     /* the next block, a line at a time: without it a block from DRAM took 3x its time from
      * L2 (460-530 ns against 153 a block of 16 rows, one thread, Zen 4), against 166 with it;
@@ -559,13 +548,10 @@ static inline __attribute__((always_inline)) void lm_qr_q6k_rows16(
             /* the next block's lines, spread over its vectors (lm_qr_k_rows16) */
             _mm_prefetch((const char *)w + gb + 105 * a, _MM_HINT_T0);
             _mm_prefetch((const char *)w + gb + 105 * a + 64, _MM_HINT_T0);
-            /* 0xD8: c ? b : a per bit; bits 6, 7 of each byte are left out by the split */
-            const __m512i six[2] = {
-                _mm512_ternarylogic_epi32(ql, _mm512_slli_epi32(qh[r], 4 - 2 * G), top2, 0xD8),
-                _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), G ? _mm512_srli_epi32(qh[r], 2) : qh[r], top2, 0xD8)};
             for (int n = 0; n < 2; n++) {
-              const __m512i u[2] = {_mm512_srai_epi16(_mm512_slli_epi16(six[n], 10), 10),
-                                    _mm512_srai_epi16(_mm512_slli_epi16(six[n], 2), 10)};
+              const __m512i six = lm_q6kr_six(ql, qh[r], G, n);
+              const __m512i u[2] = {_mm512_srai_epi16(_mm512_slli_epi16(six, 10), 10),
+                                    _mm512_srai_epi16(_mm512_slli_epi16(six, 2), 10)};
               for (int m = 0; m < M; m++) {
                 const short *xq = x[m].q + 512 * c + 128 * h + 2 * (a % 16);
                 for (int digit = 0; digit < 2; digit++)

@@ -215,6 +215,37 @@ static inline __mmask64 lm_q5r_fifth(__m512i qh, int v, int h) {
   return _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, _mm512_loadu_si512(sel)), _mm512_set1_epi32((int)bits));
 #endif
 }
+
+/* the 6-bit scales and mins of a packed Q4_K block (blk: its 16 rows' block, three scale
+ * vectors at 64) for every row at once (lm_kq_scale_min lane-wise): byte j of sc[0] / mn[0]
+ * is sub-block j's scale / min (j < 4), byte j of sc[1] / mn[1] sub-block j + 4's, whose top
+ * two bits are bits 6, 7 of byte j of the first / second vector (0xF8: a | (b & c)) */
+static inline void lm_q4kr_scales(const unsigned char *blk, __m512i sc[2], __m512i mn[2]) {
+  const __m512i s0 = _mm512_loadu_si512(blk + 64), s1 = _mm512_loadu_si512(blk + 128);
+  const __m512i s2 = _mm512_loadu_si512(blk + 192), m6 = _mm512_set1_epi8(63);
+  const __m512i low4 = _mm512_set1_epi8(15), top2 = _mm512_set1_epi8(0x30);
+  sc[0] = _mm512_and_si512(s0, m6);
+  mn[0] = _mm512_and_si512(s1, m6);
+  sc[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(s2, low4), _mm512_srli_epi32(s0, 2), top2, 0xF8);
+  mn[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(s2, 4), low4), _mm512_srli_epi32(s1, 2), top2, 0xF8);
+}
+
+/* byte j of each int32 lane of v (a packed layout's per-row bytes), as 16 floats */
+static inline __m512 lm_lane_byte(__m512i v, int j) {
+  return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(v, 8 * j), _mm512_set1_epi32(0xFF)));
+}
+
+/* a packed Q6_K block's quants: ql vector a (bytes 4a .. 4a + 3 of each row's 128; half h =
+ * a / 16, a % 16 = 8 G + 4 q + r) holds values 128 h + 32 g + 16 q + 4 r .. + 3, g = G in the
+ * low nibbles (n = 0) and G + 2 in the high ones (n = 1), whose top two bits are bits 2g,
+ * 2g + 1 of the same bytes of qh vector 8 h + 4 q + r. The six bits of nibble half n, in bits
+ * 0..5 of each byte (bits 6, 7 are left over: the caller drops them); one select (0xD8:
+ * c ? b : a) of the nibbles and qh's bits moved to bits 4, 5 */
+static inline __m512i lm_q6kr_six(__m512i ql, __m512i qh, int G, int n) {
+  const __m512i top2 = _mm512_set1_epi8(0x30);
+  if (n == 0) return _mm512_ternarylogic_epi32(ql, _mm512_slli_epi32(qh, 4 - 2 * G), top2, 0xD8);
+  return _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), G ? _mm512_srli_epi32(qh, 2) : qh, top2, 0xD8);
+}
 #endif
 
 static inline void lm_dequant_vec(const unsigned char *restrict b, int q, __m512 *lo, __m512 *hi) {
