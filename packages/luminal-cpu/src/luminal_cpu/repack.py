@@ -1,12 +1,17 @@
-"""Q4_0, Q4_1 and Q5_0 weights repacked with their rows interleaved by 16, for decode's matvec.
+"""Q4_0, Q4_1, Q5_0, Q4_K and Q6_K weights repacked with their rows interleaved by 16, for
+decode's matvec.
 
-GGUF stores these matrices row by row, a block per 32 values: a header (f16 d; Q4_1: then
-f16 m; Q5_0: then the 32 fifth bits as a u32 qh) and 16 bytes of nibbles. Decode's int16
-matvec (csrc/qgemv16.c) then gathers the quant bytes of four blocks out of the rows' strides
-and reduces each block across lanes. The packed layout puts one row in each int32 lane
-instead: for each group of 16 rows and each 32-value block, the 16 blocks' bytes (16 times a
-block's size, so the matrix keeps its size) are laid out field by field, each header field
-of width w at GGUF offset o becoming 16 w bytes at 16 o:
+GGUF stores these matrices row by row, a block per 32 values (Q4_K / Q6_K: per 256), each
+block a run of fields (`FORMATS`: Q4_0 f16 d, 16 bytes of nibbles; Q4_1 d, f16 m, nibbles;
+Q5_0 d, u32 qh, nibbles; Q4_K f16 d, f16 dmin, 12 bytes of 6-bit scales and mins, 128 of
+nibbles; Q6_K 128 bytes of low nibbles ql, 64 of high bits qh, 16 int8 scales, f16 d). Decode's
+int16 matvec (csrc/qgemv16.c) then gathers each row's quant bytes out of the rows' strides and
+reduces each block across lanes. The packed layout puts one row in each int32 lane instead:
+for each group of 16 rows and each block, the 16 blocks' bytes (16 times a block's size, so
+the matrix keeps its size) are laid out field by field, a field of width w <= 4 at GGUF
+offset o becoming 16 w bytes at 16 o (row i's at 16 o + w i: f16 fields are 16 lanes of f16,
+Q5_0's qh one 64-byte vector), a wider field each of its 4-byte words so (word o + 4t: one
+64-byte vector at 16 (o + 4t), int32 lane i holding row i's 4 bytes):
 
 | bytes (Q4_0 / Q4_1 / Q5_0)        | holds                                               |
 | --------------------------------- | --------------------------------------------------- |
@@ -17,6 +22,22 @@ of width w at GGUF offset o becoming 16 w bytes at 16 o:
 |                                   | holds quant bytes 4v..4v+3 of row i (values         |
 |                                   | 4v..4v+3 in the low nibbles, 16 + those in the high |
 |                                   | ones)                                               |
+
+| bytes (Q4_K, 2304 per block)      | holds                                               |
+| --------------------------------- | --------------------------------------------------- |
+| 0..31 / 32..63                    | the 16 rows' d / dmin (f16)                         |
+| 64..255                           | 3 vectors: lane i of vector s holds row i's scale   |
+|                                   | bytes 4s..4s+3                                      |
+| 256..2303                         | 32 vectors: lane i of vector v holds row i's quant  |
+|                                   | bytes 4v..4v+3                                      |
+
+| bytes (Q6_K, 3360 per block)      | holds                                               |
+| --------------------------------- | --------------------------------------------------- |
+| 0..2047                           | 32 vectors of ql (lane i of vector a: row i's bytes |
+|                                   | 4a..4a+3)                                           |
+| 2048..3071                        | 16 vectors of qh                                    |
+| 3072..3327                        | 4 vectors of the int8 scales                        |
+| 3328..3359                        | the 16 rows' d (f16)                                |
 
 The contract: the cpu backend decides when it lowers a program (`packed_inputs`) which input
 buffers to repack: only where every call reading the buffer is a quantized matmul that reads

@@ -448,6 +448,7 @@ static inline __attribute__((always_inline)) void lm_qr_rows16(
   }
 }
 
+/* ----- Q4_K / Q6_K with rows interleaved by 16 (lm_qmat.packed) ---------------------------- */
 /* Q4_K with rows interleaved by 16 (lm_qmat.packed): one 256-value block of 16 rows per step,
  * row i in int32 lane i of every vector. Quant vector v holds bytes 4v .. 4v + 3 of each row's
  * 128 (pair p = v / 8 of sub-blocks: values 4 (v % 8) .. + 3 of sub-block 2p in the low

@@ -521,8 +521,8 @@ static const unsigned char *lm_rows16_fields(int q) {
 }
 
 /* blocks j0 .. j0 + nj of row n of a packed W (lm_qmat.packed: rows interleaved by 16) as
- * GGUF's blocks at out: what every reader but decode's int16 matvec and prefill's 32-value
- * panels decodes. A field of width w <= 4 at GGUF offset o is 16 w bytes at 16 o, row i's at
+ * GGUF's blocks at out: what the float fallbacks (decode's float matvec, the tiled GEMM and
+ * qgemm8.c's rows without a rounding) decode. A field of width w <= 4 at GGUF offset o is 16 w bytes at 16 o, row i's at
  * 16 o + w i; a wider one is 4-byte words laid out so. */
 static void lm_unpack_blocks(const lm_qmat *W, long n, long j0, long nj, unsigned char *restrict out) {
   const long bb = lm_q_bytes(W->q), row_bytes = W->cols / lm_q_values(W->q) * bb, i = n % 16;
