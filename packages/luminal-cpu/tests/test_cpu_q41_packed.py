@@ -157,22 +157,31 @@ def test_without_avx512_the_portable_kernels_read_the_packed_layout(qtype, monke
 
 
 @formats
-def test_graph_data_reads_back_ggufs_bytes_and_the_callers_array_is_released(qtype):
+@pytest.mark.parametrize("held", [True, False])
+def test_graph_data_reads_back_ggufs_bytes_and_no_second_copy_is_kept(held, qtype):
+    """An array the caller still holds at the first run is repacked into the graph's own
+    array (the caller's never written, nor kept alive); one that nothing else holds (a
+    model's weights after `Module.release_to`) is repacked in place: never two copies."""
     rows, cols = 32, 160
     raw, _ = weight(qtype, rows, cols)
-    saved = raw.copy()
+    saved, address = raw.copy(), raw.__array_interface__["data"][0]
     g, xt, wt, _ = compiled(raw, (rows, cols), 1, qtype=qtype)
     alive = weakref.ref(raw)
-    del raw
+    if not held:
+        del raw
     xt.set(rng.standard_normal((1, cols)).astype(np.float32))
     g.execute()
     assert is_packed(g, wt)
-    gc.collect()
-    assert alive() is None  # the graph holds the packed copy only
-    held = g.data[wt.id]
-    assert np.array_equal(np.asarray(held), saved)  # read back: GGUF's bytes
+    kept = g.data[wt.id]
+    assert (kept.buffer.__array_interface__["data"][0] == address) is not held
+    if held:
+        assert np.array_equal(raw, saved)
+        del raw
+        gc.collect()
+        assert alive() is None  # the graph holds the packed copy only
+    assert np.array_equal(np.asarray(kept), saved)  # read back: GGUF's bytes
     g.execute()  # not repacked again
-    assert g.data[wt.id] is held
+    assert g.data[wt.id] is kept
 
 
 def test_the_callers_array_is_never_written_and_a_new_one_is_repacked():
@@ -248,19 +257,24 @@ def test_generated_kernels_read_the_packed_layout(threads, qtype, monkeypatch):
     assert total.numpy() == raw.astype(np.float64).sum()
     assert np.array_equal(picked.numpy(), raw[3:21])
 
-    table = Embedding(rows, cols)
-    table.weight = QuantizedParameter((rows, cols), qtype, random_blocks(qtype, rows, cols, rng))
-    gguf_type = gguf.GGMLQuantizationType[qtype.upper()]
-    w = gguf.dequantize(table.weight.data, gguf_type).astype(np.float64)
+    raw_table = random_blocks(qtype, rows, cols, rng)
+    w = gguf.dequantize(raw_table, gguf.GGMLQuantizationType[qtype.upper()]).astype(np.float64)
     for tokens in ([5], [17, 47, 0, 16, 31]):  # decode's matvec, prefill's GEMM
+        table, own = Embedding(rows, cols), raw_table.copy()
+        address = own.__array_interface__["data"][0]
+        table.weight = QuantizedParameter((rows, cols), qtype, own)
+        del own
         g = lm.Graph()
         ids = g.tensor((len(tokens),), dtype=lm.int32).set(np.array(tokens, np.int32))
         h = table(ids)
         logits = table.attend(h).retrieve()
         h.retrieve()
         g.compile((lm.GenericCompiler(), CpuBackend()))
+        table.release_to(g)  # as luminal-models' Generator does: repacked in place
         g.execute()
-        assert g.runtime._packed
+        (kept,) = [a for a in g.data.values() if isinstance(a, DeviceArray)]
+        assert kept.buffer.__array_interface__["data"][0] == address
+        assert np.array_equal(table.weight.data, raw_table)
         assert np.array_equal(h.numpy(), w[tokens].astype(np.float32))
         if len(tokens) == 1:
             check(logits.numpy(), h.numpy(), w, qtype)

@@ -109,6 +109,21 @@ def repack(raw: np.ndarray, qtype: str, rows: int) -> np.ndarray:
     return out.reshape(-1)
 
 
+def repack_in_place(raw: np.ndarray, qtype: str, rows: int) -> np.ndarray:
+    """`repack` into `raw`'s own memory (a writable C-contiguous uint8 array; returned flat):
+    a group of 16 rows holds the same bytes in both layouts, so a few groups at a time go
+    through a scratch copy of about 1 MB, never a second copy of the matrix (Gemma 3's
+    178 MB output head)."""
+    groups, blocks = _groups(raw.size, qtype, rows)
+    flat = raw.reshape(-1)
+    group_bytes = ROWS * blocks * block_bytes(qtype)
+    step = max(1, (1 << 20) // group_bytes)
+    for g in range(0, groups, step):
+        part = flat[g * group_bytes:(g + step) * group_bytes]
+        part[:] = repack(part, qtype, part.size // group_bytes * ROWS)
+    return flat
+
+
 def unpack(packed: np.ndarray, qtype: str, rows: int) -> np.ndarray:
     """The GGUF bytes (flat uint8, a new array) of a matrix `repack` packed."""
     groups, blocks = _groups(packed.size, qtype, rows)
