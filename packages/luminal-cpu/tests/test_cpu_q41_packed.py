@@ -22,6 +22,7 @@ from luminal.testing.quant import decode_activations, int8_digit_activations, ra
 from luminal_cpu import CpuBackend
 from luminal_cpu.repack import FORMATS, ROWS, block_bytes, repack, unpack
 from luminal_nn import Embedding, QuantizedParameter
+from luminal_nn import functional as F
 from test_cpu_qgemv import check_bad_row, weight
 from test_cpu_qgemv16 import check as check_held
 
@@ -280,3 +281,27 @@ def test_generated_kernels_read_the_packed_layout(threads, qtype, monkeypatch):
             check(logits.numpy(), h.numpy(), w, qtype)
         else:
             prefill_check(logits.numpy(), h.numpy(), w)
+
+
+def test_a_generated_kernel_shared_with_a_gguf_buffer_keeps_both_in_ggufs_layout():
+    """Two tables gathered by one generated kernel (rendered once for both calls), only one
+    of them also a packable weight: its layout would differ between the kernel's calls, so
+    both keep GGUF's, and every result is exact."""
+    rows, cols = 32, 64
+    (r1, w1), (r2, w2) = weight("q8_0", rows, cols), weight("q8_0", rows, cols)
+    g = lm.Graph()
+    ids = g.tensor((1,), dtype=lm.int32).set(np.array([7], np.int32))
+    tied, other = (g.tensor(r.shape, dtype=lm.uint8).set(r) for r in (r1, r2))
+
+    def row(t):
+        picked = F.embedding(ids, t.to(lm.float32)).to(lm.uint8)
+        return dequantize(picked, "q8_0", (1, cols)).retrieve()
+
+    h1, h2 = row(tied), row(other)
+    y = (h1 @ dequantize(tied, "q8_0", (rows, cols)).T).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    g.execute()
+    assert not g.runtime._packed
+    assert np.array_equal(h1.numpy()[0], w1[7]) and np.array_equal(h2.numpy()[0], w2[7])
+    exact = w1[7] @ w1.T
+    assert np.all(np.abs(y.numpy()[0] - exact) <= 1e-5 * (np.abs(w1[7]) @ np.abs(w1.T)))

@@ -191,8 +191,10 @@ def packed_inputs(graph: Graph, program: Program
     while True:  # drop kernels that read a buffer left out, then buffers they read
         packed = {k for k, r in enumerate(rows_of) if r is not None and all(
             c.args[kernels[k].b.buf] in chosen for c in program.calls if c.kernel == k)}
-        loads = {(k, pos) for buf in chosen for k, pos in readers[buf] if k not in packed and len(
-            {shape_of.get(c.args[pos]) for c in program.calls if c.kernel == k}) == 1}
+        loads = {(k, pos) for buf in chosen for k, pos in readers[buf]
+                 if _loads_only(kernels[k], pos) and len({
+                     shape_of[c.args[pos]] if c.args[pos] in chosen else None
+                     for c in program.calls if c.kernel == k}) == 1}
         kept = {buf: r for buf, r in chosen.items()
                 if all(k in packed or (k, pos) in loads for k, pos in readers[buf])}
         if kept == chosen:
