@@ -242,9 +242,9 @@ typedef struct {
 
 /* lm_g8_pack for a packed W (lm_qmat.packed): a half-panel (16 rows from a multiple of 16) is
  * one group of the layout, whose quant vectors hold dword t of row i in lane i already (low
- * nibbles: t = 0..3, high: 4..7; Q8_0: vector t), so the chunk is stored with no transposition (Q5_0's fifth
- * bits joined as in lm_qr_rows16, Q4_0 / Q5_0 centred as lm_g8_row does) and the 16 rows' d
- * (and Q4_1's m) convert at once. A half-panel past N reads the last group (its outputs are
+ * nibbles: t = 0..3, high: 4..7; Q8_0: vector t), so the chunk is stored with no
+ * transposition (Q5_0's fifth bits joined as in lm_qr_rows16, Q4_0 / Q5_0 centred as lm_g8_row
+ * does) and the 16 rows' d (and Q4_1's m) convert at once. A half-panel past N reads the last group (its outputs are
  * not stored). */
 static inline __attribute__((always_inline)) void lm_g8_pack_rows16(const lm_qmat *W, int q, long N, long n0,
                                                                     long g0, long ng, const lm_g8w *P) {

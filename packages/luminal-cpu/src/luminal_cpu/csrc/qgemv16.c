@@ -668,7 +668,7 @@ LM_INT_GEMV_DRIVER(lm_q16_gemv, lm_q16_row, lm_q16x, 0)
 static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
                        const lm_qmat *W, const lm_out *C) {
   const int q = W->q;
-  if (q == LM_Q8_0 && !W->packed) return 0; /* GGUF's Q8_0: the float kernel (lm_q8r_rows16) */
+  if (q == LM_Q8_0 && !W->packed) return 0; /* GGUF's Q8_0 runs the float kernel */
   const int kq = q >= LM_Q4_K;
   const long span = lm_q16_span(q), spans = (K + span - 1) / span, lanes = lm_q16_lanes(q);
   const long rows = nb * M, dlen = kq ? spans : spans * lanes, zlen = kq ? 0 : spans * lanes;
