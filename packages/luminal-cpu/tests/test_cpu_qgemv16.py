@@ -2,8 +2,9 @@
 `int16`): x @ W.T for up to 4 rows of x writes each row of x as three signed byte digits per
 value, scaled per block of 32 (Q4_0 / Q4_1 / Q5_0, in `vpdpbusd`), or two int16 digits scaled
 per block of 256 (the K-quants, in `vpdpwssd`), and takes integer dot products; Q8_0 in GGUF's
-layout keeps the float kernel (in the packed one: test_cpu_q41_packed). Checked against float64 NumPy on the `gguf` package's dequantization with x
-rounded the same way (`luminal.testing.quant.decode_activations`), against the exact float
+layout keeps the float kernel (in the packed one: test_cpu_q41_packed). Checked against
+float64 NumPy on the `gguf` package's dequantization with x rounded the same way
+(`luminal.testing.quant.decode_activations`), against the exact float
 product within the rounding's bound, on random blocks (luminal-models' Gemma 3 test runs real
 ones through the default), and for inputs with no such rounding (NaN, infinities, tiny
 values), which must take the float kernels."""
