@@ -173,8 +173,8 @@ static inline long lm_block_bytes(int q) {
 }
 
 /* where a 4-bit format's 16 bytes of nibbles start: after d (Q4_0), d and m (Q4_1), d and the
- * 32 fifth bits (Q5_0) */
-static inline long lm_nibbles_at(int q) { return q == LM_Q4_0 ? 2 : q == LM_Q4_1 ? 4 : 6; }
+ * 32 fifth bits (Q5_0); Q8_0's 32 quant bytes after d */
+static inline long lm_nibbles_at(int q) { return q == LM_Q4_0 || q == LM_Q8_0 ? 2 : q == LM_Q4_1 ? 4 : 6; }
 
 /* The 32 values of one block, exactly as dequantize() defines them (q * d, or q * d + m: a
  * product then a sum, each rounded, as the float32 decomposition computes them). */
@@ -476,10 +476,10 @@ _Static_assert(LM_KC % 256 == 0, "a K panel must hold whole K-quant blocks");
 static void lm_kq_decode_block(const unsigned char *restrict b, int q, float *restrict out);
 static long lm_kq_block_bytes(int q);
 
-/* blocks j0 .. j0 + nj of row n of a packed W (lm_qmat.packed: Q4_0 / Q4_1 / Q5_0, rows
- * interleaved by 16) as GGUF's blocks at out: what every reader but decode's int16 matvec
+/* blocks j0 .. j0 + nj of row n of a packed W (lm_qmat.packed: Q8_0 / Q4_0 / Q4_1 / Q5_0,
+ * rows interleaved by 16) as GGUF's blocks at out: what every reader but decode's int16 matvec
  * decodes. A header field of width w at GGUF offset o is 16 w bytes at 16 o (d: w = 2; Q4_1's
- * m: 2, Q5_0's qh: 4), the nibbles 4 vectors at 16 times their offset. */
+ * m: 2, Q5_0's qh: 4), the quant bytes 4 vectors (Q8_0: 8) at 16 times their offset. */
 static void lm_unpack_blocks(const lm_qmat *W, long n, long j0, long nj, unsigned char *restrict out) {
   const long bb = lm_block_bytes(W->q), at = lm_nibbles_at(W->q), row_bytes = W->cols / 32 * bb;
   const long i = n % 16, w = at - 2; /* the second field's width (0: none) */
@@ -489,7 +489,7 @@ static void lm_unpack_blocks(const lm_qmat *W, long n, long j0, long nj, unsigne
     unsigned char *o = out + bb * j;
     memcpy(o, b + 2 * i, 2);
     memcpy(o + 2, b + 32 + w * i, (size_t)w);
-    for (int v = 0; v < 4; v++) memcpy(o + at + 4 * v, b + 16 * at + 64 * v + 4 * i, 4);
+    for (int v = 0; v < (bb - at) / 4; v++) memcpy(o + at + 4 * v, b + 16 * at + 64 * v + 4 * i, 4);
   }
 }
 
@@ -508,7 +508,7 @@ static inline void lm_decode_row(const lm_qmat *W, long n, long k0, long kc, flo
   const int kq = W->q >= LM_Q4_K;
   const long be = kq ? 256 : 32, bb = kq ? lm_kq_block_bytes(W->q) : lm_block_bytes(W->q);
   const unsigned char *row = W->w + n * (W->cols / be * bb);
-  unsigned char blocks[LM_KC / 32 * 22]; /* unpacked blocks: Q5_0's are the largest */
+  unsigned char blocks[LM_KC / 32 * 34]; /* unpacked blocks: Q8_0's are the largest */
   for (long k = 0; k < kc; k += be) {
     const unsigned char *b = row + (k0 + k) / be * bb;
     if (W->packed) {

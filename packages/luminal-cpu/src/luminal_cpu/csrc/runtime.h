@@ -41,11 +41,11 @@ typedef struct { const void *p; int dt; long rs, ks; } lm_mat;
  * k_contig: the product reads W[n, k] (x @ W.T), else W[k, n] (x @ W); x_prec: how decode's
  * matvec holds x (LM_X_F32: float32; LM_X_I8: int8 blocks, qgemv.c; LM_X_I16: int16 blocks,
  * qgemv16.c) and prefill's GEMM (LM_X_F32: the float GEMM; LM_X_I8: one int8 digit per value;
- * LM_X_I16: three; qgemm8.c); packed: a Q4_0 / Q4_1 / Q5_0 W (k_contig, rows a multiple of
- * 16) whose rows are interleaved by 16 (the runtime's repacked layout, repack.py): per group of
- * 16 rows and 32-value block, the 16 rows' f16 d, their 16 f16 m (Q4_1) or u32 qh (Q5_0), then
- * 4 x 64 quant bytes, int32 lane i of vector v holding bytes 4v .. 4v + 3 of row i's 16 (same
- * size as GGUF's) */
+ * LM_X_I16: three; qgemm8.c); packed: a Q8_0 / Q4_0 / Q4_1 / Q5_0 W (k_contig, rows a
+ * multiple of 16) whose rows are interleaved by 16 (the runtime's repacked layout, repack.py):
+ * per group of 16 rows and 32-value block, the 16 rows' f16 d, their 16 f16 m (Q4_1) or u32 qh
+ * (Q5_0), then 4 x 64 quant bytes (Q8_0: 8 x 64), int32 lane i of vector v holding bytes
+ * 4v .. 4v + 3 of row i's 16 (Q8_0: 32) (same size as GGUF's) */
 enum { LM_X_F32 = 0, LM_X_I8 = 1, LM_X_I16 = 2 };
 typedef struct {
   const unsigned char *w; int q; int k_contig; long rows, cols; int x_prec; int packed;
