@@ -189,7 +189,8 @@ def bench_gemv(values: int, reps: int, rounds: int) -> None:
     buffer = rng.standard_normal(GEMV_BYTES // 4).astype(np.float32)
     for qtype in GEMV_FORMATS:
         cols = 2048 if qtype.endswith("_k") else 576
-        # rows a multiple of 16, as real models' are (luminal-cpu repacks Q4_1 only then)
+        # rows a multiple of 16, as real models' are (luminal-cpu repacks the 32-value formats
+        # only then)
         block, w = gemv_weight(qtype, values // cols // 16 * 16, cols, rng)
         repeats = -(-GEMV_BYTES // block.nbytes)
         data = np.tile(block, (repeats, 1))

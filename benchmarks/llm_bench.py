@@ -410,6 +410,9 @@ def main() -> None:
                         help="before each run, wait up to this long for a quiet machine "
                              "(default 60; 0: never wait)")
     parser.add_argument("--model", default="smollm2", help="model name or .gguf path")
+    parser.add_argument("--activations", choices=("int16", "int8", "float"), default=None,
+                        help="how luminal's cpu quantized matmuls hold activations (default: "
+                             "its default, int16, float-like; int8: llama.cpp's numerics)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -418,6 +421,8 @@ def main() -> None:
         return
     if args.runs < 1 or args.busy < 0:
         parser.error("--runs must be at least 1 and --busy at least 0")
+    if args.activations is not None:  # the children inherit it; only luminal reads it
+        os.environ["LUMINAL_CPU_QUANT_ACTIVATIONS"] = args.activations
 
     systems, skipped = [], {}
     for system in args.systems.split(","):
@@ -437,6 +442,8 @@ def main() -> None:
         print(json.dumps(results, indent=2))
         return
     load = f", {args.busy} core(s) kept busy by busy loops" if args.busy else ""
+    if args.activations is not None:
+        load += f", luminal's activations {args.activations}"
     print(f"{MODEL_TITLES.get(args.model.lower(), args.model)}, {PROMPT_TOKENS}-token prefill, "
           f"{DECODE_TOKENS} greedy decode steps, {args.threads} threads{load}, median of "
           f"{args.runs} interleaved rounds (best)\n")

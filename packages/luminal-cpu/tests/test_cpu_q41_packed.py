@@ -1,10 +1,12 @@
-"""Q4_0, Q4_1, Q5_0 and Q4_K weights repacked with their rows interleaved by 16
+"""Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K weights repacked with their rows interleaved by 16
 (luminal_cpu/repack.py): the layout round-trips to GGUF's bytes; decode's int16 matvec
-(csrc/qgemv16.c), prefill's GEMM (csrc/qgemm8.c), the float fallbacks and the build without
-AVX-512 read it, checked against float64 NumPy on the `gguf` package's dequantization as
-test_cpu_qgemv16 / test_cpu_qgemm8 do; the runtime repacks exactly the inputs that every
-reader can read packed, never writes the caller's array nor keeps it alive, reads back GGUF's
-bytes, repacks a weight once, and repacks a new array the user sets."""
+(csrc/qgemv16.c), prefill's GEMM (csrc/qgemm8.c), the float fallbacks, the build without
+AVX-512 and generated kernels that load the bytes (a tied embedding's row gather, through
+`packed_index`) read it, checked against float64 NumPy on the `gguf` package's
+dequantization as test_cpu_qgemv16 / test_cpu_qgemm8 do (decode: x held as three byte digits
+per value, Q8_0 included); the runtime repacks exactly the inputs that every reader can read
+packed, never writes the caller's array nor keeps it alive, reads back GGUF's bytes, repacks
+a weight once, and repacks a new array the user sets."""
 
 from __future__ import annotations
 
@@ -16,12 +18,14 @@ import numpy as np
 import pytest
 from luminal.device_array import DeviceArray
 from luminal.quant import dequantize
-from luminal.testing.quant import int8_digit_activations
+from luminal.testing.quant import decode_activations, int8_digit_activations, random_blocks
 from luminal_cpu import CpuBackend
 from luminal_cpu.repack import FORMATS, ROWS, block_bytes, block_values, repack, unpack
+from luminal_nn import Embedding, QuantizedParameter
+from luminal_nn import functional as F
 from test_cpu_qgemm8 import group
 from test_cpu_qgemv import check_bad_row, weight
-from test_cpu_qgemv16 import check
+from test_cpu_qgemv16 import check as check_held
 
 gguf = pytest.importorskip("gguf")
 rng = np.random.default_rng(41)
@@ -54,6 +58,12 @@ def compiled(raw: np.ndarray, shape: tuple[int, int], m: int, extra=None, qtype=
     return g, xt, wt, y
 
 
+def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: str) -> None:
+    """test_cpu_qgemv16's check with x as the packed kernels hold it: three byte digits per
+    value for every packed format (Q8_0 too: GGUF's Q8_0 keeps float32 x)."""
+    check_held(got, x, w, qtype, held=decode_activations(x, qtype))
+
+
 def is_packed(g: lm.Graph, wt) -> bool:
     return isinstance(g.data[wt.id], DeviceArray) and bool(g.runtime._packed)
 
@@ -67,16 +77,16 @@ def prefill_check(got: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: str) -> 
 
 @formats
 def test_layout_round_trips_and_matches_its_table(qtype):
-    rows, n = 32, length(qtype, 96)
-    raw, _ = weight(qtype, rows, n)
+    rows, cols = 32, length(qtype, 96)
+    raw, _ = weight(qtype, rows, cols)
     packed = repack(raw, qtype, rows)
     assert packed.nbytes == raw.nbytes and packed.__array_interface__["data"][0] % 64 == 0
     assert np.array_equal(unpack(packed, qtype, rows), raw.reshape(-1))
-    bb, nblocks = block_bytes(qtype), n // block_values(qtype)
+    bb, nblocks = block_bytes(qtype), cols // block_values(qtype)
     blocks = raw.reshape(rows, nblocks, bb)
-    group, j, i = 1, nblocks - 1, 5  # row 16 + 5, the last block
-    chunk = packed[(group * nblocks + j) * 16 * bb:][:16 * bb]
-    b = blocks[ROWS * group + i, j]
+    g, j, i = 1, nblocks - 1, 5  # row 16 + 5, the last block
+    chunk = packed[(g * nblocks + j) * 16 * bb:][:16 * bb]
+    b = blocks[ROWS * g + i, j]
     # the module's table: a field of width w <= 4 at offset o is row i's w bytes at 16 o + w i;
     # a wider field's 4-byte word at o + 4 t is row i's 4 bytes at 16 (o + 4 t) + 4 i
     at = 0
@@ -96,11 +106,11 @@ def test_layout_round_trips_and_matches_its_table(qtype):
 def test_packed_matvec_matches_gguf(m, threads, qtype, monkeypatch):
     monkeypatch.setenv("LUMINAL_CPU_THREADS", threads)
     for rows, n in [(16, 32), (32, 160), (48, 608), (64, 2048)]:
-        n = length(qtype, n)
-        raw, w = weight(qtype, rows, n)
-        g, xt, wt, y = compiled(raw, (rows, n), m, qtype=qtype)
+        cols = length(qtype, n)
+        raw, w = weight(qtype, rows, cols)
+        g, xt, wt, y = compiled(raw, (rows, cols), m, qtype=qtype)
         magnitude = 10.0 ** rng.integers(-3, 3, (m, 1))
-        x = (rng.standard_normal((m, n)) * magnitude).astype(np.float32)
+        x = (rng.standard_normal((m, cols)) * magnitude).astype(np.float32)
         x[0, :32] = 0  # a block of zeros: dx = 0
         x[:, 7::61] *= 3e4  # outliers beside small values
         xt.set(x)
@@ -141,10 +151,10 @@ def test_packed_k_quants_hold_the_largest_sums(qtype, quants, scales):
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_prefill_reads_the_packed_layout(threads, qtype, monkeypatch):
     monkeypatch.setenv("LUMINAL_CPU_THREADS", threads)
-    for m, rows, n in [(5, 16, 256), (37, 80, length(qtype, 608))]:
-        raw, w = weight(qtype, rows, n)
-        g, xt, wt, y = compiled(raw, (rows, n), m, qtype=qtype)
-        x = rng.standard_normal((m, n)).astype(np.float32)
+    for m, rows, cols in [(5, 16, 256), (37, 80, length(qtype, 608))]:
+        raw, w = weight(qtype, rows, cols)
+        g, xt, wt, y = compiled(raw, (rows, cols), m, qtype=qtype)
+        x = rng.standard_normal((m, cols)).astype(np.float32)
         x[:, 7::61] *= 3e4
         xt.set(x)
         g.execute()
@@ -173,11 +183,11 @@ def test_rows_without_a_rounding_take_the_float_kernels_on_the_packed_layout(bad
 @formats
 def test_without_avx512_the_portable_kernels_read_the_packed_layout(qtype, monkeypatch):
     monkeypatch.setenv("CC", "gcc -mno-avx512f")
-    rows, n = 48, length(qtype, 608)
-    raw, w = weight(qtype, rows, n)
+    rows, cols = 48, length(qtype, 608)
+    raw, w = weight(qtype, rows, cols)
     for m in (1, 4, 9):
-        g, xt, wt, y = compiled(raw, (rows, n), m, qtype=qtype)
-        x = rng.standard_normal((m, n)).astype(np.float32)
+        g, xt, wt, y = compiled(raw, (rows, cols), m, qtype=qtype)
+        x = rng.standard_normal((m, cols)).astype(np.float32)
         xt.set(x)
         g.execute()
         assert is_packed(g, wt)
@@ -187,22 +197,31 @@ def test_without_avx512_the_portable_kernels_read_the_packed_layout(qtype, monke
 
 
 @formats
-def test_graph_data_reads_back_ggufs_bytes_and_the_callers_array_is_released(qtype):
-    rows, n = 32, length(qtype, 160)
-    raw, _ = weight(qtype, rows, n)
-    saved = raw.copy()
-    g, xt, wt, _ = compiled(raw, (rows, n), 1, qtype=qtype)
+@pytest.mark.parametrize("held", [True, False])
+def test_graph_data_reads_back_ggufs_bytes_and_no_second_copy_is_kept(held, qtype):
+    """An array the caller still holds at the first run is repacked into the graph's own
+    array (the caller's never written, nor kept alive); one that nothing else holds (a
+    model's weights after `Module.release_to`) is repacked in place: never two copies."""
+    rows, cols = 32, length(qtype, 160)
+    raw, _ = weight(qtype, rows, cols)
+    saved, address = raw.copy(), raw.__array_interface__["data"][0]
+    g, xt, wt, _ = compiled(raw, (rows, cols), 1, qtype=qtype)
     alive = weakref.ref(raw)
-    del raw
-    xt.set(rng.standard_normal((1, n)).astype(np.float32))
+    if not held:
+        del raw
+    xt.set(rng.standard_normal((1, cols)).astype(np.float32))
     g.execute()
     assert is_packed(g, wt)
-    gc.collect()
-    assert alive() is None  # the graph holds the packed copy only
-    held = g.data[wt.id]
-    assert np.array_equal(np.asarray(held), saved)  # read back: GGUF's bytes
+    kept = g.data[wt.id]
+    assert (kept.buffer.__array_interface__["data"][0] == address) is not held
+    if held:
+        assert np.array_equal(raw, saved)
+        del raw
+        gc.collect()
+        assert alive() is None  # the graph holds the packed copy only
+    assert np.array_equal(np.asarray(kept), saved)  # read back: GGUF's bytes
     g.execute()  # not repacked again
-    assert g.data[wt.id] is held
+    assert g.data[wt.id] is kept
 
 
 def test_the_callers_array_is_never_written_and_a_new_one_is_repacked():
@@ -225,11 +244,11 @@ def test_the_callers_array_is_never_written_and_a_new_one_is_repacked():
 
 @formats
 def test_inputs_a_reader_cannot_read_packed_keep_ggufs_layout(qtype, monkeypatch):
-    rows, n = 32, length(qtype, 160)
-    raw, w = weight(qtype, rows, n)
-    x = rng.standard_normal((1, n)).astype(np.float32)
+    rows, cols = 32, length(qtype, 160)
+    raw, w = weight(qtype, rows, cols)
+    x = rng.standard_normal((1, cols)).astype(np.float32)
 
-    def run(extra=None, shape=(rows, n), data=raw, want=w):
+    def run(extra=None, shape=(rows, cols), data=raw, want=w):
         g, xt, wt, y = compiled(data, shape, 1, extra, qtype)
         xt.set(x)
         g.execute()
@@ -237,14 +256,91 @@ def test_inputs_a_reader_cannot_read_packed_keep_ggufs_layout(qtype, monkeypatch
         return is_packed(g, wt), g, wt
 
     assert run()[0]
-    # the bytes also read by a generic kernel (a sum of them), or gathered by rows (a tied
-    # embedding's lookup): the whole input stays GGUF's
-    packed, g, wt = run(lambda b: b.to(lm.float32).sum())
+    # the bytes also read by a matmul that cannot read the layout (W along n: x @ W): the
+    # whole input stays GGUF's
+    other = rng.standard_normal((1, rows)).astype(np.float32)
+
+    def along_n(b):
+        return b.graph.tensor(other.shape).set(other) @ dequantize(b, qtype, (rows, cols))
+
+    packed, g, wt = run(along_n)
     assert not packed and np.array_equal(g.data[wt.id], raw)
-    assert not run(lambda b: b[3:5].to(lm.float32))[0]
     # rows not a multiple of 16
-    raw24, w24 = weight(qtype, 24, n)
-    assert not run(shape=(24, n), data=raw24, want=w24)[0]
+    raw24, w24 = weight(qtype, 24, cols)
+    assert not run(shape=(24, cols), data=raw24, want=w24)[0]
     # the other settings' kernels keep GGUF's layout
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "float")
     assert not run()[0]
+
+
+@formats
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_generated_kernels_read_the_packed_layout(threads, qtype, monkeypatch):
+    """Any generated kernel loading the bytes reads them through `packed_index`: a sum of all
+    of them, rows of them, and a tied embedding (luminal-nn's row gather of a
+    QuantizedParameter, then x @ W.T of the same table), each exact against the bytes."""
+    monkeypatch.setenv("LUMINAL_CPU_THREADS", threads)
+    rows, cols = 48, length(qtype, 608)
+    raw, w = weight(qtype, rows, cols)
+    g = lm.Graph()
+    xt = g.tensor((1, cols))
+    wt = g.tensor(raw.shape, dtype=lm.uint8).set(raw)
+    y = (xt @ dequantize(wt, qtype, (rows, cols)).T).retrieve()
+    total = wt.to(lm.float32).sum().retrieve()
+    picked = wt[3:21].to(lm.float32).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    x = rng.standard_normal((1, cols)).astype(np.float32)
+    xt.set(x)
+    g.execute()
+    assert is_packed(g, wt)
+    check(y.numpy(), x, w, qtype)
+    assert total.numpy() == raw.astype(np.float64).sum()
+    assert np.array_equal(picked.numpy(), raw[3:21])
+
+    raw_table = random_blocks(qtype, rows, cols, rng)
+    w = gguf.dequantize(raw_table, gguf.GGMLQuantizationType[qtype.upper()]).astype(np.float64)
+    for tokens in ([5], [17, 47, 0, 16, 31]):  # decode's matvec, prefill's GEMM
+        table, own = Embedding(rows, cols), raw_table.copy()
+        address = own.__array_interface__["data"][0]
+        table.weight = QuantizedParameter((rows, cols), qtype, own)
+        del own
+        g = lm.Graph()
+        ids = g.tensor((len(tokens),), dtype=lm.int32).set(np.array(tokens, np.int32))
+        h = table(ids)
+        logits = table.attend(h).retrieve()
+        h.retrieve()
+        g.compile((lm.GenericCompiler(), CpuBackend()))
+        table.release_to(g)  # as luminal-models' Generator does: repacked in place
+        g.execute()
+        (kept,) = [a for a in g.data.values() if isinstance(a, DeviceArray)]
+        assert kept.buffer.__array_interface__["data"][0] == address
+        assert np.array_equal(table.weight.data, raw_table)
+        assert np.array_equal(h.numpy(), w[tokens].astype(np.float32))
+        if len(tokens) == 1:
+            check(logits.numpy(), h.numpy(), w, qtype)
+        else:
+            prefill_check(logits.numpy(), h.numpy(), w, qtype)
+
+
+def test_a_generated_kernel_shared_with_a_gguf_buffer_keeps_both_in_ggufs_layout():
+    """Two tables gathered by one generated kernel (rendered once for both calls), only one
+    of them also a packable weight: its layout would differ between the kernel's calls, so
+    both keep GGUF's, and every result is exact."""
+    rows, cols = 32, 64
+    (r1, w1), (r2, w2) = weight("q8_0", rows, cols), weight("q8_0", rows, cols)
+    g = lm.Graph()
+    ids = g.tensor((1,), dtype=lm.int32).set(np.array([7], np.int32))
+    tied, other = (g.tensor(r.shape, dtype=lm.uint8).set(r) for r in (r1, r2))
+
+    def row(t):
+        picked = F.embedding(ids, t.to(lm.float32)).to(lm.uint8)
+        return dequantize(picked, "q8_0", (1, cols)).retrieve()
+
+    h1, h2 = row(tied), row(other)
+    y = (h1 @ dequantize(tied, "q8_0", (rows, cols)).T).retrieve()
+    g.compile((lm.GenericCompiler(), CpuBackend()))
+    g.execute()
+    assert not g.runtime._packed
+    assert np.array_equal(h1.numpy()[0], w1[7]) and np.array_equal(h2.numpy()[0], w2[7])
+    exact = w1[7] @ w1.T
+    assert np.all(np.abs(y.numpy()[0] - exact) <= 1e-5 * (np.abs(w1[7]) @ np.abs(w1.T)))

@@ -1,9 +1,10 @@
 """Decode's quantized matvec with integer digits of x (csrc/qgemv16.c, the default, named
 `int16`): x @ W.T for up to 4 rows of x writes each row of x as three signed byte digits per
 value, scaled per block of 32 (Q4_0 / Q4_1 / Q5_0, in `vpdpbusd`), or two int16 digits scaled
-per block of 256 (the K-quants, in `vpdpwssd`), and takes integer dot products; Q8_0 keeps the
-float kernel. Checked against float64 NumPy on the `gguf` package's dequantization with x
-rounded the same way (`luminal.testing.quant.decode_activations`), against the exact float
+per block of 256 (the K-quants, in `vpdpwssd`), and takes integer dot products; Q8_0 in GGUF's
+layout keeps the float kernel (in the packed one: test_cpu_q41_packed). Checked against
+float64 NumPy on the `gguf` package's dequantization with x rounded the same way
+(`luminal.testing.quant.decode_activations`), against the exact float
 product within the rounding's bound, on random blocks (luminal-models' Gemma 3 test runs real
 ones through the default), and for inputs with no such rounding (NaN, infinities, tiny
 values), which must take the float kernels."""
@@ -43,8 +44,10 @@ def reference(qtype: str, x: np.ndarray) -> np.ndarray:
     return decode_activations(x, qtype)
 
 
-def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: str, rtol: float = 5e-6):
-    xq = reference(qtype, x)
+def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: str, rtol: float = 5e-6,
+          held: np.ndarray | None = None):
+    """`got` = x @ w.T with x as the kernel holds it (`held`, else `reference`)."""
+    xq = reference(qtype, x) if held is None else held
     want = xq @ w.T
     scale = np.abs(xq) @ np.abs(w.T)
     # float32 rounding of the per-block products and the final sums only

@@ -1,17 +1,19 @@
 """`luminal generate`'s options and edges, run as a user would: --file, --stop, --system,
---quiet, --ctx, --threads, errors that name the flag, the command's own usage for a bad
-flag, empty prompts refused before loading, the hint on a terminal, Ctrl-C, and
+--quiet, --ctx, --threads, --activations, errors that name the flag, the command's own usage
+for a bad flag, empty prompts refused before loading, the hint on a terminal, Ctrl-C, and
 `luminal models`."""
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
+import os
 import sys
 import weakref
 
 import pytest
-from luminal_models.cli_options import exempt_from_gc
+from luminal_models.cli_options import add_model_options, cpu_settings_from_args, exempt_from_gc
 from test_llama_cli import luminal
 
 
@@ -43,6 +45,26 @@ def test_llama_cli_file_stop_quiet_threads(cli_env, smollm2_file, tmp_path):
     assert out.stdout == ", the city of \n" and out.stderr == ""
     missing = luminal(cli_env, "generate", "--file", str(tmp_path / "nope.txt"))
     assert missing.returncode == 1 and "nope.txt" in missing.stderr
+
+
+def test_llama_cli_activations_sets_the_cpu_backends_precision(cli_env, smollm2_file,
+                                                               monkeypatch):
+    parser = argparse.ArgumentParser()
+    add_model_options(parser)
+    monkeypatch.delenv("LUMINAL_CPU_QUANT_ACTIVATIONS", raising=False)
+    cpu_settings_from_args(parser.parse_args([]))
+    assert "LUMINAL_CPU_QUANT_ACTIVATIONS" not in os.environ
+    cpu_settings_from_args(parser.parse_args(["--activations", "int8", "--threads", "1"]))
+    assert os.environ["LUMINAL_CPU_QUANT_ACTIVATIONS"] == "int8"
+    assert os.environ["LUMINAL_CPU_THREADS"] == "1"
+    # llama.cpp's numerics still continue the prompt sensibly
+    out = luminal(cli_env, "generate", "The capital of France is", "-n", "4", "--json",
+                  "--activations", "int8")
+    assert out.returncode == 0, out.stderr
+    assert "Paris" in json.loads(out.stdout)["text"]
+    bad = luminal(cli_env, "generate", "hi", "--activations", "int4")
+    assert bad.returncode == 2
+    assert "argument --activations: invalid choice: 'int4'" in bad.stderr
 
 
 def test_llama_cli_system_and_ctx(cli_env, smollm2_file, smollm2_tokenizer):

@@ -10,7 +10,7 @@ from luminal_codegen import lower, plan_memory
 
 from . import device, implicit_gemm, toolchain
 from .dialect import C
-from .repack import packed_inputs
+from .repack import packed_inputs, packed_loads
 from .runtime import CpuRuntime, direct_writes, read_written_rows
 from .source import (
     MATMUL_TUNABLE,
@@ -86,6 +86,7 @@ class CpuBackend(Backend):
         program = implicit_gemm.fuse(read_written_rows(program, direct))
         plan = plan_memory(program)
         packed, packed_kernels = packed_inputs(graph, program)
+        program = packed_loads(program, packed)
         t1 = time.perf_counter()
         source = program_source(program, toolchain.VECTOR_MATH if cc.vector_math else "",
                                 plan, direct, packed_kernels)

@@ -35,7 +35,7 @@ from luminal_codegen import Call, Kernel, MemoryPlan, Program
 from luminal_codegen.indexing import flat_index
 from luminal_codegen.ir import Binary, Load
 
-from .repack import repack, unpack
+from .repack import repack, repack_in_place, unpack
 from .source import ENTRY_POINT, DirectWrite
 from .threads import governor
 from .toolchain import Library
@@ -169,6 +169,27 @@ class _Recycler:
         del owned[: -self.KEEP]
         a = entry[0]
         return (a if a.size == n else a[:n]), entry[1]
+
+
+def _unshared(a: object) -> np.ndarray | None:
+    """`a` (an input's array in `graph.data`, which the caller holds in one variable) made
+    writable when nothing else holds it: a C-contiguous uint8 array owning its memory, or
+    viewing the whole of an array that owns it and that nothing else holds (GGUF readers'
+    reshaped rows); else None. CPython's reference counts, as `_Recycler.take` uses them."""
+    if not (isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.flags.c_contiguous):
+        return None
+    base = a.base
+    # `a`'s reference to its base, `base` and getrefcount's argument
+    if base is not None and not (isinstance(base, np.ndarray) and base.flags.owndata
+                                 and base.nbytes == a.nbytes and sys.getrefcount(base) <= 3):
+        return None
+    # graph.data, the caller's variable, `a` and getrefcount's argument
+    if sys.getrefcount(a) > 4 or (base is None and not a.flags.owndata):
+        return None
+    if base is not None:
+        base.flags.writeable = True
+    a.flags.writeable = True
+    return a
 
 
 class CpuRuntime(Runtime):
@@ -355,7 +376,8 @@ class CpuRuntime(Runtime):
                 # input's dtype (Graph.assign checks it), whose address is known
                 address = hint[1]
             elif k in self._packed:
-                a, address = self._bind_packed(graph, node, a, *self._packed[k])
+                sole = _unshared(a)
+                a, address = self._bind_packed(graph, node, a, sole, *self._packed[k])
             else:
                 if (isinstance(a, DeviceArray) or a.dtype != bufs[k].dtype.numpy
                         or not a.flags.c_contiguous):
@@ -365,16 +387,20 @@ class CpuRuntime(Runtime):
             bound[k] = a
             self._ptrs[k] = address
 
-    def _bind_packed(self, graph: Graph, node: int, a: object, qtype: str,
-                     rows: int) -> tuple[object, int]:
+    def _bind_packed(self, graph: Graph, node: int, a: object, sole: np.ndarray | None,
+                     qtype: str, rows: int) -> tuple[object, int]:
         """A weight the program reads repacked (repack.py), and the address of its packed
-        bytes: repacked once into an array of ours when the caller set a new array (never
-        written), which `graph.data` then holds as a `DeviceArray` that reads back as GGUF's
-        bytes, so the caller's array is not kept alive by the graph."""
+        bytes: repacked once when the caller set a new array, which `graph.data` then holds
+        as a `DeviceArray` that reads back as GGUF's bytes. The array is repacked in place
+        when nothing but the graph holds it or its memory (`sole`, `_unshared`: a model's
+        weight after `Module.release_to`; no one can see the write, and no second copy is
+        ever made), else into an array of ours (the caller's is never written, and the graph
+        does not keep it alive)."""
         packed = self.device_buffer(a)
         if packed is None:
             raw = np.ascontiguousarray(a, dtype=np.uint8)
-            packed = repack(raw, qtype, rows)
+            packed = repack_in_place(sole, qtype, rows) if sole is not None else repack(
+                raw, qtype, rows)
             shape = raw.shape
             a = DeviceArray(lambda: unpack(packed, qtype, rows).reshape(shape), shape, np.uint8,
                             buffer=packed, owner=self.owner)

@@ -8,20 +8,18 @@ reply and keeps what was said; Ctrl-D or /exit leaves; /reset starts over.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import sys
 import time
-from collections.abc import Iterator
 
 from .cli_options import (
     add_model_options,
     add_sampling_options,
     checked,
     context_hint,
+    cpu_settings_from_args,
+    ctrl_c_sets_flag,
     load_generator,
     sampling_params,
-    threads_from_args,
     write_stdout,
 )
 from .errors import ContextLengthError
@@ -61,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from .chat import ChatSession
     from .errors import HubError, ModelFileError
 
-    threads_from_args(args)
+    cpu_settings_from_args(args)
     try:
         sampling = sampling_params(args)
         generator, path = load_generator(args.model, args.backend, args.ctx,
@@ -105,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _answer(session, text: str, args: argparse.Namespace, sampling) -> None:
     start = time.perf_counter()
-    with _ctrl_c_sets_flag() as interrupted:
+    with ctrl_c_sets_flag() as interrupted:
         try:
             result = session.send(text, args.max_tokens, sampling, on_text=write_stdout,
                                   cancelled=lambda: interrupted[0])
@@ -120,20 +118,3 @@ def _answer(session, text: str, args: argparse.Namespace, sampling) -> None:
         print(f"[prefill {result.prompt_tokens} new tokens, {session.cached_tokens} cached; "
               f"{len(result.token_ids)} generated at {result.decode_tok_s:.1f} tok/s; "
               f"{time.perf_counter() - start:.1f} s]", file=sys.stderr)
-
-
-@contextlib.contextmanager
-def _ctrl_c_sets_flag() -> Iterator[list[bool]]:
-    """While the reply streams, Ctrl-C sets a flag the generation loop checks after each token
-    instead of raising KeyboardInterrupt inside a forward pass (which would leave the KV
-    cache and its length out of step)."""
-    flag = [False]
-
-    def handler(signum, frame) -> None:
-        flag[0] = True
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield flag
-    finally:
-        signal.signal(signal.SIGINT, previous)

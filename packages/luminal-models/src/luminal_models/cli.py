@@ -19,9 +19,10 @@ from .cli_options import (
     add_sampling_options,
     checked,
     context_hint,
+    cpu_settings_from_args,
+    ctrl_c_sets_flag,
     load_generator,
     sampling_params,
-    threads_from_args,
     write_stdout,
 )
 
@@ -80,16 +81,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except KeyboardInterrupt:
-        sys.stdout.flush()
-        print("\nluminal generate: interrupted", file=sys.stderr)
-        return 130
+        return _interrupted()
 
 
 def _run(args: argparse.Namespace) -> int:
     prompt = _read_prompt(args)
     if prompt is None:
         return 1
-    threads_from_args(args)
+    cpu_settings_from_args(args)
 
     from jinja2 import TemplateError
 
@@ -111,13 +110,16 @@ def _run(args: argparse.Namespace) -> int:
             prompt = generator.tokenizer.apply_chat_template(
                 [*system, {"role": "user", "content": prompt}])
         stream = None if args.json or _rank() != 0 else write_stdout
-        result = generator.generate(prompt, args.max_tokens, sampling, on_text=stream,
-                                    stop=args.stop)
+        with ctrl_c_sets_flag(again_raises=True) as interrupted:
+            result = generator.generate(prompt, args.max_tokens, sampling, on_text=stream,
+                                        stop=args.stop, cancelled=lambda: interrupted[0])
     except ContextLengthError as exc:
         return _fail(f"{exc}; {context_hint(generator)}")
     except (ValueError, RuntimeError, FileNotFoundError, HubError, ModelFileError,
             TemplateError) as exc:
         return _fail(str(exc))
+    if result.stop_reason == "cancelled":  # Ctrl-C while generating
+        return _interrupted()
     if _rank() != 0:  # the other ranks of a tensor-parallel job computed the same tokens
         return 0
     if args.json:
@@ -163,6 +165,12 @@ def _read_prompt(args: argparse.Namespace) -> str | None:
         _fail("the prompt is empty")
         return None
     return prompt
+
+
+def _interrupted() -> int:
+    sys.stdout.flush()
+    print("\nluminal generate: interrupted", file=sys.stderr)
+    return 130
 
 
 def _fail(message: str) -> int:

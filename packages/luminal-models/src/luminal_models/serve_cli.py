@@ -8,7 +8,7 @@ import signal
 import socket
 import sys
 
-from .cli_options import add_model_options, checked, load_generator, threads_from_args
+from .cli_options import add_model_options, checked, cpu_settings_from_args, load_generator
 
 __all__ = ["HELP", "configure", "run"]
 
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     from .errors import HubError, ModelFileError
     from .hub import SMOLLM2_NAMES
 
-    threads_from_args(args)
+    cpu_settings_from_args(args)
     try:
         sock = socket.create_server((args.host, args.port))
     except OSError as exc:

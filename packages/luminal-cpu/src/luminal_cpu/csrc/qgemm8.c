@@ -242,9 +242,9 @@ typedef struct {
 
 /* lm_g8_pack for a packed W (lm_qmat.packed): a half-panel (16 rows from a multiple of 16) is
  * one group of the layout, whose quant vectors hold dword t of row i in lane i already (low
- * nibbles: t = 0..3, high: 4..7), so the chunk is stored with no transposition (Q5_0's fifth
- * bits joined as in lm_qr_rows16, Q4_0 / Q5_0 centred as lm_g8_row does) and the 16 rows' d
- * (and Q4_1's m) convert at once. A half-panel past N reads the last group (its outputs are
+ * nibbles: t = 0..3, high: 4..7; Q8_0: vector t), so the chunk is stored with no
+ * transposition (Q5_0's fifth bits joined as in lm_qr_rows16, Q4_0 / Q5_0 centred as lm_g8_row
+ * does) and the 16 rows' d (and Q4_1's m) convert at once. A half-panel past N reads the last group (its outputs are
  * not stored). */
 static inline __attribute__((always_inline)) void lm_g8_pack_rows16(const lm_qmat *W, int q, long N, long n0,
                                                                     long g0, long ng, const lm_g8w *P) {
@@ -260,7 +260,12 @@ static inline __attribute__((always_inline)) void lm_g8_pack_rows16(const lm_qma
                                                                   : _mm512_setzero_ps());
       const __m512i qh = q == LM_Q5_0 ? _mm512_loadu_si512(blk + 32) : _mm512_setzero_si512();
       __m512i sum = _mm512_setzero_si512();
-      for (int u = 0; u < 4; u++) {
+      for (int u = 0; q == LM_Q8_0 && u < 8; u++) { /* Q8_0's 8 vectors: dwords 0..7, signed */
+        const __m512i w = _mm512_loadu_si512(blk + nib + 64 * u);
+        _mm512_storeu_si512(P->b + ((l * 8 + u) * 2 + v) * 16, w);
+        sum = _mm512_dpbusd_epi32(sum, ones, w);
+      }
+      for (int u = 0; q != LM_Q8_0 && u < 4; u++) {
         const __m512i w = _mm512_loadu_si512(blk + nib + 64 * u);
         __m512i half[2] = {_mm512_and_si512(w, low4), _mm512_and_si512(_mm512_srli_epi16(w, 4), low4)};
         for (int h = 0; h < 2; h++) {

@@ -1,6 +1,6 @@
 /* luminal-cpu: decode's quantized matvec with integer digits of x (the default setting, named
  * `int16`; x @ W.T for up to 4 rows of x, W a GGUF Q4_0 / Q4_1 / Q5_0 / Q4_K / Q5_K / Q6_K
- * matrix quantized along k).
+ * matrix quantized along k, or a Q8_0 one in the packed layout).
  *
  * The float kernels (runtime.c's lm_qdot_row, kquant.c's lm_kq_dot_block) convert every weight
  * to a float, which costs more vector work than the memory system needs to deliver the weights
@@ -45,9 +45,9 @@
  * per-block scale products, dx's own rounding: about 1e-7 relative to sum |w x| per block)
  * and the 4.7e-10 max|x| above (the 32-value formats: 6.0e-8 max|x|). A row of x that is not finite, or a block whose largest
  * magnitude is below LM_Q16X_TINY, has no such rounding: the call returns 0 and the caller
- * runs the float kernels, so NaN and infinities propagate as in the float product. Q8_0 (whose
- * float kernel already streams faster than a copy) and machines without AVX-512 BW / VBMI
- * return 0 too. */
+ * runs the float kernels, so NaN and infinities propagate as in the float product. Q8_0 in
+ * GGUF's layout (its float kernel needs no widening; only the packed layout, lm_q8r_rows16,
+ * does fewer operations) and machines without AVX-512 BW / VBMI return 0 too. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VBMI__) && defined(__F16C__)
 #include <immintrin.h>
 #define LM_Q16X_TINY 1e-30f
@@ -100,8 +100,8 @@ static int lm_q16_order(int q, int p) {
  * (Q4_0 / Q5_0: -8 / -16 times that sum of T: the lane's start); and for Q4_1 per 16 blocks bd
  * and bs, dx / 65536 and dx / 65536 times the block's sum of T, block 4g + k of the 16 at
  * 4k + g (lm_q8x3_16's order; the packed kernel's bd for every 32-value format); Q4_0 /
- * Q5_0: per block j, bz[2j], bz[2j + 1]: -8 / -16 times the block's sums of q1 and of
- * 256 q2 + q3 (lm_qr_rows16) */
+ * Q5_0 / Q8_0: per block j, bz[2j], bz[2j + 1]: -8 / -16 / -128 times the block's sums of q1
+ * and of 256 q2 + q3 (lm_qr_rows16, lm_q8r_rows16) */
 typedef struct {
   short *q;
   signed char *b;
@@ -128,7 +128,7 @@ static int lm_q8x3_quantize(const float *restrict x, long K, int q, lm_q16x *out
     int *z = out->z + 16 * c;
     signed char *b = out->b + 384 * c;
     long lane[16] = {0};
-    const int zoff = q == LM_Q4_0 ? -8 : q == LM_Q5_0 ? -16 : 0;
+    const int zoff = q == LM_Q4_0 ? -8 : q == LM_Q5_0 ? -16 : q == LM_Q8_0 ? -128 : 0;
     for (int i = 0; i < 384; i++) b[i] = 0;
     for (int l = 0; l < 16; l++) d[l] = 0.0f;
     for (long k = 0; k < 4 && 128 * c + 32 * k < K; k++) {
@@ -448,6 +448,47 @@ static inline __attribute__((always_inline)) void lm_qr_rows16(
   }
 }
 
+/* Q8_0 with rows interleaved by 16: per block, the 16 rows' d, then 8 quant vectors, int32
+ * lane i of vector v holding quants 4v .. 4v + 3 of row i. The signed quants are made unsigned
+ * for `vpdpbusd` by flipping their top bit (q + 128), which x's bz removes (-128 times the
+ * block's digit sums). Per digit a chain of 8 `vpdpbusd`, each summing 4 values of every row:
+ * 24 per 16 blocks, and one conversion, join and scale per 16 rows, against about 10 vector
+ * operations per block of the float kernel (lm_qdot_row: widen, convert, multiply, its own d),
+ * which cannot keep up with DRAM (1.7 ns a block from L2 as from DRAM at one thread).
+ * The join is Q5_0's (lm_qr_rows16): S1 + z1 (|.| <= 32 * 128 * 127; |S1| <= 32 * 255 * 127
+ * before z1) and 256 S2 + S3 + z2 (|.| <= 256 * 32 * 255 * 128 + 32 * 255 * 128 +
+ * 128 * 32 * 32896 = 403,800,064 < 2^31 - 1 at every step), joined as
+ * (S1 + z1) * 65536 + (256 S2 + S3 + z2) in one `vfmadd`. */
+static inline __attribute__((always_inline)) void lm_q8r_rows16(
+    const unsigned char *restrict w, long blocks, const lm_q16x *x, int M, __m512 *acc) {
+  const __m512i flip = _mm512_set1_epi8((char)0x80);
+  for (long j = 0; j < blocks; j++, w += 16 * 34) {
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+    __m512i u[8];
+    for (int v = 0; v < 8; v++) u[v] = _mm512_xor_si512(_mm512_loadu_si512(w + 32 + 64 * v), flip);
+    /* block j is block j % 4 of x's span j / 4: values 4v .. 4v + 3 at 16 (j % 4) + 4v (v < 4),
+     * 64 + 16 (j % 4) + 4 (v - 4) (v >= 4) of each digit's 128 (lm_q8x3_quantize) */
+    const long c = j / 4, k = j % 4, at = 16 * (c / 4) + 4 * k + c % 4;
+    for (int m = 0; m < M; m++) {
+      const signed char *xb = x[m].b + 384 * c + 16 * k;
+      __m512i part[3];
+      for (int digit = 0; digit < 3; digit++) {
+        part[digit] = _mm512_setzero_si512();
+        for (int v = 0; v < 8; v++) {
+          int dword;
+          memcpy(&dword, xb + 128 * digit + 64 * (v / 4) + 4 * (v % 4), 4);
+          part[digit] = lm_dot8(part[digit], u[v], _mm512_set1_epi32(dword));
+        }
+      }
+      const __m512i high = _mm512_add_epi32(part[0], _mm512_set1_epi32(x[m].bz[2 * j]));
+      const __m512i low = _mm512_add_epi32(_mm512_slli_epi32(part[1], 8),
+                                           _mm512_add_epi32(part[2], _mm512_set1_epi32(x[m].bz[2 * j + 1])));
+      const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(high), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
+      acc[m] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, _mm512_set1_ps(x[m].bd[at])), acc[m]);
+    }
+  }
+}
+
 /* ----- Q4_K / Q6_K with rows interleaved by 16 (lm_qmat.packed) ---------------------------- */
 /* Q4_K with rows interleaved by 16 (lm_qmat.packed): one 256-value block of 16 rows per step,
  * row i in int32 lane i of every vector. Quant vector v holds bytes 4v .. 4v + 3 of each row's
@@ -586,7 +627,8 @@ static inline __attribute__((always_inline)) void lm_qr_gemv_m(
       const long b = t / groups, g = t % groups;
       __m512 acc[LM_GEMV_MAX_M];
       for (int m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
-      if (q == LM_Q4_K) lm_qr_k_rows16(W->w + g * group_bytes, blocks, xs + b * M, M, acc);
+      if (q == LM_Q8_0) lm_q8r_rows16(W->w + g * group_bytes, blocks, xs + b * M, M, acc);
+      else if (q == LM_Q4_K) lm_qr_k_rows16(W->w + g * group_bytes, blocks, xs + b * M, M, acc);
       else if (q == LM_Q6_K) lm_qr_q6k_rows16(W->w + g * group_bytes, blocks, xs + b * M, M, acc);
       else lm_qr_rows16(W->w + g * group_bytes, blocks, xs + b * M, q, M, acc);
       for (int m = 0; m < M; m++) {
@@ -616,6 +658,7 @@ static inline __attribute__((always_inline)) void lm_qr_gemv_q(
 static void lm_qr_gemv(long nb, long M, long N, long K, const lm_q16x *xs, const lm_qmat *W,
                        const lm_out *C) {
   switch (W->q) {
+    case LM_Q8_0: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q8_0); break;
     case LM_Q4_0: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_0); break;
     case LM_Q4_1: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_1); break;
     case LM_Q5_0: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q5_0); break;
@@ -757,7 +800,7 @@ LM_INT_GEMV_DRIVER(lm_q16_gemv, lm_q16_row, lm_q16x, 0)
 static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
                        const lm_qmat *W, const lm_out *C) {
   const int q = W->q;
-  if (q == LM_Q8_0) return 0;
+  if (q == LM_Q8_0 && !W->packed) return 0; /* GGUF's Q8_0 runs the float kernel */
   const int kq = q >= LM_Q4_K;
   const long span = lm_q16_span(q), spans = (K + span - 1) / span, lanes = lm_q16_lanes(q);
   const long rows = nb * M, dlen = kq ? spans : spans * lanes, zlen = kq ? 0 : spans * lanes;

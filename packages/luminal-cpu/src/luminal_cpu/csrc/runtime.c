@@ -173,8 +173,8 @@ static inline long lm_block_bytes(int q) {
 }
 
 /* where a 4-bit format's 16 bytes of nibbles start: after d (Q4_0), d and m (Q4_1), d and the
- * 32 fifth bits (Q5_0) */
-static inline long lm_nibbles_at(int q) { return q == LM_Q4_0 ? 2 : q == LM_Q4_1 ? 4 : 6; }
+ * 32 fifth bits (Q5_0); Q8_0's 32 quant bytes after d */
+static inline long lm_nibbles_at(int q) { return q == LM_Q4_0 || q == LM_Q8_0 ? 2 : q == LM_Q4_1 ? 4 : 6; }
 
 /* The 32 values of one block, exactly as dequantize() defines them (q * d, or q * d + m: a
  * product then a sum, each rounded, as the float32 decomposition computes them). */
@@ -515,15 +515,15 @@ static inline long lm_q_bytes(int q) { return q >= LM_Q4_K ? lm_kq_block_bytes(q
  * FORMATS) */
 static const unsigned char *lm_rows16_fields(int q) {
   static const unsigned char fields[][5] = {
-      [LM_Q4_0] = {2, 16}, [LM_Q4_1] = {2, 2, 16}, [LM_Q5_0] = {2, 4, 16}, [LM_Q4_K] = {2, 2, 12, 128},
-      [LM_Q6_K] = {128, 64, 16, 2}};
+      [LM_Q8_0] = {2, 32}, [LM_Q4_0] = {2, 16}, [LM_Q4_1] = {2, 2, 16}, [LM_Q5_0] = {2, 4, 16},
+      [LM_Q4_K] = {2, 2, 12, 128}, [LM_Q6_K] = {128, 64, 16, 2}};
   return fields[q];
 }
 
 /* blocks j0 .. j0 + nj of row n of a packed W (lm_qmat.packed: rows interleaved by 16) as
  * GGUF's blocks at out: what the float fallbacks (decode's float matvec, the tiled GEMM and
- * qgemm8.c's rows without a rounding) decode. A field of width w <= 4 at GGUF offset o is 16 w bytes at 16 o, row i's at
- * 16 o + w i; a wider one is 4-byte words laid out so. */
+ * qgemm8.c's rows without a rounding) decode. A field of width w <= 4 at GGUF offset o is
+ * 16 w bytes at 16 o, row i's at 16 o + w i; a wider one is 4-byte words laid out so. */
 static void lm_unpack_blocks(const lm_qmat *W, long n, long j0, long nj, unsigned char *restrict out) {
   const long bb = lm_q_bytes(W->q), row_bytes = W->cols / lm_q_values(W->q) * bb, i = n % 16;
   const unsigned char *fields = lm_rows16_fields(W->q), *group = W->w + n / 16 * 16 * row_bytes;
@@ -552,8 +552,8 @@ static inline void lm_decode_row(const lm_qmat *W, long n, long k0, long kc, flo
   const int kq = W->q >= LM_Q4_K;
   const long be = lm_q_values(W->q), bb = lm_q_bytes(W->q);
   const unsigned char *row = W->w + n * (W->cols / be * bb);
-  /* unpacked blocks: Q5_0's are the largest of 32 values, Q6_K's of 256 */
-  unsigned char blocks[LM_KC / 32 * 22 > LM_KC / 256 * 210 ? LM_KC / 32 * 22 : LM_KC / 256 * 210];
+  /* unpacked blocks: Q8_0's are the largest of 32 values (Q6_K's 210 bytes of 256 fewer) */
+  unsigned char blocks[LM_KC / 32 * 34];
   for (long k = 0; k < kc; k += be) {
     const unsigned char *b = row + (k0 + k) / be * bb;
     if (W->packed) {
