@@ -47,9 +47,11 @@ it as its weight along k in one of `FORMATS`, with 16 | rows and x held as int16
 layout, csrc `lm_qmat.packed`), or a generated kernel that loads its bytes (a tied
 embedding's row gather), whose loads are then rewritten to the packed address of the same
 byte (`packed_index`); anything else keeps GGUF's layout. The runtime repacks such an input
-once, when it binds a new array, into an array of its own, and puts a `luminal.DeviceArray`
-in `graph.data` in place of the caller's array, whose read un-packs to GGUF's bytes: the
-caller's array is never written, and is released when nothing else holds it.
+once, when it binds a new array, and puts a `luminal.DeviceArray` in `graph.data` in place
+of the caller's array, whose read un-packs to GGUF's bytes. It repacks into an array of its
+own (the caller's array is never written, and is released when nothing else holds it), or in
+place (`repack_in_place`) when nothing but the graph holds the array (a model's weight after
+`Module.release_to`): no one can see the write, and no second copy is ever made.
 """
 
 from __future__ import annotations
