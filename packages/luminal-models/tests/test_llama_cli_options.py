@@ -51,12 +51,14 @@ def test_llama_cli_activations_sets_the_cpu_backends_precision(cli_env, smollm2_
                                                                monkeypatch):
     parser = argparse.ArgumentParser()
     add_model_options(parser)
-    monkeypatch.delenv("LUMINAL_CPU_QUANT_ACTIVATIONS", raising=False)
-    cpu_settings_from_args(parser.parse_args([]))
-    assert "LUMINAL_CPU_QUANT_ACTIVATIONS" not in os.environ
-    cpu_settings_from_args(parser.parse_args(["--activations", "int8", "--threads", "1"]))
-    assert os.environ["LUMINAL_CPU_QUANT_ACTIVATIONS"] == "int8"
-    assert os.environ["LUMINAL_CPU_THREADS"] == "1"
+    with monkeypatch.context() as patch:  # the settings must not reach the tests after this
+        environ: dict[str, str] = {}
+        patch.setattr(os, "environ", environ)
+        cpu_settings_from_args(parser.parse_args([]))
+        assert environ == {}
+        cpu_settings_from_args(parser.parse_args(["--activations", "int8", "--threads", "1"]))
+        assert environ == {"LUMINAL_CPU_QUANT_ACTIVATIONS": "int8", "LUMINAL_CPU_THREADS": "1"}
+    assert os.environ.get("LUMINAL_CPU_QUANT_ACTIVATIONS") != "int8"
     # llama.cpp's numerics still continue the prompt sensibly
     out = luminal(cli_env, "generate", "The capital of France is", "-n", "4", "--json",
                   "--activations", "int8")
