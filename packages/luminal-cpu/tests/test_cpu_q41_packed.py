@@ -198,12 +198,21 @@ def test_without_avx512_the_portable_kernels_read_the_packed_layout(qtype, monke
 
 @formats
 @pytest.mark.parametrize("held", [True, False])
-def test_graph_data_reads_back_ggufs_bytes_and_no_second_copy_is_kept(held, qtype):
+@pytest.mark.parametrize("owner", ["itself", "a larger array"])
+def test_graph_data_reads_back_ggufs_bytes_and_no_second_copy_is_kept(held, owner, qtype):
     """An array the caller still holds at the first run is repacked into the graph's own
     array (the caller's never written, nor kept alive); one that nothing else holds (a
-    model's weights after `Module.release_to`) is repacked in place: never two copies."""
+    model's weights after `Module.release_to`) is repacked in place: never two copies. The
+    same holds for a view into a larger allocation that nothing else holds (GGUF readers
+    return such views, to start each tensor on a 64-byte boundary)."""
     rows, cols = 32, length(qtype, 160)
     raw, _ = weight(qtype, rows, cols)
+    if owner == "a larger array":
+        whole = np.empty(raw.size + 63, np.uint8)
+        start = -whole.ctypes.data % 64
+        whole[start:start + raw.size] = raw.reshape(-1)
+        raw = whole[start:start + raw.size].reshape(raw.shape)
+        del whole
     saved, address = raw.copy(), raw.__array_interface__["data"][0]
     g, xt, wt, _ = compiled(raw, (rows, cols), 1, qtype=qtype)
     alive = weakref.ref(raw)

@@ -86,6 +86,13 @@ def test_raw_bytes_are_a_read_only_copy_of_the_file(smollm2_gguf: GGUFFile) -> N
     assert parts["qs"].shape == (576 * 18, 16)
 
 
+def test_every_tensor_starts_on_a_cache_line(smollm2_gguf: GGUFFile) -> None:
+    """A tensor's bytes land on a 64-byte boundary: vector loads of them, and of the cpu
+    backend's layouts repacked in place, never straddle two cache lines."""
+    for name in smollm2_gguf.tensors:
+        assert smollm2_gguf.tensor(name, dequantize=False).ctypes.data % 64 == 0, name
+
+
 def test_expect_shape_and_missing_names(smollm2_gguf: GGUFFile) -> None:
     info = smollm2_gguf.expect_shape("blk.0.attn_v.weight", (192, 576))
     assert info.qtype.name == "Q4_1"

@@ -174,14 +174,15 @@ class _Recycler:
 def _unshared(a: object) -> np.ndarray | None:
     """`a` (an input's array in `graph.data`, which the caller holds in one variable) made
     writable when nothing else holds it: a C-contiguous uint8 array owning its memory, or
-    viewing the whole of an array that owns it and that nothing else holds (GGUF readers'
-    reshaped rows); else None. CPython's reference counts, as `_Recycler.take` uses them."""
+    viewing an array that owns it and that nothing else holds (GGUF readers' reshaped rows,
+    which start on a 64-byte boundary of a slightly larger allocation); else None. CPython's
+    reference counts, as `_Recycler.take` uses them."""
     if not (isinstance(a, np.ndarray) and a.dtype == np.uint8 and a.flags.c_contiguous):
         return None
     base = a.base
     # `a`'s reference to its base, `base` and getrefcount's argument
     if base is not None and not (isinstance(base, np.ndarray) and base.flags.owndata
-                                 and base.nbytes == a.nbytes and sys.getrefcount(base) <= 3):
+                                 and sys.getrefcount(base) <= 3):
         return None
     # graph.data, the caller's variable, `a` and getrefcount's argument
     if sys.getrefcount(a) > 4 or (base is None and not a.flags.owndata):

@@ -113,8 +113,8 @@ class Generator:
                   leave=False) as bar:
             g.compile(tuple(_CompileStep(name, compiler, bar) for name, compiler in steps))
         # the graph holds the weights from here on: a backend that binds them in a form of its
-        # own (luminal-cpu's repacked Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K, at the first run,
-        # in the loaded arrays' own memory) never keeps both
+        # own (luminal-cpu's repacked GGUF formats, at the first run, in the loaded arrays' own
+        # memory) never keeps both
         model.release_to(g)
         # a decode step's Python runs with caches the weights just streamed through, so each
         # step binds the ids and reads the logits by node, with nothing else to look up (the

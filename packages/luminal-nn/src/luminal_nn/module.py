@@ -125,8 +125,9 @@ class Parameter:
         from now on: the parameter drops its own reference to the array and reads `data`
         back from that input (keeping `graph` alive). A backend may then replace the array in
         `graph.data` with a form of its own that reads back as the same value (luminal-cpu
-        repacks Q8_0 / Q4_0 / Q4_1 / Q5_0 weights, in place when nothing else holds the
-        array) and the original is freed or reused, not kept as a second copy. Reading
+        repacks the GGUF weights of every format in `luminal_cpu.repack.FORMATS`, in place
+        when nothing else holds the array) and the original is freed or reused, not kept as
+        a second copy. Reading
         `data` may then download a copy; setting it gives the parameter its own array again."""
         node_id = self._inputs.get(graph)
         if node_id is None or graph.resolve(node_id) not in graph.data:
