@@ -91,6 +91,21 @@ def test_llama_cli_reports_errors(cli_env, tmp_path):
     assert "luminal generate: error: argument --top-p: must be in (0, 1], got 0" in bad.stderr
 
 
+def test_llama_cli_names_an_unsupported_architecture(cli_env, tmp_path):
+    from gguf import GGUFWriter
+
+    path = tmp_path / "qwen.gguf"
+    writer = GGUFWriter(path, arch="qwen2")
+    writer.add_block_count(1)
+    for step in (writer.write_header_to_file, writer.write_kv_data_to_file,
+                 writer.write_tensors_to_file, writer.close):
+        step()
+    out = luminal(cli_env, "generate", "hi", "--model", str(path))
+    assert out.returncode == 1
+    assert (f"{path}: architecture 'qwen2' is not supported (luminal-models runs 'llama', "
+            "'mistral', 'gemma3')") in out.stderr
+
+
 # ----- Hugging Face checkpoint directories ----------------------------------------------------
 
 def _write_tiny_llama(folder: Path, vocab: int) -> None:

@@ -26,7 +26,7 @@ from .errors import ContextLengthError
 
 __all__ = ["HELP", "configure", "run"]
 
-HELP = "chat with a Llama-family model in the terminal (multi-turn, streaming)"
+HELP = "chat with a language model in the terminal (multi-turn, streaming)"
 
 COMMANDS = "/reset starts a new conversation, /exit (or Ctrl-D) quits, Ctrl-C stops a reply"
 

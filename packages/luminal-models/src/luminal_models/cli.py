@@ -28,7 +28,7 @@ from .cli_options import (
 
 __all__ = ["configure", "run"]
 
-HELP = "generate text with a Llama-family model (default: SmolLM2-135M-Instruct)"
+HELP = "generate text with a language model: SmolLM2 (the default), Gemma 3 or a Llama-family GGUF"
 
 _EPILOG = """\
 Defaults: greedy decoding (--temperature 0), which is deterministic. With --temperature > 0,
