@@ -181,16 +181,3 @@ def bound_by_extents(e: Expr, extents: Mapping[str, Expr]) -> Expr:
     of its loop variables settle (`symbolic_extents`); equal to `e` at every point of the
     loops."""
     return _decide(e, extents) if extents else e
-
-
-def decide_by_extents(kernel: Kernel) -> Kernel:
-    """`kernel` with every expression through `bound_by_extents` (its own loops' extents)."""
-    extents = symbolic_extents(kernel)
-    if not extents:
-        return kernel
-
-    def decide(e: Expr) -> Expr:
-        return _decide(e, extents)
-
-    out = kernel.out
-    return replace(kernel, out=Store(out.buf, decide(out.index), map_exprs(out.value, decide)))

@@ -33,7 +33,6 @@ from luminal_codegen import (
     kernel_dims,
     render_kernel,
 )
-from luminal_codegen.simplify import decide_by_extents
 
 from . import flash, implicit_gemm, rows
 from .dialect import C
@@ -177,7 +176,6 @@ def kernel_source(kernel: Kernel | Matmul | implicit_gemm.GatherMatmul, name: st
         return implicit_gemm.render(kernel, name, _DTYPE_CODE)
     if isinstance(kernel, Matmul):
         return _render_matmul(kernel, name, packed)
-    kernel = decide_by_extents(kernel)
     attention = flash.match(kernel)
     if attention is not None:
         return flash.render(kernel, attention, name)
