@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import luminal as lm
 import numpy as np
-from cpu_helpers import check_vs_reference
+from cpu_helpers import check_vs_reference, run_on
+from luminal_codegen import lower
+from luminal_cpu import CpuBackend
+from luminal_cpu.source import kernel_source
 
 rng = np.random.default_rng(0)
 
@@ -43,6 +46,52 @@ def test_symbolic_dims_at_two_sizes_on_one_compiled_graph():
 
     check_vs_reference(build, [[randn(5, 16), randn(16)], [randn(23, 16), randn(16)],
                                [randn(3, 16), randn(16)]])
+
+
+def _rotated_heads(g, heads: int, dim: int):
+    """Heads of (seq, heads * dim) rows rotated by their halves and by adjacent pairs (both
+    rotary forms), each read as (heads, seq, dim): a reshape along the symbolic seq."""
+    x = g.tensor(("seq", heads * dim))
+    cos, sin = g.tensor(("seq", dim // 2)), g.tensor(("seq", dim // 2))
+    h = x.unflatten(-1, (heads, dim)).permute(1, 0, 2)
+    a, b = h[..., : dim // 2], h[..., dim // 2:]
+    halves = lm.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
+    pairs = h.unflatten(-1, (dim // 2, 2))
+    a, b = pairs[..., 0], pairs[..., 1]
+    adjacent = lm.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).flatten(-2)
+    return [x, cos, sin], [halves, adjacent]
+
+
+def test_rotated_halves_of_heads_over_a_symbolic_seq_match_numpy_without_division():
+    """RoPE's rotated half over heads split from a row of symbolic length: the index of a
+    head is a division by a multiple of `seq` that only the loop extents decide
+    (`luminal_codegen.simplify.bound_by_extents`); odd head counts and half widths, several
+    lengths on one compiled graph, against NumPy's float32 arithmetic (the same operations in
+    the same order: equal to the last bit)."""
+    heads, dim = 3, 10
+    datas = []
+    for seq in (1, 6, 13):
+        datas.append([randn(seq, heads * dim), randn(seq, dim // 2), randn(seq, dim // 2)])
+    for (x, cos, sin), (halves, adjacent) in zip(
+            datas, run_on(CpuBackend(), lambda g: _rotated_heads(g, heads, dim), datas)):
+        h = x.reshape(len(x), heads, dim).transpose(1, 0, 2)
+        a, b = h[..., : dim // 2], h[..., dim // 2:]
+        np.testing.assert_array_equal(halves, np.concatenate([a * cos - b * sin,
+                                                              b * cos + a * sin], -1))
+        a, b = h[..., 0::2], h[..., 1::2]
+        want = np.stack([a * cos - b * sin, b * cos + a * sin], -1).reshape(heads, len(x), dim)
+        np.testing.assert_array_equal(adjacent, want)
+
+    g = lm.Graph()
+    for t in _rotated_heads(g, heads, dim)[1]:
+        t.retrieve()
+    g.compile(lm.GenericCompiler())
+    for k, kernel in enumerate(lower(g).kernels):
+        source = kernel_source(kernel, f"k{k}")
+        # a thread's chunk of rows starts with one division, stepped onwards after
+        body = [line for line in source.splitlines() if "lm_lo" not in line]
+        assert not any(" / " in line or " % " in line or "lm_floor" in line
+                       for line in body), source
 
 
 def test_float16_and_bfloat16_compute_in_f32_store_half():

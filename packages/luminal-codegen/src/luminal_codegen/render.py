@@ -351,6 +351,8 @@ class BodyWriter:
     def code(self, v: Value) -> str:
         d = self.d
         if isinstance(v, Load):
+            if v.valid == 0:  # never read (a concatenation's other part): no address to compute
+                return self.const(0, v.dtype)
             ref = d.load(v.dtype, f"p{v.buf}", self.expr(v.index))
             if v.valid == 1:
                 return ref

@@ -46,13 +46,17 @@ def odometer(extents: list[str], names: list[str], flat: str = "lm_lo"
 # rounds to 0, as every smaller x's) and computes it as exp2f(x + 24) * 2^-24, so the call
 # stays on the vector path: zero exactly where exp2f is, NaN and infinities unchanged,
 # subnormal results may differ in their last bit. Arithmetic, not branches: with a branch the
-# compiler calls exp2f on the unclamped x as well.
+# compiler calls exp2f on the unclamped x as well. The shift (24 or 0) and the scale (2^-24 or
+# 1) are bits selected by an integer mask: from `low` as a float 0 or 1 gcc 12 made two cases,
+# and its vectorised loops called exp2f twice per 16 lanes, one per case, under masks (SwiGLU
+# 0.97 -> 0.49 ns per value, Zen 4, one thread; the same bits for all 2^32 inputs).
 _EXP2 = """\
 static inline float lm_exp2(float x) {
   float t = x > -150.0f ? x : -150.0f;
   t = x != x ? x : t;
-  const float low = (float)(t < -126.0f);
-  return exp2f(t + 24.0f * low) * (1.0f - low * (1.0f - 0x1p-24f));
+  const int low = -(t < -126.0f);
+  union { int i; float f; } shift = {low & 0x41c00000}, scale = {0x3f800000 - (low & 0x0c000000)};
+  return exp2f(t + shift.f) * scale.f;
 }
 """
 

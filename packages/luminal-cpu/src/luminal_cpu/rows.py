@@ -35,8 +35,9 @@ from __future__ import annotations
 from itertools import product
 
 from luminal_codegen import BodyWriter, Kernel, Scope, dim_names, kernel_dims
-from luminal_codegen.ir import Bind, Reduce, SoftmaxSum, Value, walk
+from luminal_codegen.ir import Bind, Reduce, SoftmaxSum, Value, map_exprs, walk
 from luminal_codegen.render import SIMD_REDUCE_MIN
+from luminal_codegen.simplify import bound_by_extents, symbolic_extents
 
 from .dialect import C
 from .epilogue import INLINE_EXP2, INLINE_EXP2_C
@@ -121,11 +122,14 @@ def render(kernel: Kernel, name: str) -> str | None:
     axes = [v.name for v in kernel.loop_vars]
     last, n = axes[-1], extents[-1]
     out_dt = kernel.params[kernel.out.buf].dtype
+    extents_of = symbolic_extents(kernel)
 
     def loop(value: Value, lo: str, hi: str, writer_type: type[BodyWriter] = BodyWriter
              ) -> list[str]:
         writer = writer_type(INLINE_EXP2_C, names, reduce_pragmas=False)
-        v = writer.emit(value)
+        # a case's narrowed range can settle divisions by symbolic extents (a concatenation
+        # of halves of a reshaped axis: RoPE's rotated half)
+        v = writer.emit(map_exprs(value, lambda e: bound_by_extents(e, extents_of)))
         store = C.store_statement(out_dt, f"p{kernel.out.buf}", writer.expr(kernel.out.index), v)
         return [f"for (long {last} = {lo}; {last} < {hi}; {last}++) {{",
                 *("  " + x for x in [*writer.root.lines, store]), "}"]

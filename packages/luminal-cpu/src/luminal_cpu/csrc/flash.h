@@ -98,9 +98,8 @@ static inline float lm_fa_rowmax(const float *restrict x, float m, int *restrict
 
 /* w[j] = lm_exp2(x[j] - mx) for j < LM_FK, and their sum (pairwise): lm_exp2's clamp at -150
  * (NaN kept: max_ps returns its second operand when one is NaN) and its scaling of arguments
- * below -126 by 2^24 around one vector exp2f call per 16 lanes; written as one loop of
- * lm_exp2 calls, gcc if-converts that scaling into two calls (one for each side of the
- * select), doubling the exponentials' cost */
+ * below -126 by 2^24 around one vector exp2f call per 16 lanes (written before lm_exp2 took
+ * its scaling as selected bits, when a loop of lm_exp2 calls cost two calls per 16 lanes) */
 static inline float lm_fa_exp2_row(const float *restrict x, float mx, float *restrict w) {
   __mmask16 low[LM_FK / 16];
   const __m512 m = _mm512_set1_ps(mx);
