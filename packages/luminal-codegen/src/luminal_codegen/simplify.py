@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from luminal.symbolic import INF, Expr, add, floordiv, logical_and, lt, mod, mul, smax, smin
+from luminal.symbolic import INF, Expr, add, floordiv, mul
 
 from .ir import Kernel, Reduce, Store, affine, exprs_of, loop_var, map_exprs, walk
 
@@ -94,11 +94,6 @@ def merge_axes(kernel: Kernel) -> Kernel:
     return kernel
 
 
-# the simplifying constructor of each operation (what `Expr.substitute` rebuilds with)
-_BUILDERS = {"add": add, "mul": mul, "floordiv": floordiv, "mod": mod, "min": smin, "max": smax,
-             "lt": lt, "and": logical_and}
-
-
 def _loop_name(name: str) -> bool:
     # the compiler's own index variables start with "_"; a user's dims never do
     return name.startswith("_")
@@ -157,13 +152,13 @@ def _decide(e: Expr, extents: Mapping[str, Expr]) -> Expr:
         remainder = add(*rest)
         if _below(remainder, d, extents):
             return add(*quotients) if e.op == "floordiv" else remainder
-        return _BUILDERS[e.op](x, d)
+        return e.with_args((x, d))
     if e.op == "lt":
         a, b = args
         bound = _upper(add(a, mul(b, -1)), extents)
         if bound is not None and bound.vmax < 0:
             return Expr.const(1)
-    return _BUILDERS[e.op](*args)
+    return e.with_args(args)
 
 
 def symbolic_extents(kernel: Kernel) -> dict[str, Expr]:

@@ -172,7 +172,12 @@ class Expr:
             return self
         if self.op == "var":
             return to_expr(env[self.args[0]])
-        return _BUILDERS[self.op](*(a.substitute(env) for a in self.args))
+        return self.with_args(a.substitute(env) for a in self.args)
+
+    def with_args(self, args: Iterable[Expr]) -> Expr:
+        """This expression's operation on `args` instead of its own, simplified as the
+        operation's constructor (`add`, `floordiv`, ...) simplifies (not for leaves)."""
+        return _BUILDERS[self.op](*args)
 
     def evaluate(self, env: Mapping[str, int] | None = None) -> int:
         """The integer value, with named variables taken from `env`."""
