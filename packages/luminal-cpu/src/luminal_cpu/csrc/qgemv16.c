@@ -516,6 +516,12 @@ static inline __attribute__((always_inline)) void lm_qr_k_rows16(
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 32)));
     __m512i sc[2], mn[2];
     lm_q4kr_scales(w, sc, mn);
+    /* Q5_K's 8 qh vectors, loaded before the quant vectors: the block's lines are then read
+     * in order (read beside each quant vector instead: 175-190 ns a block of 16 rows from
+     * DRAM with the prefetch below, against 138; 134-138 against 141-143 in L2; one row of x
+     * and thread, Zen 4) */
+    __m512i qh[8];
+    for (int t = 0; t < 8 && q == LM_Q5_K; t++) qh[t] = _mm512_loadu_si512(w + 256 + 64 * t);
     __m512 dot[LM_GEMV_MAX_M], mins[LM_GEMV_MAX_M];
     for (int m = 0; m < M; m++) dot[m] = mins[m] = _mm512_setzero_ps();
     for (int p = 0; p < 4; p++) {
@@ -528,23 +534,27 @@ static inline __attribute__((always_inline)) void lm_qr_k_rows16(
         const __m512i qv = _mm512_loadu_si512(w + qs + 64 * v);
         __m512i u[4];
         if (q == LM_Q5_K) { /* bytes 0, 2 and 1, 3 of each lane: lm_nibble_words' pairs */
-          const __m512i qh = _mm512_loadu_si512(w + 256 + 64 * t);
-          const __m512i half[2] = {lm_q5kr_fifth(_mm512_and_si512(qv, low4), qh, 2 * p),
-                                   lm_q5kr_fifth(lm_high_nibbles(qv), qh, 2 * p + 1)};
+          const __m512i half[2] = {lm_q5kr_fifth(_mm512_and_si512(qv, low4), qh[t], 2 * p),
+                                   lm_q5kr_fifth(lm_high_nibbles(qv), qh[t], 2 * p + 1)};
           for (int h = 0; h < 2; h++)
             u[h] = _mm512_and_si512(half[h], low_bytes), u[h + 2] = _mm512_srli_epi16(half[h], 8);
         } else {
           lm_nibble_words(qv, u);
         }
-        /* the next block's lines (Q4_K 36, Q5_K 44), one or two per vector, into L2. From
-         * DRAM (one thread, Zen 4, ns per block of 16 rows, 1 / 4 rows of x): Q4_K 94-105 /
-         * 422-440 without, 97-100 / 344-348 with; Q6_K 460-530 / 750-890 without (its blocks
-         * of 3360 bytes start half a line off every other block), 166 / 848 with the whole
-         * next block prefetched at its start, 161 / 401 spread so; in L2 153-166 / 395-420.
-         * Q5_K 337 without, 244-278 into L1 (_MM_HINT_T0, as Q4_K had it), 175-190 into L2,
-         * 167-173 into L2 two blocks ahead (but 170 in L2 against 134) */
-        _mm_prefetch((const char *)w + gb + 64 * (lines - 32 + v), _MM_HINT_T1);
-        if (v < lines - 32) _mm_prefetch((const char *)w + gb + 64 * v, _MM_HINT_T1);
+        /* the next block's lines (Q4_K 36, Q5_K 44), one or two per vector. From DRAM (one
+         * thread, Zen 4, ns per block of 16 rows, 1 / 4 rows of x): Q4_K 94-105 / 422-440
+         * without, 102 / 348 with; Q6_K 460-530 / 750-890 without (its blocks of 3360 bytes
+         * start half a line off every other block), 166 / 848 with the whole next block
+         * prefetched at its start, 161 / 401 spread so; in L2 153-166 / 395-420. Q5_K's into
+         * L2 only: 138-139 / 403-416 against 170-178 / 397-406 into L1 (in L2 141-143 /
+         * 399-400; Q4_K measured the same both ways at one thread, and keeps L1) */
+        if (q == LM_Q5_K) {
+          _mm_prefetch((const char *)w + gb + 64 * (lines - 32 + v), _MM_HINT_T1);
+          if (v < lines - 32) _mm_prefetch((const char *)w + gb + 64 * v, _MM_HINT_T1);
+        } else {
+          _mm_prefetch((const char *)w + gb + 64 * (lines - 32 + v), _MM_HINT_T0);
+          if (v < lines - 32) _mm_prefetch((const char *)w + gb + 64 * v, _MM_HINT_T0);
+        }
         for (int m = 0; m < M; m++) {
           const short *xq = x[m].q + 512 * c + 128 * (v / 16) + 2 * (v % 16);
           for (int digit = 0; digit < 2; digit++)
