@@ -122,10 +122,10 @@ def test_packed_matvec_matches_gguf(m, threads, qtype, monkeypatch):
 @pytest.mark.parametrize("qtype", sorted(q for q in FORMATS if block_values(q) == 256))
 @pytest.mark.parametrize("quants, scales", [(0xFF, 0xFF), (0x00, 0x80), (0xA5, 0x5A)])
 def test_packed_k_quants_hold_the_largest_sums(qtype, quants, scales):
-    """The K-quant kernels sum each sub-block in int32 lanes of their own row: every quant (Q5_K
-    / Q6_K: its high bits too) and scale byte set (0x00 / 0x80: Q6_K's q - 32 = -32 times scale -128,
-    the largest products), x at +-max|x| in whole rows (the first digit at +-32767 everywhere)
-    and mixed, 1 and 4 rows of x; d (and dmin) stay random."""
+    """The K-quant kernels sum each sub-block in int32 lanes of their own row: every quant (Q5_K /
+    Q6_K: its high bits too) and scale byte set (0x00 / 0x80: Q6_K's q - 32 = -32 times scale -128,
+    the largest products), x at +-max|x| in whole rows (the first digit at +-32767 everywhere) and
+    mixed, 1 and 4 rows of x; d (and dmin) stay random."""
     rows, n = 32, 768
     raw, _ = weight(qtype, rows, n)
     blocks = raw.reshape(rows, n // 256, -1)
