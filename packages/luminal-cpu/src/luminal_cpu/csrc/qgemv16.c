@@ -518,8 +518,8 @@ static inline __attribute__((always_inline)) void lm_qr_k_rows16(
     lm_q4kr_scales(w, sc, mn);
     /* Q5_K's 8 qh vectors, loaded before the quant vectors: the block's lines are then read
      * in order (read beside each quant vector instead: 175-190 ns a block of 16 rows from
-     * DRAM with the prefetch below, against 138; 134-138 against 141-143 in L2; one row of x
-     * and thread, Zen 4) */
+     * DRAM with the next block prefetched into L2, against 138; 134-138 against 141-143 in
+     * L2; one row of x and thread, Zen 4) */
     __m512i qh[8];
     for (int t = 0; t < 8 && q == LM_Q5_K; t++) qh[t] = _mm512_loadu_si512(w + 256 + 64 * t);
     __m512 dot[LM_GEMV_MAX_M], mins[LM_GEMV_MAX_M];
@@ -545,12 +545,14 @@ static inline __attribute__((always_inline)) void lm_qr_k_rows16(
          * thread, Zen 4, ns per block of 16 rows, 1 / 4 rows of x): Q4_K 94-105 / 422-440
          * without, 102 / 348 with; Q6_K 460-530 / 750-890 without (its blocks of 3360 bytes
          * start half a line off every other block), 166 / 848 with the whole next block
-         * prefetched at its start, 161 / 401 spread so; in L2 153-166 / 395-420. Q5_K's into
-         * L2 only: 138-139 / 403-416 against 170-178 / 397-406 into L1 (in L2 141-143 /
-         * 399-400; Q4_K measured the same both ways at one thread, and keeps L1) */
+         * prefetched at its start, 161 / 401 spread so; in L2 153-166 / 395-420. Q5_K's go
+         * into L2 only, two blocks ahead: one thread 132-134 (in L2 136), one block ahead
+         * 138-139 / 403-416, into L1 170-178 / 397-406; two threads (2048 columns, 104 MB)
+         * 68-78 against 97-100 one block ahead and 85-95 in GGUF's layout. Q4_K measured the
+         * same into L1 or L2 at one thread, and keeps L1. */
         if (q == LM_Q5_K) {
-          _mm_prefetch((const char *)w + gb + 64 * (lines - 32 + v), _MM_HINT_T1);
-          if (v < lines - 32) _mm_prefetch((const char *)w + gb + 64 * v, _MM_HINT_T1);
+          _mm_prefetch((const char *)w + 2 * gb + 64 * (lines - 32 + v), _MM_HINT_T1);
+          if (v < lines - 32) _mm_prefetch((const char *)w + 2 * gb + 64 * v, _MM_HINT_T1);
         } else {
           _mm_prefetch((const char *)w + gb + 64 * (lines - 32 + v), _MM_HINT_T0);
           if (v < lines - 32) _mm_prefetch((const char *)w + gb + 64 * v, _MM_HINT_T0);
