@@ -1,4 +1,4 @@
-"""Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K weights repacked with their rows interleaved by 16
+"""Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and Q6_K weights repacked with their rows interleaved by 16
 (luminal_cpu/repack.py): the layout round-trips to GGUF's bytes; decode's int16 matvec
 (csrc/qgemv16.c), prefill's GEMM (csrc/qgemm8.c), the float fallbacks, the build without
 AVX-512 and generated kernels that load the bytes (a tied embedding's row gather, through
@@ -122,14 +122,14 @@ def test_packed_matvec_matches_gguf(m, threads, qtype, monkeypatch):
 @pytest.mark.parametrize("qtype", sorted(q for q in FORMATS if block_values(q) == 256))
 @pytest.mark.parametrize("quants, scales", [(0xFF, 0xFF), (0x00, 0x80), (0xA5, 0x5A)])
 def test_packed_k_quants_hold_the_largest_sums(qtype, quants, scales):
-    """The K-quant kernels sum each sub-block in int32 lanes of their own row: every quant (Q6_K:
-    its high bits too) and scale byte set (0x00 / 0x80: Q6_K's q - 32 = -32 times scale -128,
-    the largest products), x at +-max|x| in whole rows (the first digit at +-32767 everywhere)
-    and mixed, 1 and 4 rows of x; d (and dmin) stay random."""
+    """The K-quant kernels sum each sub-block in int32 lanes of their own row: every quant (Q5_K /
+    Q6_K: its high bits too) and scale byte set (0x00 / 0x80: Q6_K's q - 32 = -32 times scale -128,
+    the largest products), x at +-max|x| in whole rows (the first digit at +-32767 everywhere) and
+    mixed, 1 and 4 rows of x; d (and dmin) stay random."""
     rows, n = 32, 768
     raw, _ = weight(qtype, rows, n)
     blocks = raw.reshape(rows, n // 256, -1)
-    if qtype == "q4_k":  # d, dmin, 12 bytes of 6-bit scales and mins, 128 of nibbles
+    if qtype != "q6_k":  # d, dmin, 12 bytes of 6-bit scales and mins, (Q5_K: 32 of qh,) nibbles
         blocks[..., 4:16], blocks[..., 16:] = scales, quants
     else:  # 128 bytes of low nibbles, 64 of high bits, 16 int8 scales, d
         blocks[..., :192], blocks[..., 192:208] = quants, scales

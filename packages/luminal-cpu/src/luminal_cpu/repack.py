@@ -1,18 +1,18 @@
-"""Q8_0, Q4_0, Q4_1, Q5_0, Q4_K and Q6_K weights repacked with their rows interleaved by 16,
-for decode's matvec.
+"""Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K and Q6_K weights repacked with their rows interleaved by
+16, for decode's matvec.
 
-GGUF stores these matrices row by row, a block per 32 values (Q4_K / Q6_K: per 256), each
-block a run of fields (`FORMATS`: Q8_0 f16 d, 32 signed bytes; Q4_0 d, 16 bytes of nibbles;
-Q4_1 d, f16 m, nibbles; Q5_0 d, u32 qh, nibbles; Q4_K f16 d, f16 dmin, 12 bytes of 6-bit scales
-and mins, 128 of nibbles; Q6_K 128 bytes of low nibbles ql, 64 of high bits qh, 16 int8
-scales, f16 d). Decode's int16 matvec (csrc/qgemv16.c) then gathers each row's quant bytes
-out of the rows' strides and reduces each block across lanes (Q8_0: the float kernel, one
-block at a time). The packed layout puts one row in each int32 lane instead: for each group
-of 16 rows and each block, the 16 blocks' bytes (16 times a block's size, so the matrix keeps
-its size) are laid out field by field, a field of width w <= 4 at GGUF offset o becoming
-16 w bytes at 16 o (row i's at 16 o + w i: f16 fields are 16 lanes of f16, Q5_0's qh one
-64-byte vector), a wider field each of its 4-byte words so (word o + 4t: one 64-byte vector
-at 16 (o + 4t), int32 lane i holding row i's 4 bytes):
+GGUF stores these matrices row by row, a block per 32 values (the K-quants: per 256), each block
+a run of fields (`FORMATS`: Q8_0 f16 d, 32 signed bytes; Q4_0 d, 16 bytes of nibbles; Q4_1 d,
+f16 m, nibbles; Q5_0 d, u32 qh, nibbles; Q4_K f16 d, f16 dmin, 12 bytes of 6-bit scales and
+mins, 128 of nibbles; Q5_K the same with 32 bytes of fifth bits qh before the nibbles; Q6_K 128
+bytes of low nibbles ql, 64 of high bits qh, 16 int8 scales, f16 d). Decode's int16 matvec
+(csrc/qgemv16.c) then gathers each row's quant bytes out of the rows' strides and reduces each
+block across lanes (Q8_0: the float kernel, one block at a time). The packed layout puts one row
+in each int32 lane instead: for each group of 16 rows and each block, the 16 blocks' bytes (16
+times a block's size, so the matrix keeps its size) are laid out field by field, a field of
+width w <= 4 at GGUF offset o becoming 16 w bytes at 16 o (row i's at 16 o + w i: f16 fields are
+16 lanes of f16, Q5_0's qh one 64-byte vector), a wider field each of its 4-byte words so (word
+o + 4t: one 64-byte vector at 16 (o + 4t), int32 lane i holding row i's 4 bytes):
 
 | bytes (Q4_0 / Q4_1 / Q5_0 / Q8_0)       | holds                                               |
 | --------------------------------------- | --------------------------------------------------- |
@@ -31,6 +31,13 @@ at 16 (o + 4t), int32 lane i holding row i's 4 bytes):
 |                                   | bytes 4s..4s+3                                      |
 | 256..2303                         | 32 vectors: lane i of vector v holds row i's quant  |
 |                                   | bytes 4v..4v+3                                      |
+
+| bytes (Q5_K, 2816 per block)      | holds                                               |
+| --------------------------------- | --------------------------------------------------- |
+| 0..255                            | d, dmin and the scale vectors, as Q4_K's            |
+| 256..767                          | 8 vectors: lane i of vector t holds row i's qh      |
+|                                   | bytes 4t..4t+3                                      |
+| 768..2815                         | 32 quant vectors, as Q4_K's at 256                  |
 
 | bytes (Q6_K, 3360 per block)      | holds                                               |
 | --------------------------------- | --------------------------------------------------- |
@@ -71,7 +78,7 @@ ROWS = 16  # rows per interleaved group
 # order (csrc/runtime.c's lm_rows16_fields holds the same)
 FORMATS = {"q8_0": (32, (2, 32)), "q4_0": (32, (2, 16)), "q4_1": (32, (2, 2, 16)),
            "q5_0": (32, (2, 4, 16)), "q4_k": (256, (2, 2, 12, 128)),
-           "q6_k": (256, (128, 64, 16, 2))}
+           "q5_k": (256, (2, 2, 12, 32, 128)), "q6_k": (256, (128, 64, 16, 2))}
 
 
 def block_values(qtype: str) -> int:

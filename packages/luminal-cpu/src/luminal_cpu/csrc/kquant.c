@@ -17,7 +17,7 @@
  * Like every runtime function, these are called by all threads of the program's parallel region
  * and share work through the team's loops (lm_for_begin / lm_for_next, no barrier); the x @ W
  * path uses orphaned `omp for` loops. Q5_0 lives in runtime.c with the other 32-value formats.
- * A W in the packed layout (lm_qmat.packed: Q4_K / Q6_K) reaches the first two only (they are
+ * A W in the packed layout (lm_qmat.packed: Q4_K / Q5_K / Q6_K) reaches the first two only (they are
  * the fallbacks of qgemv16.c and qgemm8.c, which read it): its rows are unpacked to GGUF's
  * bytes (lm_gguf_row, lm_decode_row). */
 #include <stdlib.h>

@@ -280,9 +280,10 @@ static inline __attribute__((always_inline)) void lm_g8_pack_rows16(const lm_qma
   }
 }
 
-/* lm_g8_pack for a packed Q4_K / Q6_K W: the chunk is one block (LM_G8_KC = 256), and a
+/* lm_g8_pack for a packed K-quant W: the chunk is one block (LM_G8_KC = 256), and a
  * half-panel one group of the layout, so each quant vector's low and high nibble halves are
- * dwords of the panel as they stand (Q4_K's vector v: dwords 16 (v / 8) + v % 8 and + 8;
+ * dwords of the panel as they stand (Q4_K / Q5_K's vector v, the block's last 2048 bytes:
+ * dwords 16 (v / 8) + v % 8 and + 8, Q5_K's fifth bits joined by lm_q5kr_fifth;
  * Q6_K's ql vector a: 32 h + 8 g + 4 q + r, g = G and G + 2, lm_q6kr_six), and the 16 rows'
  * scales unpack at once (lm_q4kr_scales); s and o are lm_g8_row's products. */
 static inline __attribute__((always_inline)) void lm_g8_pack_k16(const lm_qmat *W, int q, long N, long n0,
@@ -295,7 +296,7 @@ static inline __attribute__((always_inline)) void lm_g8_pack_k16(const lm_qmat *
     /* dword t of row 16 v + i at b[(2 t + v) 16 + i]; group l's start, s, o at [32 l + 16 v] */
     int *b = P->b + 16 * v, *start = P->start + 16 * v;
     float *s = P->s + 16 * v, *o = P->o + 16 * v;
-    if (q == LM_Q4_K) {
+    if (q != LM_Q6_K) {
       const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)blk));
       const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + 32)));
       __m512i sc[2], mn[2];
@@ -307,9 +308,10 @@ static inline __attribute__((always_inline)) void lm_g8_pack_k16(const lm_qmat *
       for (int p = 0; p < 4; p++) {
         __m512i sum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
         for (int t = 0; t < 8; t++) {
-          const __m512i w = _mm512_loadu_si512(blk + 256 + 64 * (8 * p + t));
-          const __m512i half[2] = {_mm512_and_si512(w, low4), _mm512_and_si512(_mm512_srli_epi16(w, 4), low4)};
+          const __m512i w = _mm512_loadu_si512(blk + gb - 16 * 128 + 64 * (8 * p + t));
+          __m512i half[2] = {_mm512_and_si512(w, low4), _mm512_and_si512(_mm512_srli_epi16(w, 4), low4)};
           for (int h = 0; h < 2; h++) {
+            if (q == LM_Q5_K) half[h] = lm_q5kr_fifth(half[h], _mm512_loadu_si512(blk + 256 + 64 * t), 2 * p + h);
             _mm512_storeu_si512(b + 2 * 16 * (16 * p + 8 * h + t), half[h]);
             sum[h] = _mm512_dpbusd_epi32(sum[h], ones, half[h]);
           }

@@ -489,31 +489,39 @@ static inline __attribute__((always_inline)) void lm_q8r_rows16(
   }
 }
 
-/* ----- Q4_K / Q6_K with rows interleaved by 16 (lm_qmat.packed) ---------------------------- */
-/* Q4_K with rows interleaved by 16 (lm_qmat.packed): one 256-value block of 16 rows per step,
- * row i in int32 lane i of every vector. Quant vector v holds bytes 4v .. 4v + 3 of each row's
- * 128 (pair p = v / 8 of sub-blocks: values 4 (v % 8) .. + 3 of sub-block 2p in the low
- * nibbles, of 2p + 1 in the high ones). Read as 16-bit words, lm_nibble_words gives four
- * vectors of int16 pairs, each lane one row's quants l, l + 2 (e = 0: low nibbles of bytes 0,
- * 2; 1: their high nibbles; 2, 3: bytes 1, 3): the very pairs, in the same lanes of `vpdpwssd`,
- * that the GGUF-layout kernel forms from the same bytes, so x's digit dword for (v, e) is the
- * one at int16 32 e + 2 (v % 16) of the block's 128 (v / 16) (lm_q16_order) and is broadcast
- * to every lane: the integer products are the GGUF kernel's. A lane then holds 32 products per
- * sub-block and digit (|.| <= 32 * 15 * 32767 < 2^24); the 16 rows' 6-bit scales and mins are
- * unpacked for all lanes at once from the three scale vectors (lm_q4kr_scales), d
- * and dmin convert in one `vcvtph2ps` each, and per row the block is
+/* ----- Q4_K / Q5_K / Q6_K with rows interleaved by 16 (lm_qmat.packed) ---------------------- */
+/* Q4_K / Q5_K with rows interleaved by 16 (lm_qmat.packed): one 256-value block of 16 rows per
+ * step, row i in int32 lane i of every vector. Quant vector v holds bytes 4v .. 4v + 3 of each
+ * row's 128 (pair p = v / 8 of sub-blocks: values 4 (v % 8) .. + 3 of sub-block 2p in the low
+ * nibbles, of 2p + 1 in the high ones). Read as 16-bit words, lm_nibble_words gives four vectors
+ * of int16 pairs, each lane one row's quants l, l + 2 (e = 0: low nibbles of bytes 0, 2; 1: their
+ * high nibbles; 2, 3: bytes 1, 3): the very pairs, in the same lanes of `vpdpwssd`, that the
+ * GGUF-layout kernel forms from the same bytes, so x's digit dword for (v, e) is the one at
+ * int16 32 e + 2 (v % 16) of the block's 128 (v / 16) (lm_q16_order) and is broadcast to every
+ * lane: the integer products are the GGUF kernel's. A lane then holds 32 products per
+ * sub-block and digit (|.| <= 32 * 15 * 32767 < 2^24; Q5_K 32 * 31 * 32767 < 2^25, whose
+ * conversion may round once); the 16 rows' 6-bit scales and mins are unpacked for all lanes at once from the three scale
+ * vectors (lm_q4kr_scales), d and dmin convert in one `vcvtph2ps` each, and per row the block is
  *   dx (sum_j (d sc_j) (S1_j + S2_j / 32768)) - dmin sum_j m_j s_j
- * (s_j: x's sub-block sums), each sub-block's two int32 sums joined in float and its scale
- * applied in float, in the order written (the GGUF kernel joins the whole block in int32:
- * results differ in the last bits). */
+ * (s_j: x's sub-block sums), each sub-block's two int32 sums joined in float and its scale applied
+ * in float, in the order written (the GGUF kernel joins the whole block in int32: results differ
+ * in the last bits). Q5_K's quant vectors (the last field, as Q4_K's) take their fifth bits from
+ * qh vector v % 8 (lm_q5kr_fifth) as bytes, which are then split into the same int16 pairs. */
 static inline __attribute__((always_inline)) void lm_qr_k_rows16(
-    const unsigned char *restrict w, long blocks, const lm_q16x *x, int M, __m512 *acc) {
-  const long gb = 16 * lm_kq_block_bytes(LM_Q4_K);
+    const unsigned char *restrict w, long blocks, const lm_q16x *x, int q, int M, __m512 *acc) {
+  const long gb = 16 * lm_kq_block_bytes(q), lines = gb / 64, qs = gb - 16 * 128;
+  const __m512i low4 = _mm512_set1_epi8(15), low_bytes = _mm512_set1_epi16(0xFF);
   for (long c = 0; c < blocks; c++, w += gb) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 32)));
     __m512i sc[2], mn[2];
     lm_q4kr_scales(w, sc, mn);
+    /* Q5_K's 8 qh vectors, loaded before the quant vectors: the block's lines are then read
+     * in order (read beside each quant vector instead: 175-190 ns a block of 16 rows from
+     * DRAM with the next block prefetched into L2, against 138; 134-138 against 141-143 in
+     * L2; one row of x and thread, Zen 4) */
+    __m512i qh[8];
+    for (int t = 0; t < 8 && q == LM_Q5_K; t++) qh[t] = _mm512_loadu_si512(w + 256 + 64 * t);
     __m512 dot[LM_GEMV_MAX_M], mins[LM_GEMV_MAX_M];
     for (int m = 0; m < M; m++) dot[m] = mins[m] = _mm512_setzero_ps();
     for (int p = 0; p < 4; p++) {
@@ -523,15 +531,32 @@ static inline __attribute__((always_inline)) void lm_qr_k_rows16(
         for (int h = 0; h < 2; h++) sum[m][h][0] = sum[m][h][1] = _mm512_setzero_si512();
       for (int t = 0; t < 8; t++) {
         const long v = 8 * p + t;
+        const __m512i qv = _mm512_loadu_si512(w + qs + 64 * v);
         __m512i u[4];
-        lm_nibble_words(_mm512_loadu_si512(w + 256 + 64 * v), u);
-        /* the next block's 36 lines, one or two per vector. From DRAM (one thread, Zen 4, ns
-         * per block of 16 rows, 1 / 4 rows of x): Q4_K 94-105 / 422-440 without, 102 / 348
-         * with; Q6_K 460-530 / 750-890 without (its blocks of 3360 bytes start half a line
-         * off every other block), 166 / 848 with the whole next block prefetched at its
-         * start, 161 / 401 spread so; in L2 153-166 / 395-420 */
-        _mm_prefetch((const char *)w + gb + 64 * (v + 4), _MM_HINT_T0);
-        if (v < 4) _mm_prefetch((const char *)w + gb + 64 * v, _MM_HINT_T0);
+        if (q == LM_Q5_K) { /* bytes 0, 2 and 1, 3 of each lane: lm_nibble_words' pairs */
+          const __m512i half[2] = {lm_q5kr_fifth(_mm512_and_si512(qv, low4), qh[t], 2 * p),
+                                   lm_q5kr_fifth(lm_high_nibbles(qv), qh[t], 2 * p + 1)};
+          for (int h = 0; h < 2; h++)
+            u[h] = _mm512_and_si512(half[h], low_bytes), u[h + 2] = _mm512_srli_epi16(half[h], 8);
+        } else {
+          lm_nibble_words(qv, u);
+        }
+        /* the next block's lines (Q4_K 36, Q5_K 44), one or two per vector. From DRAM (one
+         * thread, Zen 4, ns per block of 16 rows, 1 / 4 rows of x): Q4_K 94-105 / 422-440
+         * without, 102 / 348 with; Q6_K 460-530 / 750-890 without (its blocks of 3360 bytes
+         * start half a line off every other block), 166 / 848 with the whole next block
+         * prefetched at its start, 161 / 401 spread so; in L2 153-166 / 395-420. Q5_K's go
+         * into L2 only, two blocks ahead: one thread 132-134 (in L2 136), one block ahead
+         * 138-139 / 403-416, into L1 170-178 / 397-406; two threads (2048 columns, 104 MB)
+         * 68-78 against 97-100 one block ahead and 85-95 in GGUF's layout. Q4_K measured the
+         * same into L1 or L2 at one thread, and keeps L1. */
+        if (q == LM_Q5_K) {
+          _mm_prefetch((const char *)w + 2 * gb + 64 * (lines - 32 + v), _MM_HINT_T1);
+          if (v < lines - 32) _mm_prefetch((const char *)w + 2 * gb + 64 * v, _MM_HINT_T1);
+        } else {
+          _mm_prefetch((const char *)w + gb + 64 * (lines - 32 + v), _MM_HINT_T0);
+          if (v < lines - 32) _mm_prefetch((const char *)w + gb + 64 * v, _MM_HINT_T0);
+        }
         for (int m = 0; m < M; m++) {
           const short *xq = x[m].q + 512 * c + 128 * (v / 16) + 2 * (v % 16);
           for (int digit = 0; digit < 2; digit++)
@@ -628,7 +653,7 @@ static inline __attribute__((always_inline)) void lm_qr_gemv_m(
       __m512 acc[LM_GEMV_MAX_M];
       for (int m = 0; m < M; m++) acc[m] = _mm512_setzero_ps();
       if (q == LM_Q8_0) lm_q8r_rows16(W->w + g * group_bytes, blocks, xs + b * M, M, acc);
-      else if (q == LM_Q4_K) lm_qr_k_rows16(W->w + g * group_bytes, blocks, xs + b * M, M, acc);
+      else if (q == LM_Q4_K || q == LM_Q5_K) lm_qr_k_rows16(W->w + g * group_bytes, blocks, xs + b * M, q, M, acc);
       else if (q == LM_Q6_K) lm_qr_q6k_rows16(W->w + g * group_bytes, blocks, xs + b * M, M, acc);
       else lm_qr_rows16(W->w + g * group_bytes, blocks, xs + b * M, q, M, acc);
       for (int m = 0; m < M; m++) {
@@ -663,6 +688,7 @@ static void lm_qr_gemv(long nb, long M, long N, long K, const lm_q16x *xs, const
     case LM_Q4_1: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_1); break;
     case LM_Q5_0: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q5_0); break;
     case LM_Q4_K: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q4_K); break;
+    case LM_Q5_K: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q5_K); break;
     default: lm_qr_gemv_q(nb, M, N, K, xs, W, C, LM_Q6_K); break;
   }
 }

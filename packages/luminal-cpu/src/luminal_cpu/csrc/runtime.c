@@ -216,7 +216,7 @@ static inline __mmask64 lm_q5r_fifth(__m512i qh, int v, int h) {
 #endif
 }
 
-/* the 6-bit scales and mins of a packed Q4_K block (blk: its 16 rows' block, three scale
+/* the 6-bit scales and mins of a packed Q4_K / Q5_K block (blk: its 16 rows' block, three scale
  * vectors at 64) for every row at once (lm_kq_scale_min lane-wise): byte j of sc[0] / mn[0]
  * is sub-block j's scale / min (j < 4), byte j of sc[1] / mn[1] sub-block j + 4's, whose top
  * two bits are bits 6, 7 of byte j of the first / second vector (0xF8: a | (b & c)) */
@@ -228,6 +228,15 @@ static inline void lm_q4kr_scales(const unsigned char *blk, __m512i sc[2], __m51
   mn[0] = _mm512_and_si512(s1, m6);
   sc[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(s2, low4), _mm512_srli_epi32(s0, 2), top2, 0xF8);
   mn[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(s2, 4), low4), _mm512_srli_epi32(s1, 2), top2, 0xF8);
+}
+
+/* the low (bit = 2p) or high (2p + 1) nibbles of quant vector 8p + t of a packed Q5_K block,
+ * with their fifth bits: bit `bit` of the same bytes of qh vector t (its rows' qh bytes
+ * 4t .. 4t + 3), moved to bit 4 by one shift of the lane (no other byte's bit lands there)
+ * and joined (0xF8: a | (b & c)) */
+static inline __m512i lm_q5kr_fifth(__m512i nibbles, __m512i qh, int bit) {
+  const __m512i top = bit <= 4 ? _mm512_slli_epi32(qh, 4 - bit) : _mm512_srli_epi32(qh, bit - 4);
+  return _mm512_ternarylogic_epi32(nibbles, top, _mm512_set1_epi8(16), 0xF8);
 }
 
 /* byte j of each int32 lane of v (a packed layout's per-row bytes), as 16 floats */
@@ -514,9 +523,9 @@ static inline long lm_q_bytes(int q) { return q >= LM_Q4_K ? lm_kq_block_bytes(q
 /* the widths of a packable format's block fields in GGUF order, zero-terminated (repack.py's
  * FORMATS) */
 static const unsigned char *lm_rows16_fields(int q) {
-  static const unsigned char fields[][5] = {
+  static const unsigned char fields[][6] = {
       [LM_Q8_0] = {2, 32}, [LM_Q4_0] = {2, 16}, [LM_Q4_1] = {2, 2, 16}, [LM_Q5_0] = {2, 4, 16},
-      [LM_Q4_K] = {2, 2, 12, 128}, [LM_Q6_K] = {128, 64, 16, 2}};
+      [LM_Q4_K] = {2, 2, 12, 128}, [LM_Q5_K] = {2, 2, 12, 32, 128}, [LM_Q6_K] = {128, 64, 16, 2}};
   return fields[q];
 }
 

@@ -41,7 +41,7 @@ typedef struct { const void *p; int dt; long rs, ks; } lm_mat;
  * k_contig: the product reads W[n, k] (x @ W.T), else W[k, n] (x @ W); x_prec: how decode's
  * matvec holds x (LM_X_F32: float32; LM_X_I8: int8 blocks, qgemv.c; LM_X_I16: int16 blocks,
  * qgemv16.c) and prefill's GEMM (LM_X_F32: the float GEMM; LM_X_I8: one int8 digit per value;
- * LM_X_I16: three; qgemm8.c); packed: a Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q4_K / Q6_K W (k_contig,
+ * LM_X_I16: three; qgemm8.c); packed: a W in one of repack.py's FORMATS (k_contig,
  * rows a multiple of 16) whose rows are interleaved by 16 (the runtime's repacked layout,
  * repack.py): per group of 16 rows and block, the 16 blocks' fields side by side in GGUF's
  * order, a field of width w <= 4 at offset o as 16 w bytes at 16 o (row i's at 16 o + w i), a
