@@ -119,3 +119,30 @@ def test_rows_without_a_digit_rounding_take_float_dot_products(qtype, bad, setti
     rest = [0, 1, 3, 4, 5]
     xq = reference(qtype, x[rest], setting)
     assert np.all(np.abs(got[rest] - xq @ w.T) <= 5e-6 * (np.abs(xq) @ np.abs(w.T)) + 1e-30)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("qtype", ["q4_1", "q6_k"])
+def test_sums_go_straight_into_c_at_its_edges(qtype, threads, monkeypatch):
+    """The last group's sums are stored into C's rows with the panel's columns masked: a last
+    panel of W of 9 rows, of 25 (its second vector partial) and of 16 (its second vector
+    empty, the packed layout), batch axes (C's rows at each batch's offset), a single chunk of
+    W (its first group is also its last) and several, float16 x, and a row without a rounding
+    written over what the digits stored."""
+    monkeypatch.delenv("LUMINAL_CPU_QUANT_ACTIVATIONS", raising=False)
+    monkeypatch.setenv("LUMINAL_CPU_THREADS", threads)
+    for rows, cols, shape, dtype in [(41, 256, (7, 256), np.float32),
+                                     (57, 768, (3, 7, 768), np.float32),
+                                     (48, 768, (2, 9, 768), np.float32),
+                                     (57, 256, (3, 6, 256), np.float16)]:
+        raw, w = weight(qtype, rows, cols)
+        x = rng.standard_normal(shape).astype(dtype)
+        x[..., 7::61] *= 300
+        x.reshape(-1, cols)[4, 3] = np.inf
+        got = matvec(raw, qtype, (rows, cols), x).reshape(-1, rows)
+        flat = x.reshape(-1, cols).astype(np.float32)
+        assert not np.isfinite(got[4]).any()
+        rest = np.arange(len(flat)) != 4
+        xq = int8_digit_activations(flat[rest], group(qtype))
+        want, scale = xq @ w.T, np.abs(xq) @ np.abs(w.T)
+        assert np.all(np.abs(got[rest] - want) <= 5e-6 * scale + 1e-30), (rows, cols, shape)

@@ -450,16 +450,21 @@ static inline __attribute__((always_inline)) void lm_g8_sums3(const unsigned int
 }
 
 /* ct[i][0 .. 32) += row i of panel p times the chunk's 32 rows of W over its ng groups
- * (starting at group g0 of X) */
+ * (starting at group g0 of X). With `first` (the chunk holds the product's first group) the
+ * sums start at zero instead of ct's old values; with `out` (it holds the last) the last
+ * group's sums go to out[i] (C's row, columns masked by mk[v]; none when out[i] is NULL)
+ * instead of ct: C is written once, with no zeroing or copy of ct. */
 static inline __attribute__((always_inline)) void lm_g8_kernel(const lm_g8x *X, long p, long g0, long ng,
                                                                const lm_g8w *P, int G, int D, int mins,
-                                                               float *ct) {
+                                                               float *ct, int first, float *const *out,
+                                                               const __mmask16 mk[2]) {
   const int MR = lm_g8_mr(D), J = G / 4;
   const unsigned int *a = X->a + (p * X->groups + g0) * J * LM_G8_ROWS;
   for (long l = 0; l < ng; l++) {
     __m512i acc[LM_G8_ROWS][2]; /* D = 3: t in rows 0 .. 3, u in 4 .. 7 */
     if (D == 3) lm_g8_sums3(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc, acc + 4);
     else lm_g8_sums1(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc);
+    const int init = first && l == 0, final = out && l == ng - 1;
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
       const long row = (p * MR + i) * X->groups + g0 + l;
@@ -468,10 +473,11 @@ static inline __attribute__((always_inline)) void lm_g8_kernel(const lm_g8x *X, 
         const __m512 f = D == 3 ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[MR + i][v]), _mm512_set1_ps(1.0f / 256.0f),
                                                   _mm512_cvtepi32_ps(acc[i][v]))
                                 : _mm512_cvtepi32_ps(acc[i][v]);
-        __m512 c = _mm512_loadu_ps(ct + i * LM_G8_NR + 16 * v);
+        __m512 c = init ? _mm512_setzero_ps() : _mm512_loadu_ps(ct + i * LM_G8_NR + 16 * v);
         c = _mm512_fmadd_ps(f, _mm512_mul_ps(dx, _mm512_loadu_ps(P->s + l * 32 + 16 * v)), c);
         if (mins) c = _mm512_fmadd_ps(_mm512_set1_ps(X->xs[row]), _mm512_loadu_ps(P->o + l * 32 + 16 * v), c);
-        _mm512_storeu_ps(ct + i * LM_G8_NR + 16 * v, c);
+        if (!final) _mm512_storeu_ps(ct + i * LM_G8_NR + 16 * v, c);
+        else if (out[i]) _mm512_mask_storeu_ps(out[i] + 16 * v, mk[v], c);
       }
     }
   }
@@ -498,15 +504,29 @@ static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long
   for (long lo, hi; lm_for_next(&lo, &hi);)
     for (long t = lo; t < hi; t++) {
       const long n0 = t * LM_G8_NR, nc = N - n0 < LM_G8_NR ? N - n0 : LM_G8_NR;
-      memset(ct, 0, sizeof(float) * LM_G8_NR * X->panels * MR);
+      /* the panel's columns of C (only these: the other panels are other threads') */
+      const __mmask16 mk[2] = {(__mmask16)(nc >= 16 ? 0xffff : (1u << nc) - 1),
+                               (__mmask16)(nc >= 32 ? 0xffff : nc > 16 ? (1u << (nc - 16)) - 1 : 0)};
       for (long g0 = 0; g0 < X->groups; g0 += cg) {
         const long ng = X->groups - g0 < cg ? X->groups - g0 : cg;
+        const int last = g0 + ng == X->groups && C->dt == LM_F32; /* else ct, converted below */
         lm_g8_pack(W, q, G, N, n0, g0, ng, &P);
-        for (long p = 0; p < X->panels; p++)
-          lm_g8_kernel(X, p, g0, ng, &P, G, D, mins, ct + p * MR * LM_G8_NR);
+        for (long p = 0; p < X->panels; p++) {
+          float *out[LM_G8_ROWS];
+          for (int i = 0; last && i < MR; i++) {
+            const long r = p * MR + i;
+            out[i] = r < rows ? (float *)C->p + C->off[r / M] + r % M * C->rs + n0 : NULL;
+          }
+          lm_g8_kernel(X, p, g0, ng, &P, G, D, mins, ct + p * MR * LM_G8_NR, g0 == 0, last ? out : NULL, mk);
+        }
       }
+      if (C->dt != LM_F32)
+        for (long r = 0; r < rows; r++) {
+          const long at = C->off[r / M] + r % M * C->rs + n0;
+          for (long j = 0; j < nc; j++) lm_put(C->p, C->dt, at + j, ct[r * LM_G8_NR + j]);
+        }
       /* rows without a rounding: float dot products with W's decoded rows (NaN and
-       * infinities propagate as in the float GEMM) */
+       * infinities propagate as in the float GEMM), over what the digits wrote */
       for (long j = 0; j < nc; j++) {
         int decoded = 0;
         for (long r = 0; r < rows; r++) {
@@ -515,13 +535,8 @@ static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long
           const float *x = lm_row_f32(A->p, A->dt, aoff[r / M] + r % M * A->rs, A->ks, K, tmp);
           float acc = 0.0f;
           for (long k = 0; k < K; k++) acc = fmaf(x[k], wrow[k], acc);
-          ct[r * LM_G8_NR + j] = acc;
+          lm_put(C->p, C->dt, C->off[r / M] + r % M * C->rs + n0 + j, acc);
         }
-      }
-      for (long r = 0; r < rows; r++) {
-        const long b = r / M, m = r % M, at = C->off[b] + m * C->rs + n0;
-        if (C->dt == LM_F32) memcpy((float *)C->p + at, ct + r * LM_G8_NR, sizeof(float) * nc);
-        else for (long j = 0; j < nc; j++) lm_put(C->p, C->dt, at + j, ct[r * LM_G8_NR + j]);
       }
     }
   free(ct);
