@@ -380,8 +380,8 @@ static inline __attribute__((always_inline)) void lm_q8x3_16(
 /* ----- the 32-value formats' prefetch --------------------------------------------------- */
 /* With 2 to 4 rows of x the packed 32-value kernels (lm_qr_rows16, lm_q8r_rows16) request a
  * block's lines LM_QR_AHEAD bytes ahead into L2 per block. One thread from DRAM, Zen 4, ns a
- * block of 16 rows at 4 rows of x: Q4_0 37-41 against 51-60 without, Q4_1 35-40 against
- * 44-46, Q5_0 37-42 against 50-54, Q8_0 38-42 against 53-59 (2 rows: Q8_0 22 against 25, the
+ * block of 16 rows at 4 rows of x: Q4_0 37-41 against 51-60 without, Q4_1 35-41 against
+ * 44-46, Q5_0 37-42 against 50-62, Q8_0 38-42 against 52-77 (2 rows: Q8_0 22 against 25, the
  * others equal; 4096 bytes ahead the same but for Q8_0 at 2 rows, 2304 into L1 36-42). One
  * row is left without: there the hardware prefetcher keeps up (Q4_0 / Q5_0 the same with
  * any distance, Q8_0 14.3 against 16-22). $CC="gcc -DLM_QR_AHEAD=..." builds another
