@@ -377,6 +377,22 @@ static inline __attribute__((always_inline)) void lm_q8x3_16(
   }
 }
 
+/* ----- the 32-value formats' prefetch --------------------------------------------------- */
+/* With 2 to 4 rows of x the packed 32-value kernels (lm_qr_rows16, lm_q8r_rows16) request a
+ * block's lines LM_QR_AHEAD bytes ahead into L2 per block. One thread from DRAM, Zen 4, ns a
+ * block of 16 rows at 4 rows of x: Q4_0 37-41 against 51-60 without, Q4_1 35-41 against
+ * 44-46, Q5_0 37-42 against 50-62, Q8_0 38-42 against 52-77 (2 rows: Q8_0 22 against 25, the
+ * others equal; 4096 bytes ahead the same but for Q8_0 at 2 rows, 2304 into L1 36-42). One
+ * row is left without: there the hardware prefetcher keeps up (Q4_0 / Q5_0 the same with
+ * any distance, Q8_0 14.3 against 16-22). $CC="gcc -DLM_QR_AHEAD=..." builds another
+ * distance to measure. */
+#ifndef LM_QR_AHEAD
+#define LM_QR_AHEAD 8192
+#endif
+static inline __attribute__((always_inline)) void lm_qr_prefetch(const unsigned char *p, long bytes, int M) {
+  for (long i = 0; M > 1 && i < (bytes + 63) / 64; i++) _mm_prefetch((const char *)p + LM_QR_AHEAD + 64 * i, _MM_HINT_T1);
+}
+
 /* ----- Q4_0 / Q4_1 / Q5_0 with rows interleaved by 16 (lm_qmat.packed) --------------------- */
 /* One 32-value block of 16 rows per step, each row in its own int32 lane: the four 64-byte
  * quant vectors load whole (no gather; Q5_0's fifth bits join them through one
@@ -399,6 +415,7 @@ static inline __attribute__((always_inline)) void lm_qr_rows16(
     const unsigned char *restrict w, long blocks, const lm_q16x *x, int q, int M, __m512 *acc) {
   const long gb = 16 * lm_block_bytes(q), nib = 16 * lm_nibbles_at(q);
   for (long j = 0; j < blocks; j++, w += gb) {
+    lm_qr_prefetch(w, gb, M);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
     __m512 mw = _mm512_setzero_ps();
     __m512i qh = _mm512_setzero_si512();
@@ -463,6 +480,7 @@ static inline __attribute__((always_inline)) void lm_q8r_rows16(
     const unsigned char *restrict w, long blocks, const lm_q16x *x, int M, __m512 *acc) {
   const __m512i flip = _mm512_set1_epi8((char)0x80);
   for (long j = 0; j < blocks; j++, w += 16 * 34) {
+    lm_qr_prefetch(w, 16 * 34, M);
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
     __m512i u[8];
     for (int v = 0; v < 8; v++) u[v] = _mm512_xor_si512(_mm512_loadu_si512(w + 32 + 64 * v), flip);
