@@ -31,10 +31,11 @@ def load_causal_lm(gguf: GGUFFile, quantized: bool = True,
 
 
 def _architecture(gguf: GGUFFile) -> type[Llama] | type[Gemma3]:
-    architecture = ARCHITECTURES.get(gguf.architecture)
+    name = gguf.architecture
+    architecture = ARCHITECTURES.get(name) if isinstance(name, str) else None
     if architecture is None:
         raise ModelFileError(
-            f"{gguf.path}: architecture {gguf.architecture!r} is not supported (luminal-models "
+            f"{gguf.path}: architecture {name!r} is not supported (luminal-models "
             f"runs {', '.join(map(repr, ARCHITECTURES))})")
     return architecture
 
