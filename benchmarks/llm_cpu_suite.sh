@@ -3,7 +3,8 @@
 # llama.cpp (and transformers) on SmolLM2-135M and Gemma 3 270M, quiet and with one core kept
 # busy, the quantized matvecs as a share of copy bandwidth, and the GEMM-bound work against
 # PyTorch eager. Needs `scripts/setup-bench.sh` (llama.cpp, transformers) and both models
-# (`luminal models`). Takes about 12 minutes on 2 vCPUs.
+# (`luminal models`). Takes about 6 minutes on 2 vCPUs (Zen 4), more after a change that
+# recompiles the kernels.
 #
 #   bash benchmarks/llm_cpu_suite.sh [PYTHON] > suite.log 2>&1
 set -euo pipefail
