@@ -1,11 +1,19 @@
 """Views applied to host (NumPy) buffers: how the front end reads a tensor back and how the
-reference backend reads its operands."""
+reference backend reads its operands; and host buffers aligned for vector loads."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .shape import View
+
+
+def aligned_bytes(nbytes: int, alignment: int = 64) -> np.ndarray:
+    """A new uint8 array of `nbytes` starting on an `alignment`-byte boundary (NumPy aligns
+    its data to 16 only): a view of one allocation of `alignment - 1` more bytes."""
+    whole = np.empty(nbytes + alignment - 1, np.uint8)
+    start = -whole.ctypes.data % alignment
+    return whole[start:start + nbytes]
 
 
 def concrete_view(view: View, dims: dict[str, int]) -> tuple:

@@ -67,6 +67,7 @@ from dataclasses import replace
 
 import numpy as np
 from luminal.graph import Graph
+from luminal.host_views import aligned_bytes
 from luminal.symbolic import Expr
 from luminal_codegen import Kernel, Matmul, Program, QuantOperand
 from luminal_codegen.ir import Load, map_loads
@@ -138,9 +139,7 @@ def repack(raw: np.ndarray, qtype: str, rows: int) -> np.ndarray:
     groups, blocks = _groups(raw.size, qtype, rows)
     bb = block_bytes(qtype)
     b = raw.reshape(groups, ROWS, blocks, bb).transpose(0, 2, 1, 3)
-    room = np.empty(raw.size + 64, np.uint8)
-    start = -room.__array_interface__["data"][0] % 64
-    out = room[start:start + raw.size].reshape(groups, blocks, ROWS * bb)
+    out = aligned_bytes(raw.size).reshape(groups, blocks, ROWS * bb)
     for at, width in _sections(qtype):
         out[..., ROWS * at:ROWS * (at + width)] = b[..., at:at + width].reshape(groups, blocks, -1)
     return out.reshape(-1)

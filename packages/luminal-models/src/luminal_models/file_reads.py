@@ -17,20 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from luminal.host_views import aligned_bytes
 
 from .errors import ModelFileError
 
 __all__ = ["OpenFile", "read_exact"]
 
-ALIGNMENT = 64
-
-
-def _aligned_bytes(nbytes: int) -> np.ndarray:
-    """A new uint8 array of ``nbytes`` starting on an ``ALIGNMENT``-byte boundary: a view of
-    one allocation of ``ALIGNMENT - 1`` more bytes (NumPy aligns its data to 16 only)."""
-    whole = np.empty(nbytes + ALIGNMENT - 1, np.uint8)
-    start = -whole.ctypes.data % ALIGNMENT
-    return whole[start:start + nbytes]
 
 
 def read_exact(fd: int, offset: int, nbytes: int, where: str,
@@ -42,7 +34,7 @@ def read_exact(fd: int, offset: int, nbytes: int, where: str,
         error: the file ends before ``offset + nbytes`` (it was truncated after it was opened)
             or cannot be read; the message starts with ``where``.
     """
-    out = _aligned_bytes(nbytes)
+    out = aligned_bytes(nbytes)
     view = memoryview(out)
     done = 0
     while done < nbytes:
