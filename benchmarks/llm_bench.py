@@ -410,9 +410,11 @@ def main() -> None:
                         help="before each run, wait up to this long for a quiet machine "
                              "(default 60; 0: never wait)")
     parser.add_argument("--model", default="smollm2", help="model name or .gguf path")
-    parser.add_argument("--activations", choices=("int16", "int8", "float"), default=None,
+    parser.add_argument("--activations", choices=("int16", "int24", "int8", "float"),
+                        default=None,
                         help="how luminal's cpu quantized matmuls hold activations (default: "
-                             "its default, int16, float-like; int8: llama.cpp's numerics)")
+                             "its default, int16: prompts to 16 bits per 32 values; int24: "
+                             "float-like; int8: llama.cpp's numerics)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--child", choices=SYSTEMS, help=argparse.SUPPRESS)
     args = parser.parse_args()

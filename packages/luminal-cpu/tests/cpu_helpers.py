@@ -39,19 +39,28 @@ def check_vs_reference(build: Callable, datas, atol: float = 1e-5, rtol: float =
 
 
 def quant_matmul_activations(x: np.ndarray, qtype: str, transposed: bool) -> np.ndarray:
-    """What the cpu backend's quantized matmul multiplies the `qtype` weights by, as float64:
-    in decode's x @ W.T with at most 4 rows of x in all (batch axes folded into the rows), `x`
-    rounded to integer digits (the default, csrc/qgemv16.c; not Q8_0) or int8 blocks
-    (LUMINAL_CPU_QUANT_ACTIVATIONS=int8, csrc/qgemv.c); `x` itself in every other product."""
+    """What the cpu backend's quantized matmul multiplies the `qtype` weights by, as float64,
+    for x @ W.T (batch axes folded into the rows of x): in decode's matvec (at most 4 rows)
+    `x` rounded to integer digits (the default and int24, csrc/qgemv16.c; not Q8_0) or int8
+    blocks (LUMINAL_CPU_QUANT_ACTIVATIONS=int8, csrc/qgemv.c); in prefill's GEMM (more rows,
+    csrc/qgemm8.c) `x` rounded to 16 bits per group (the default), to int8 per group (int8) or
+    24 bits (int24: `x`, up to 1.8e-7 of a group's max|x|); `x` itself in every other
+    product."""
     from luminal.quant import BLOCK_FORMATS
-    from luminal.testing.quant import decode_activations, int8_activations
+    from luminal.testing.quant import decode_activations, int8_activations, int8_digit_activations
     from luminal_cpu.source import quant_activations
 
     rows = x.size // x.shape[-1]
-    block = BLOCK_FORMATS[qtype].block_size
+    setting = quant_activations()
     if transposed and rows <= 4:
-        if quant_activations() == "int8":
-            return int8_activations(x, block)
-        if quant_activations() == "int16" and qtype != "q8_0":
+        if setting == "int8":
+            return int8_activations(x, BLOCK_FORMATS[qtype].block_size)
+        if setting in ("int16", "int24") and qtype != "q8_0":
             return decode_activations(x, qtype)
+    if transposed and rows > 4:
+        group = 16 if qtype == "q6_k" else 32  # one scale of x per scale of W
+        if setting == "int8":
+            return int8_activations(x, group)
+        if setting == "int16":
+            return int8_digit_activations(x, group, digits=2)
     return x.astype(np.float64)

@@ -110,7 +110,7 @@ def test_unknown_activation_setting_is_refused(monkeypatch):
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "int4")
     raw, _ = weight("q8_0", 4, 64)
     with pytest.raises(ValueError, match="LUMINAL_CPU_QUANT_ACTIVATIONS must be one of "
-                                         "'float', 'int8', 'int16', not 'int4'"):
+                                         "'float', 'int8', 'int16', 'int24', not 'int4'"):
         matvec(raw, "q8_0", (4, 64), np.ones((1, 64), np.float32))
 
 
@@ -130,10 +130,12 @@ def assert_float_fallback(qtype: str, bad: float, rng: np.random.Generator) -> N
         assert np.isnan(got[0]).all()
 
 
-def check_bad_row(got: np.ndarray, x: np.ndarray, w: np.ndarray, bad: float) -> None:
+def check_bad_row(got: np.ndarray, x: np.ndarray, w: np.ndarray, bad: float,
+                  held: np.ndarray | None = None) -> None:
     """`got` = x @ w.T where row 0 of x holds `bad` (or was scaled by it when tiny): a tiny
     row matches the exact product to float32 rounding; a non-finite value leaves row 0 with
-    no finite output and the finite row 1 exact to float32 rounding."""
+    no finite output and the finite row 1 exact to float32 rounding, with row 1 of x as the
+    kernel holds it (`held`, default x)."""
     with np.errstate(invalid="ignore"):  # inf * 0 in row 0
         exact = x.astype(np.float64) @ w.T
         scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
@@ -141,4 +143,5 @@ def check_bad_row(got: np.ndarray, x: np.ndarray, w: np.ndarray, bad: float) -> 
         assert np.all(np.abs(got - exact) <= 1e-5 * scale + 1e-45)
     else:
         assert not np.isfinite(got[0]).any()
-        assert np.all(np.abs(got[1] - exact[1]) <= 1e-5 * scale[1] + 1e-30)
+        row1 = (x if held is None else held)[1].astype(np.float64)
+        assert np.all(np.abs(got[1] - row1 @ w.T) <= 1e-5 * scale[1] + 1e-30)

@@ -50,8 +50,8 @@ o + 4t: one 64-byte vector at 16 (o + 4t), int32 lane i holding row i's 4 bytes)
 The contract: the cpu backend decides when it lowers a program (`packed_inputs`) which input
 buffers to repack: only where every call reading the buffer is a quantized matmul that reads
 it as its weight along k in one of `FORMATS`, with 16 | rows and x held as int16 (the default
-`quant_activations`: decode's matvec, prefill's GEMM and their float fallbacks all read the
-layout, csrc `lm_qmat.packed`), or a generated kernel that loads its bytes (a tied
+`quant_activations`) or int24 (decode's matvec, prefill's GEMM and their float fallbacks all
+read the layout, csrc `lm_qmat.packed`), or a generated kernel that loads its bytes (a tied
 embedding's row gather), whose loads are then rewritten to the packed address of the same
 byte (`packed_index`); anything else keeps GGUF's layout. The runtime repacks such an input
 once, when it binds a new array, and puts a `luminal.DeviceArray` in `graph.data` in place
@@ -175,12 +175,13 @@ def unpack(packed: np.ndarray, qtype: str, rows: int) -> np.ndarray:
 
 def _packable(kernel: object) -> tuple[str, int, int] | None:
     """(format, rows, cols) of a matmul's quantized weight when the packed layout can hold
-    it and every reader of the layout runs (x held as int16), else None."""
+    it and every reader of the layout runs (x held as int16 or int24), else None."""
     if not isinstance(kernel, Matmul):
         return None
     b = kernel.b
     if (not isinstance(b, QuantOperand) or b.qtype not in FORMATS or not b.k_contiguous
-            or x_prec(kernel) != "LM_X_I16" or not (b.rows.is_const and b.cols.is_const)):
+            or x_prec(kernel) not in ("LM_X_I16", "LM_X_I24")
+            or not (b.rows.is_const and b.cols.is_const)):
         return None
     rows, cols = b.rows.value, b.cols.value
     if rows <= 0 or rows % ROWS or cols <= 0 or cols % block_values(b.qtype):

@@ -60,19 +60,26 @@ _STACK_BATCHES = 256
 
 
 # how quantized matmuls along k may hold x (`lm_qmat.x_prec` in runtime.h)
-QUANT_ACTIVATIONS = {"float": "LM_X_F32", "int8": "LM_X_I8", "int16": "LM_X_I16"}
+# (a new name goes last: a searched schedule stores a setting as its position here)
+QUANT_ACTIVATIONS = {"float": "LM_X_F32", "int8": "LM_X_I8", "int16": "LM_X_I16",
+                     "int24": "LM_X_I24"}
 
 
 def quant_activations() -> str:
-    """How decode's quantized matvec holds x: "int16" (the default) rounds it to int16 blocks
-    (csrc/qgemv16.c: at most 1.5e-5 of the block's max|x| per value, float-like; SmolLM2 and
-    Gemma 3 keep transformers' greedy tokens) and takes integer dot products, at the memory
-    bandwidth; "float" keeps it in float32 (exact up to summation order, slower); "int8"
-    rounds it to int8 blocks (csrc/qgemv.c: llama.cpp's numerics, about 1e-3 relative to
-    sum |x w|, which moved SmolLM2's greedy tokens away from transformers'). Prefill's GEMM
-    (more than 4 rows of x, csrc/qgemm8.c) follows it: "int16" writes x as three int8 digits
-    per value (about 1.8e-7 of its group's max|x|, float-like), "int8" as one, "float" runs
-    the float GEMM. `LUMINAL_CPU_QUANT_ACTIVATIONS`, read when a graph is compiled."""
+    """How quantized matmuls along k hold x, from `LUMINAL_CPU_QUANT_ACTIVATIONS` (read when a
+    graph is compiled; default "int16").
+
+    - "int16" (the default): decode's matvec (up to 4 rows of x, csrc/qgemv16.c) writes x as
+      two int16 digits per value (4.7e-10 of the block's max|x|: float-like; it is bound by
+      memory, so the precision costs nothing), and prefill's GEMM (more rows, csrc/qgemm8.c)
+      rounds x to 16 bits per group of 32 values (1.5e-5 of the group's max|x|; two int8
+      digits). Gemma 3's first-forward logits are then within 3.1e-3 of transformers fp32,
+      and its and SmolLM2's greedy tokens are transformers'.
+    - "int24": the same decode; prefill keeps x to 24 bits (three int8 digits, 1.8e-7 of the
+      group's max|x|: logits within 3e-5 of transformers), 1.3x slower than "int16".
+    - "int8": llama.cpp's numerics, x rounded to int8 blocks in both (csrc/qgemv.c; about
+      1e-3 relative to sum |x w|: it moved SmolLM2's greedy tokens away from transformers').
+    - "float": x kept in float32 (exact up to summation order; the slowest)."""
     value = os.environ.get("LUMINAL_CPU_QUANT_ACTIVATIONS", "int16")
     if value not in QUANT_ACTIVATIONS:
         raise ValueError(f"LUMINAL_CPU_QUANT_ACTIVATIONS must be one of "

@@ -67,12 +67,14 @@ def add_model_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=checked(int, 1), default=None, metavar="N",
                         help="CPU threads for the cpu backend (default: the idle cores; "
                              "same as LUMINAL_CPU_THREADS=N)")
-    parser.add_argument("--activations", choices=("int16", "int8", "float"), default=None,
+    parser.add_argument("--activations", choices=("int16", "int24", "int8", "float"),
+                        default=None,
                         help="how the cpu backend's quantized matmuls hold activations: int16 "
-                             "(default) keeps them float-like (logits within 1e-4 of float); "
-                             "int8 is llama.cpp's numerics: prompts up to 1.3x faster, logits "
-                             "moved by up to ~1; float is exact and slower (same as "
-                             "LUMINAL_CPU_QUANT_ACTIVATIONS)")
+                             "(default) rounds a prompt's to 16 bits per 32 values (logits "
+                             "within ~5e-3 of float; generation keeps 32 bits); int24 keeps "
+                             "prompts float-like too (within 1e-4), 1.3x slower; int8 is "
+                             "llama.cpp's numerics (logits moved by up to ~1); float is exact "
+                             "and slowest (same as LUMINAL_CPU_QUANT_ACTIVATIONS)")
 
 
 def add_sampling_options(parser: argparse.ArgumentParser) -> None:

@@ -85,18 +85,27 @@ def decode_activations(x: np.ndarray, qtype: str) -> np.ndarray:
     return int8_triple_activations(x, block) if block == 32 else int16_activations(x, block)
 
 
-def int8_digit_activations(x: np.ndarray, block: int) -> np.ndarray:
-    """x (float32, last axis a multiple of `block`) as luminal-cpu's prefill GEMM holds it under
-    the default (int16) setting (csrc/qgemm8.c): per block `t = x * (127 / max|x|)` (float32)
-    written as three byte digits, `q1 = floor(t)`, `u2 = min(floor(256 (t - q1)), 255)` and
-    `u3 = min(rint(256 (256 (t - q1) - u2)), 255)`, with `d = max|x| / 127 / 256` (float32);
-    returns `d * (256 q1 + u2 + u3 / 256)` in float64: x within about 1.8e-7 max|x|."""
+def int8_digit_activations(x: np.ndarray, block: int, digits: int = 3) -> np.ndarray:
+    """x (float32, last axis a multiple of `block`) as luminal-cpu's prefill GEMM holds it
+    (csrc/qgemm8.c), in float64: per block `t = x * (127 / max|x|)` (float32) and
+    `d = max|x| / 127 / 256` (float32).
+
+    `digits=2` (the default `int16` setting): `T = rint(256 t)` (two byte digits, `T >> 8` and
+    `T & 255`); returns `d * T`, x within 1.5e-5 max|x|. `digits=3` (the float-like `int24`
+    setting): `q1 = floor(t)`, `u2 = min(floor(256 (t - q1)), 255)` and
+    `u3 = min(rint(256 (256 (t - q1) - u2)), 255)`; returns `d * (256 q1 + u2 + u3 / 256)`, x
+    within about 1.8e-7 max|x|."""
+    if digits not in (2, 3):
+        raise ValueError(f"digits must be 2 or 3, not {digits!r}")
     blocks, amax, inv = _scaled_blocks(x, block, 127)
     t = (blocks * inv).astype(np.float32)
-    q1 = np.floor(t)
-    f1 = ((t - q1) * np.float32(256)).astype(np.float32)
-    u2 = np.minimum(np.floor(f1), np.float32(255))
-    u3 = np.minimum(np.rint((f1 - u2) * np.float32(256)), np.float32(255))
     d = (amax / np.float32(127) / np.float32(256)).astype(np.float32)
-    digits = q1.astype(np.float64) * 256 + u2 + u3.astype(np.float64) / 256
-    return (d.astype(np.float64) * digits).reshape(np.shape(x))
+    if digits == 2:
+        kept = np.rint(t * np.float32(256)).astype(np.float64)
+    else:
+        q1 = np.floor(t)
+        f1 = ((t - q1) * np.float32(256)).astype(np.float32)
+        u2 = np.minimum(np.floor(f1), np.float32(255))
+        u3 = np.minimum(np.rint((f1 - u2) * np.float32(256)), np.float32(255))
+        kept = q1.astype(np.float64) * 256 + u2 + u3.astype(np.float64) / 256
+    return (d.astype(np.float64) * kept).reshape(np.shape(x))

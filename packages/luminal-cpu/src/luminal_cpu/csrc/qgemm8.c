@@ -9,18 +9,26 @@
  * cost 15% of the GEMM on Zen 4) and meet x in `vpdpbusd`: 64 products (u8 x s8, four summed
  * per int32 lane) per instruction. With three digits of x that is 21 products per
  * instruction at best, measured 1.04-1.09x over the float GEMM on a Gemma 3 layer's matmuls
- * (M = 128, Zen 4); with one, 2.1-2.2x.
+ * (M = 128, Zen 4); with two, 32 (a Gemma 3 prefill 1.3x faster than with three); with one,
+ * 64 (2.1-2.2x the float GEMM).
  *
  * x. Each group of G values of a row of x (G = 32; 16 for Q6_K, whose scales change every 16)
  * is scaled by dx = max|x| / 127 to t = x / dx in [-127, 127] and written as D unsigned
  * byte digits:
- * - D = 3 (the default, float-like: the `int16` setting): t = q1 + u2 / 256 + u3 / 65536
+ * - D = 2 (the default, `int16`): T = nearest(256 t), |T| <= 32512, stored as q1 = T >> 8
+ *   (+ 128) and u2 = T & 255, so t is kept to 1/512: at most dx / 512 = 1.5e-5 of the group's
+ *   max|x| per value, a 16-bit fixed-point x (bfloat16 keeps 8 bits of each value). Gemma 3's
+ *   first-forward logits moved by 3.1e-3 against transformers with it (three digits: 3e-5),
+ *   its greedy tokens and SmolLM2's stayed transformers'. Taking the outlier columns out
+ *   exactly did not bring it near three digits' (README: two digits fall short of float by
+ *   about 8 bits over every value).
+ * - D = 3 (`int24`, float-like): t = q1 + u2 / 256 + u3 / 65536
  *   with q1 = floor(t) stored as q1 + 128, u2 = floor(256 frac), u3 = nearest(256 frac2) (both
  *   clamped to 255), all computed exactly in float32 from t: the value kept differs from x by
  *   at most dx (2^-16 + 2^-17) (the digits and t's own rounding), about 1.8e-7 of the group's
  *   max|x|. One int16 digit (1.5e-5 of max|x|) moved Gemma 3's logits by 8.7e-3 through its
  *   outlier channels; this is 80x finer, at a finer granularity (32 values, not 256).
- * - D = 1 (the opt-in `int8` setting, llama.cpp's numerics): t rounded, stored + 128.
+ * - D = 1 (`int8`, llama.cpp's numerics): t rounded, stored + 128.
  * The + 128 makes the digits unsigned for `vpdpbusd`; the first digit's accumulator starts
  * at -128 times the sum of the group's weights, which removes it exactly.
  *
@@ -52,7 +60,8 @@
 #define LM_G8_NR 32    /* rows of W per panel: two vectors of 16 */
 #define LM_G8_KC 256   /* values of k per packed chunk of W */
 
-/* rows of x per micro-tile: 4 with three digits, 12 with one (24 int32 accumulators) */
+/* rows of x per micro-tile: 4 with three digits (16 int32 accumulators), 6 with two (12), 12
+ * with one (24) */
 static inline int lm_g8_mr(int D) { return LM_G8_ROWS / D; }
 
 /* x's digits and scales for the whole call. Digit dwords (four consecutive k of one digit of
@@ -94,7 +103,7 @@ static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digi
     amax = _mm512_max_ps(amax, _mm512_abs_ps(v[h]));
   }
   const float m = _mm512_reduce_max_ps(amax);
-  *dx = D == 3 ? m / 127.0f / 256.0f : m / 127.0f; /* D = 3: the digits count 256ths of dx */
+  *dx = D >= 2 ? m / 127.0f / 256.0f : m / 127.0f; /* D = 2, 3: the digits count 256ths of dx */
   const __m512 scale = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
   const __m512i bias = _mm512_set1_epi32(128), top = _mm512_set1_epi32(255);
   for (int h = 0; h < nv; h++) {
@@ -103,6 +112,13 @@ static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digi
       const __m512 q = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       sum = _mm512_add_ps(sum, q);
       _mm_storeu_si128((__m128i *)(digits + 16 * h), _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(q), bias)));
+      continue;
+    }
+    if (D == 2) { /* t rounded to 256ths: T = 256 q1 + u2, q1 = T >> 8, u2 = T & 255 */
+      const __m512i T = _mm512_cvtps_epi32(_mm512_mul_ps(t, _mm512_set1_ps(256.0f)));
+      sum = _mm512_add_ps(sum, _mm512_cvtepi32_ps(T));
+      _mm_storeu_si128((__m128i *)(digits + 16 * h), _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(T, 8), bias)));
+      _mm_storeu_si128((__m128i *)(digits + G + 16 * h), _mm512_cvtepi32_epi8(_mm512_and_si512(T, top)));
       continue;
     }
     const __m512 q1 = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
@@ -449,6 +465,24 @@ static inline __attribute__((always_inline)) void lm_g8_sums3(const unsigned int
           : "r10", "r11", "rax", "zmm29", "zmm30", "zmm31", "cc", "memory");
 }
 
+/* Two digits (6 rows of x, digit d of row i at dword d 6 + i): t[i] = 256 S1 + S2 (S1 less
+ * 128 sum q), formed as lm_g8_sums3 forms its t. */
+static inline __attribute__((always_inline)) void lm_g8_sums2(const unsigned int *a0, const int *b0,
+                                                              const int *st, int J, __m512i t[6][2]) {
+  __asm__(LM_G8_START(t0a, t0b) LM_G8_START(t1a, t1b) LM_G8_START(t2a, t2b) LM_G8_START(t3a, t3b)
+          LM_G8_START(t4a, t4b) LM_G8_START(t5a, t5b)
+          LM_G8_LOOP(LM_G8_DP(0, t0a, t0b) LM_G8_DP(4, t1a, t1b) LM_G8_DP(8, t2a, t2b)
+                     LM_G8_DP(12, t3a, t3b) LM_G8_DP(16, t4a, t4b) LM_G8_DP(20, t5a, t5b))
+          LM_G8_SHIFT(t0a, t0b) LM_G8_SHIFT(t1a, t1b) LM_G8_SHIFT(t2a, t2b) LM_G8_SHIFT(t3a, t3b)
+          LM_G8_SHIFT(t4a, t4b) LM_G8_SHIFT(t5a, t5b)
+          LM_G8_LOOP(LM_G8_DP(24, t0a, t0b) LM_G8_DP(28, t1a, t1b) LM_G8_DP(32, t2a, t2b)
+                     LM_G8_DP(36, t3a, t3b) LM_G8_DP(40, t4a, t4b) LM_G8_DP(44, t5a, t5b))
+          : LM_G8_OUT(0, t), LM_G8_OUT(1, t), LM_G8_OUT(2, t), LM_G8_OUT(3, t), LM_G8_OUT(4, t),
+            LM_G8_OUT(5, t)
+          : LM_G8_IN
+          : "r10", "r11", "rax", "zmm29", "zmm30", "zmm31", "cc", "memory");
+}
+
 /* ct[i][0 .. 32) += row i of panel p times the chunk's 32 rows of W over its ng groups
  * (starting at group g0 of X). With `first` (the chunk holds the product's first group) the
  * sums start at zero instead of ct's old values; with `out` (it holds the last) the last
@@ -463,6 +497,7 @@ static inline __attribute__((always_inline)) void lm_g8_kernel(const lm_g8x *X, 
   for (long l = 0; l < ng; l++) {
     __m512i acc[LM_G8_ROWS][2]; /* D = 3: t in rows 0 .. 3, u in 4 .. 7 */
     if (D == 3) lm_g8_sums3(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc, acc + 4);
+    else if (D == 2) lm_g8_sums2(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc);
     else lm_g8_sums1(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc);
     const int init = first && l == 0, final = out && l == ng - 1;
 #pragma GCC unroll 12
@@ -492,6 +527,7 @@ static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long
   const int mins = q == LM_Q4_1 || q == LM_Q4_K || q == LM_Q5_K;
   const long cg = LM_G8_KC / G, rows = X->rows;
   float *wrow = (float *)malloc(sizeof(float) * 2 * K), *tmp = wrow + K;
+  long *bad = (long *)malloc(sizeof(long) * rows), nbad = -1;
   float *ct = (float *)aligned_alloc(64, sizeof(float) * LM_G8_NR * X->panels * MR);
   lm_g8w P;
   P.b = (int *)aligned_alloc(64, sizeof(int) * (cg * J * LM_G8_NR + 3 * cg * LM_G8_NR) + 16 * LM_G8_KC);
@@ -526,12 +562,15 @@ static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long
           for (long j = 0; j < nc; j++) lm_put(C->p, C->dt, at + j, ct[r * LM_G8_NR + j]);
         }
       /* rows without a rounding: float dot products with W's decoded rows (NaN and
-       * infinities propagate as in the float GEMM), over what the digits wrote */
-      for (long j = 0; j < nc; j++) {
-        int decoded = 0;
-        for (long r = 0; r < rows; r++) {
-          if (!X->bad[r]) continue;
-          if (!decoded) lm_decode_row(W, n0 + j, 0, K, wrow), decoded = 1;
+       * infinities propagate as in the float GEMM), over what the digits wrote; listed once
+       * per thread (testing every row for every column cost 4% of a Gemma 3 prefill) */
+      if (nbad < 0)
+        for (long r = nbad = 0; r < rows; r++)
+          if (X->bad[r]) bad[nbad++] = r;
+      for (long j = 0; j < nc && nbad; j++) {
+        lm_decode_row(W, n0 + j, 0, K, wrow);
+        for (long b = 0; b < nbad; b++) {
+          const long r = bad[b];
           const float *x = lm_row_f32(A->p, A->dt, aoff[r / M] + r % M * A->rs, A->ks, K, tmp);
           float acc = 0.0f;
           for (long k = 0; k < K; k++) acc = fmaf(x[k], wrow[k], acc);
@@ -542,6 +581,7 @@ static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long
   free(ct);
   free(P.b);
   free(wrow);
+  free(bad);
 }
 
 static inline __attribute__((always_inline)) void lm_g8_run_q(long M, long N, long K, const lm_mat *A,
@@ -558,8 +598,8 @@ static inline __attribute__((always_inline)) void lm_g8_run_q(long M, long N, lo
   }
 }
 
-/* C[b] = A[b] * W^T through int8 digits of x: 3 (x_prec LM_X_I16, float-like) or 1
- * (LM_X_I8); 0 (nothing written) on machines without the instructions. One thread allocates
+/* C[b] = A[b] * W^T through int8 digits of x: 2 (x_prec LM_X_I16), 3 (LM_X_I24, float-like)
+ * or 1 (LM_X_I8); 0 (nothing written) on machines without the instructions. One thread allocates
  * the digits, all round their share of the rows, then take panels of W. Whether a row has a
  * rounding is decided inside those loops, not by each thread before them: a thread that
  * arrives late (the others may have finished the whole product and gone on to overwrite x)
@@ -567,7 +607,7 @@ static inline __attribute__((always_inline)) void lm_g8_run_q(long M, long N, lo
 static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
                       const lm_qmat *W, const lm_out *C) {
   if (nb <= 0 || M <= 0 || N <= 0 || K <= 0) return 0;
-  const int D = W->x_prec == LM_X_I8 ? 1 : 3, MR = lm_g8_mr(D), G = W->q == LM_Q6_K ? 16 : 32;
+  const int D = W->x_prec == LM_X_I8 ? 1 : W->x_prec == LM_X_I16 ? 2 : 3, MR = lm_g8_mr(D), G = W->q == LM_Q6_K ? 16 : 32;
   lm_g8x X;
   X.groups = K / G;
   X.rows = nb * M;
@@ -588,6 +628,7 @@ static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const l
     for (long p = lo; p < hi; p++) lm_g8_panel(A, aoff, M, K, G, D, p, tmp, &X);
   free(tmp);
   if (D == 3) lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 3);
+  else if (D == 2) lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 2);
   else lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 1);
   lm_for_begin(1); /* once every loop reading the digits is done */
   for (long lo, hi; lm_for_next(&lo, &hi);) free(mem);

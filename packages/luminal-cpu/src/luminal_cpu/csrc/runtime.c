@@ -1239,8 +1239,8 @@ void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qm
    * reaches qgemv16.c, qgemm8.c and the float kernels, which read its layout */
   if (M <= LM_GEMV_MAX_M && W.k_contig && W.x_prec == LM_X_I8 && !W.packed && lm_q8_gemv(nb, aoff, M, N, K, &A, &W, &C))
     return; /* decode's matvec through int8 activations (qgemv.c) */
-  if (M <= LM_GEMV_MAX_M && W.k_contig && W.x_prec == LM_X_I16 && lm_q16_gemv(nb, aoff, M, N, K, &A, &W, &C))
-    return; /* through int16 activations (qgemv16.c) */
+  if (M <= LM_GEMV_MAX_M && W.k_contig && W.x_prec >= LM_X_I16 && lm_q16_gemv(nb, aoff, M, N, K, &A, &W, &C))
+    return; /* through int16 digits of x (qgemv16.c) */
   if (M > LM_GEMV_MAX_M && W.k_contig && W.x_prec != LM_X_F32 && lm_q8_gemm(nb, aoff, M, N, K, &A, &W, &C))
     return; /* prefill through int8 digits of x (qgemm8.c) */
   if (W.q >= LM_Q4_K) { /* the K-quants: kquant.c */

@@ -39,15 +39,15 @@ typedef struct { const void *p; int dt; long rs, ks; } lm_mat;
 
 /* a GGUF block-quantized matrix W (rows x cols, blocks of 32 or 256 elements along each row);
  * k_contig: the product reads W[n, k] (x @ W.T), else W[k, n] (x @ W); x_prec: how decode's
- * matvec holds x (LM_X_F32: float32; LM_X_I8: int8 blocks, qgemv.c; LM_X_I16: int16 blocks,
- * qgemv16.c) and prefill's GEMM (LM_X_F32: the float GEMM; LM_X_I8: one int8 digit per value;
- * LM_X_I16: three; qgemm8.c); packed: a W in one of repack.py's FORMATS (k_contig,
+ * matvec holds x (LM_X_F32: float32; LM_X_I8: int8 blocks, qgemv.c; LM_X_I16 and LM_X_I24:
+ * int16 digits, qgemv16.c) and prefill's GEMM (LM_X_F32: the float GEMM; LM_X_I8: one int8
+ * digit per value; LM_X_I16: two; LM_X_I24: three; qgemm8.c); packed: a W in one of repack.py's FORMATS (k_contig,
  * rows a multiple of 16) whose rows are interleaved by 16 (the runtime's repacked layout,
  * repack.py): per group of 16 rows and block, the 16 blocks' fields side by side in GGUF's
  * order, a field of width w <= 4 at offset o as 16 w bytes at 16 o (row i's at 16 o + w i), a
  * wider one as one 64-byte vector per 4-byte word (int32 lane i: row i's word); same size as
  * GGUF's (lm_rows16_fields) */
-enum { LM_X_F32 = 0, LM_X_I8 = 1, LM_X_I16 = 2 };
+enum { LM_X_F32 = 0, LM_X_I8 = 1, LM_X_I16 = 2, LM_X_I24 = 3 };
 typedef struct {
   const unsigned char *w; int q; int k_contig; long rows, cols; int x_prec; int packed;
 } lm_qmat;
