@@ -25,6 +25,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 LOGITS_ATOL = 1e-3
+# a prompt past 4 tokens on the cpu backend, per LUMINAL_CPU_QUANT_ACTIVATIONS setting: about
+# 3x the largest difference measured (int24 1.5e-4, summation order; int16 1.04e-2, x's 16 bits)
+PREFILL_LOGITS_ATOL = {"int24": 5e-4, "int16": 3e-2}
 STORY = "Once upon a time"
 CHAT = "What is the capital of France?"
 # name -> (text, wrapped in the chat template?): the prompts whose greedy ids are compared
@@ -53,7 +56,9 @@ def oracle(smollm2_file: Path, smollm2_tokenizer: Tokenizer) -> dict:
         ids = result[f"{name}_ids"] = tok.encode(prompt)
         result[f"{name}_greedy"] = hf_greedy(hf, ids, max(GREEDY_TOKENS.values()), tok.eos_ids)
     with torch.no_grad():
-        result["story_logits"] = hf(torch.tensor([result["story_ids"]])).logits[0].numpy()
+        for name in ("story", "chat"):
+            ids = torch.tensor([result[f"{name}_ids"]])
+            result[f"{name}_logits"] = hf(ids).logits[0].numpy()
     del hf
     return result
 
@@ -117,6 +122,24 @@ def test_llama_first_forward_logits_match_transformers(request, oracle, backend_
     got, want = logits.numpy()[0], oracle["story_logits"]
     assert got.shape == want.shape == (4, 49152)
     np.testing.assert_allclose(got, want, atol=LOGITS_ATOL, rtol=0)
+    assert (got.argmax(-1) == want.argmax(-1)).all()
+
+
+@pytest.mark.parametrize("setting", list(PREFILL_LOGITS_ATOL))
+def test_llama_prefill_logits_match_transformers(smollm2_quantized: Llama, oracle, setting,
+                                                 monkeypatch):
+    """The chat prompt (37 tokens) runs the cpu backend's prefill GEMM, whose x is rounded to
+    16 bits per group of 32 values by default (`int16`) and to 24 bits under `int24`."""
+    monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", setting)
+    g = lm.Graph()
+    tokens = g.tensor((1, "seq"), dtype=lm.int32)
+    logits = smollm2_quantized(tokens).retrieve()
+    g.compile((lm.GenericCompiler(), cpu_backend()))
+    tokens.set([oracle["chat_ids"]])
+    g.execute()
+    got, want = logits.numpy()[0], oracle["chat_logits"]
+    assert got.shape == want.shape == (37, 49152)
+    np.testing.assert_allclose(got, want, atol=PREFILL_LOGITS_ATOL[setting], rtol=0)
     assert (got.argmax(-1) == want.argmax(-1)).all()
 
 
