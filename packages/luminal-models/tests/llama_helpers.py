@@ -30,6 +30,17 @@ def cpu_backend():
         return lm.backend("cpu")
 
 
+def forward_logits(model, ids: list[int], backend) -> np.ndarray:
+    """One uncached forward of a causal LM over `ids` on `backend`: logits (len(ids), vocab)."""
+    g = lm.Graph()
+    tokens = g.tensor((1, "seq"), dtype=lm.int32)
+    logits = model(tokens).retrieve()
+    g.compile((lm.GenericCompiler(), backend))
+    tokens.set([ids])
+    g.execute()
+    return logits.numpy()[0]
+
+
 def check_greedy(got: list[int], want: list[int], margins: list[float],
                  oracle: str) -> int | None:
     """`got` equals the `oracle`'s greedy ids `want` (None is returned); a divergence is

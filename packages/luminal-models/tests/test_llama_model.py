@@ -15,7 +15,7 @@ from pathlib import Path
 import luminal as lm
 import numpy as np
 import pytest
-from llama_helpers import check_greedy, cpu_backend, hf_greedy
+from llama_helpers import check_greedy, cpu_backend, forward_logits, hf_greedy
 from luminal_models.generate import Generator
 from luminal_models.llama import Llama, LlamaConfig, load_llama, unpermute_qk
 from luminal_models.sampling import SamplingParams
@@ -112,14 +112,9 @@ def test_llama_prompt_ids_match_transformers_tokenizer(oracle, hf_tokenizer):
 
 @pytest.mark.parametrize("backend_name", ["reference", "cpu"])
 def test_llama_first_forward_logits_match_transformers(request, oracle, backend_name):
-    backend = _backend(backend_name)
-    g = lm.Graph()
-    tokens = g.tensor((1, "seq"), dtype=lm.int32)
-    logits = _model_for(request, backend_name)(tokens).retrieve()
-    g.compile((lm.GenericCompiler(), backend))
-    tokens.set([oracle["story_ids"]])
-    g.execute()
-    got, want = logits.numpy()[0], oracle["story_logits"]
+    got = forward_logits(_model_for(request, backend_name), oracle["story_ids"],
+                         _backend(backend_name))
+    want = oracle["story_logits"]
     assert got.shape == want.shape == (4, 49152)
     np.testing.assert_allclose(got, want, atol=LOGITS_ATOL, rtol=0)
     assert (got.argmax(-1) == want.argmax(-1)).all()
@@ -131,13 +126,8 @@ def test_llama_prefill_logits_match_transformers(smollm2_quantized: Llama, oracl
     """The chat prompt (37 tokens) runs the cpu backend's prefill GEMM, whose x is rounded to
     16 bits per group of 32 values by default (`int16`) and to 24 bits under `int24`."""
     monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", setting)
-    g = lm.Graph()
-    tokens = g.tensor((1, "seq"), dtype=lm.int32)
-    logits = smollm2_quantized(tokens).retrieve()
-    g.compile((lm.GenericCompiler(), cpu_backend()))
-    tokens.set([oracle["chat_ids"]])
-    g.execute()
-    got, want = logits.numpy()[0], oracle["chat_logits"]
+    got = forward_logits(smollm2_quantized, oracle["chat_ids"], cpu_backend())
+    want = oracle["chat_logits"]
     assert got.shape == want.shape == (37, 49152)
     np.testing.assert_allclose(got, want, atol=PREFILL_LOGITS_ATOL[setting], rtol=0)
     assert (got.argmax(-1) == want.argmax(-1)).all()
