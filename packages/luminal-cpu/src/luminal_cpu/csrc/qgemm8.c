@@ -65,12 +65,15 @@
 static inline int lm_g8_mr(int D) { return LM_G8_ROWS / D; }
 
 /* x's digits and scales for the whole call. Digit dwords (four consecutive k of one digit of
- * one row) at a[((p * groups + g) * (G / 4) + j) * LM_G8_ROWS + d * MR + i] for row i of
- * panel p (rows p MR .. p MR + MR - 1), group g, dword j, digit d; dx and the group sums of x (as
- * kept) at [m * groups + g]. Rows past the last are zero digits (a first digit of 128) with dx 0. */
+ * one row) at a[((p * groups + g) * LM_G8_ROWS + d * MR + i) * (G / 4) + j] for row i of
+ * panel p (rows p MR .. p MR + MR - 1), group g, dword j, digit d (a digit's G bytes of a
+ * group are contiguous, so they are written with vector stores); dx of row i at
+ * dxs[(p * groups + g) * 2 MR + i] and the group's sum of x (as kept) MR floats after it, so
+ * the micro-kernel reads a group's with one pointer and fixed offsets. Rows past the last are
+ * zero digits (a first digit of 128) with dx 0. */
 typedef struct {
   unsigned int *a;
-  float *dx, *xs;
+  float *dxs;
   int *bad; /* per row: 1 when it has no such rounding (it is then zero digits here) */
   long groups, rows, panels;
 } lm_g8x;
@@ -92,10 +95,10 @@ static int lm_g8_roundable(const float *x, long K, int G) {
   return 1;
 }
 
-/* one group of G (16 or 32) values of a row of x (roundable) into its D digits (bytes,
- * digit-major), dx and the sum of the group */
-static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digits, float *dx,
-                               float *xs) {
+/* one group of G (16 or 32) values of a row of x (roundable) into its D digits (G bytes each,
+ * digit d at digits + d * step), dx and the sum of the group */
+static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digits, long step,
+                               float *dx, float *xs) {
   const int nv = G / 16;
   __m512 v[2], amax = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
   for (int h = 0; h < nv; h++) {
@@ -118,7 +121,7 @@ static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digi
       const __m512i T = _mm512_cvtps_epi32(_mm512_mul_ps(t, _mm512_set1_ps(256.0f)));
       sum = _mm512_add_ps(sum, _mm512_cvtepi32_ps(T));
       _mm_storeu_si128((__m128i *)(digits + 16 * h), _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(T, 8), bias)));
-      _mm_storeu_si128((__m128i *)(digits + G + 16 * h), _mm512_cvtepi32_epi8(_mm512_and_si512(T, top)));
+      _mm_storeu_si128((__m128i *)(digits + step + 16 * h), _mm512_cvtepi32_epi8(_mm512_and_si512(T, top)));
       continue;
     }
     const __m512 q1 = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
@@ -130,8 +133,8 @@ static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digi
     /* the value kept, in 256ths of dx: 256 q1 + u2 + u3 / 256 (exact: 24 bits) */
     sum = _mm512_add_ps(sum, _mm512_fmadd_ps(q1, _mm512_set1_ps(256.0f), _mm512_add_ps(u2, _mm512_mul_ps(_mm512_cvtepi32_ps(u3), _mm512_set1_ps(1.0f / 256.0f)))));
     _mm_storeu_si128((__m128i *)(digits + 16 * h), _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(q1), bias)));
-    _mm_storeu_si128((__m128i *)(digits + G + 16 * h), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(u2)));
-    _mm_storeu_si128((__m128i *)(digits + 2 * G + 16 * h), _mm512_cvtepi32_epi8(u3));
+    _mm_storeu_si128((__m128i *)(digits + step + 16 * h), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(u2)));
+    _mm_storeu_si128((__m128i *)(digits + 2 * step + 16 * h), _mm512_cvtepi32_epi8(u3));
   }
   *xs = *dx * _mm512_reduce_add_ps(sum); /* the sum of the group as kept */
 }
@@ -139,29 +142,22 @@ static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digi
 /* the rows of panel p into X; a row without a rounding (and padding) becomes zero digits */
 static void lm_g8_panel(const lm_mat *A, const long *aoff, long M, long K, int G, int D, long p,
                         float *tmp, const lm_g8x *X) {
-  const int MR = lm_g8_mr(D), J = G / 4;
-  unsigned char digits[3 * 32];
+  const int MR = lm_g8_mr(D);
   for (int i = 0; i < MR; i++) {
     const long r = p * MR + i;
-    float *dx = X->dx + r * X->groups, *xs = X->xs + r * X->groups;
+    float *dx = X->dxs + p * X->groups * 2 * MR + i;
     const float *x = NULL;
     if (r < X->rows) x = lm_row_f32(A->p, A->dt, aoff[r / M] + r % M * A->rs, A->ks, K, tmp);
     const int bad = x && !lm_g8_roundable(x, K, G);
     if (r < X->rows) X->bad[r] = bad;
     for (long g = 0; g < X->groups; g++) {
+      unsigned char *digits = (unsigned char *)(X->a + (p * X->groups + g) * LM_G8_ROWS * (G / 4)) + i * G;
       if (x && !bad) {
-        lm_g8_group(x + g * G, G, D, digits, dx + g, xs + g);
+        lm_g8_group(x + g * G, G, D, digits, (long)MR * G, dx + g * 2 * MR, dx + g * 2 * MR + MR);
       } else { /* q1 = 0 */
-        dx[g] = xs[g] = 0.0f;
-        memset(digits, 0, sizeof digits);
-        memset(digits, 128, (size_t)G);
+        dx[g * 2 * MR] = dx[g * 2 * MR + MR] = 0.0f;
+        for (int d = 0; d < D; d++) memset(digits + d * MR * G, d ? 0 : 128, (size_t)G);
       }
-      for (int j = 0; j < J; j++)
-        for (int d = 0; d < D; d++) {
-          unsigned int w;
-          memcpy(&w, digits + d * G + 4 * j, 4);
-          X->a[((p * X->groups + g) * J + j) * LM_G8_ROWS + d * MR + i] = w;
-        }
     }
   }
 }
@@ -406,26 +402,23 @@ static inline __attribute__((always_inline)) void lm_g8_pack(const lm_qmat *W, i
  * broadcast (zmm29) and its two products. The accumulators are asm outputs only, started in
  * the asm, and its pointers are fixed scratch registers (r10: x, r11: W, rax: the count):
  * GCC allows 30 operands and an in-out one counts twice. */
-/* digit dword at byte `off` of the row's a (x's unsigned digits) times W's two vectors into
- * accumulators ra, rb */
-#define LM_G8_DP(off, ra, rb)                                                               \
-  "vpbroadcastd " #off "(%%r10), %%zmm29\n\t"                                                \
+/* dword j of row-digit r's G bytes (r10 at dword j of the group's first) times W's two
+ * vectors into accumulators ra, rb */
+#define LM_G8_DP(r, ra, rb)                                                                 \
+  "vpbroadcastd " #r "*%c[gb](%%r10), %%zmm29\n\t"                                           \
   "vpdpbusd %%zmm30, %%zmm29, %[" #ra "]\n\t"                                               \
   "vpdpbusd %%zmm31, %%zmm29, %[" #rb "]\n\t"
 /* accumulators ra, rb start at the first digit's - 128 * sum q (the + 128 removed) */
 #define LM_G8_START(ra, rb) "vmovdqu32 (%[st]), %[" #ra "]\n\t" "vmovdqu32 64(%[st]), %[" #rb "]\n\t"
-#define LM_G8_ZERO(ra, rb) "vpxord %[" #ra "], %[" #ra "], %[" #ra "]\n\t" \
-                           "vpxord %[" #rb "], %[" #rb "], %[" #rb "]\n\t"
-#define LM_G8_SHIFT(ra, rb) "vpslld $8, %[" #ra "], %[" #ra "]\n\t" "vpslld $8, %[" #rb "], %[" #rb "]\n\t"
-/* one pass over the group's J dwords (W's 128 bytes and x's 48 per dword) */
+/* one pass over the group's J dwords (W's 128 bytes and x's 4 per dword) */
 #define LM_G8_LOOP(body)                                                                    \
   "movq %[a0], %%r10\n\t" "movq %[b0], %%r11\n\t" "movq %[nj], %%rax\n\t"                      \
   "1:\n\t"                                                                                  \
   "vmovdqu32 (%%r11), %%zmm30\n\t" "vmovdqu32 64(%%r11), %%zmm31\n\t"                         \
   body                                                                                      \
-  "addq $128, %%r11\n\t" "addq $48, %%r10\n\t" "decq %%rax\n\t" "jnz 1b\n\t"
+  "addq $128, %%r11\n\t" "addq $4, %%r10\n\t" "decq %%rax\n\t" "jnz 1b\n\t"
 #define LM_G8_OUT(i, c) [c##i##a] "=&v"(c[i][0]), [c##i##b] "=&v"(c[i][1])
-#define LM_G8_IN [a0] "r"(a0), [b0] "r"(b0), [st] "r"(st), [nj] "r"((long)J)
+#define LM_G8_IN [a0] "r"(a0), [b0] "r"(b0), [st] "r"(st), [nj] "r"((long)J), [gb] "i"(4 * J)
 
 /* One digit (12 rows of x): c[i] = sum over the group of row i's digit times W's quants,
  * less 128 sum q. */
@@ -434,10 +427,10 @@ static inline __attribute__((always_inline)) void lm_g8_sums1(const unsigned int
   __asm__(LM_G8_START(c0a, c0b) LM_G8_START(c1a, c1b) LM_G8_START(c2a, c2b) LM_G8_START(c3a, c3b)
           LM_G8_START(c4a, c4b) LM_G8_START(c5a, c5b) LM_G8_START(c6a, c6b) LM_G8_START(c7a, c7b)
           LM_G8_START(c8a, c8b) LM_G8_START(c9a, c9b) LM_G8_START(c10a, c10b) LM_G8_START(c11a, c11b)
-          LM_G8_LOOP(LM_G8_DP(0, c0a, c0b) LM_G8_DP(4, c1a, c1b) LM_G8_DP(8, c2a, c2b)
-                     LM_G8_DP(12, c3a, c3b) LM_G8_DP(16, c4a, c4b) LM_G8_DP(20, c5a, c5b)
-                     LM_G8_DP(24, c6a, c6b) LM_G8_DP(28, c7a, c7b) LM_G8_DP(32, c8a, c8b)
-                     LM_G8_DP(36, c9a, c9b) LM_G8_DP(40, c10a, c10b) LM_G8_DP(44, c11a, c11b))
+          LM_G8_LOOP(LM_G8_DP(0, c0a, c0b) LM_G8_DP(1, c1a, c1b) LM_G8_DP(2, c2a, c2b)
+                     LM_G8_DP(3, c3a, c3b) LM_G8_DP(4, c4a, c4b) LM_G8_DP(5, c5a, c5b)
+                     LM_G8_DP(6, c6a, c6b) LM_G8_DP(7, c7a, c7b) LM_G8_DP(8, c8a, c8b)
+                     LM_G8_DP(9, c9a, c9b) LM_G8_DP(10, c10a, c10b) LM_G8_DP(11, c11a, c11b))
           : LM_G8_OUT(0, c), LM_G8_OUT(1, c), LM_G8_OUT(2, c), LM_G8_OUT(3, c), LM_G8_OUT(4, c),
             LM_G8_OUT(5, c), LM_G8_OUT(6, c), LM_G8_OUT(7, c), LM_G8_OUT(8, c), LM_G8_OUT(9, c),
             LM_G8_OUT(10, c), LM_G8_OUT(11, c)
@@ -445,72 +438,152 @@ static inline __attribute__((always_inline)) void lm_g8_sums1(const unsigned int
           : "r10", "r11", "rax", "zmm29", "zmm30", "zmm31", "cc", "memory");
 }
 
-/* Three digits (4 rows of x, digit d of row i at dword d 4 + i): t[i] = 256 S1 + S2 (S1 less
- * 128 sum q), formed exactly in one accumulator (a first pass for S1, shifted, then S2 added:
- * the bound in the header holds at every step), and u[i] = S3. */
-static inline __attribute__((always_inline)) void lm_g8_sums3(const unsigned int *a0, const int *b0,
-                                                              const int *st, int J, __m512i t[4][2],
-                                                              __m512i u[4][2]) {
-  __asm__(LM_G8_START(t0a, t0b) LM_G8_START(t1a, t1b) LM_G8_START(t2a, t2b) LM_G8_START(t3a, t3b)
-          LM_G8_ZERO(u0a, u0b) LM_G8_ZERO(u1a, u1b) LM_G8_ZERO(u2a, u2b) LM_G8_ZERO(u3a, u3b)
-          LM_G8_LOOP(LM_G8_DP(0, t0a, t0b) LM_G8_DP(4, t1a, t1b) LM_G8_DP(8, t2a, t2b)
-                     LM_G8_DP(12, t3a, t3b))
-          LM_G8_SHIFT(t0a, t0b) LM_G8_SHIFT(t1a, t1b) LM_G8_SHIFT(t2a, t2b) LM_G8_SHIFT(t3a, t3b)
-          LM_G8_LOOP(LM_G8_DP(16, t0a, t0b) LM_G8_DP(20, t1a, t1b) LM_G8_DP(24, t2a, t2b)
-                     LM_G8_DP(28, t3a, t3b) LM_G8_DP(32, u0a, u0b) LM_G8_DP(36, u1a, u1b)
-                     LM_G8_DP(40, u2a, u2b) LM_G8_DP(44, u3a, u3b))
-          : LM_G8_OUT(0, t), LM_G8_OUT(1, t), LM_G8_OUT(2, t), LM_G8_OUT(3, t), LM_G8_OUT(0, u),
-            LM_G8_OUT(1, u), LM_G8_OUT(2, u), LM_G8_OUT(3, u)
-          : LM_G8_IN
-          : "r10", "r11", "rax", "zmm29", "zmm30", "zmm31", "cc", "memory");
-}
+/* Two and three digits: a micro-tile's whole chunk (its ng groups) in one asm block, its float
+ * sums C kept in registers from the chunk's first group to its last (with the group's int32
+ * sums, W's two vectors and the broadcast: 27 zmm with two digits, 29 with three). C's loads
+ * and stores per group, and the scale pointers GCC spilled around the asm of one group, had
+ * been about a third of the GEMM's time. Per group the float operations are those of one
+ * output in order: f = float(T) (three digits: fma(float(u), 1/256, float(T))), C = fma(f, dx
+ * s, C), then with offsets C = fma(sum x, o, C). The registers are fixed (named in the text)
+ * rather than operands: 24 accumulators as in-out operands pass GCC's 30. Pointers: a (x's
+ * digits of the group), b (W's), st (the chunk's start sums of the group; its s and o at
+ * the fixed offsets so and oo after it), dxs (the group's dx and sums of x, lm_g8x); r10 /
+ * r11 / eax walk a pass over the group's J dwords, which leaves r11 at W's next group. */
+#define LM_G8_Z(n) "%%zmm" #n
+/* dword j of row-digit r (r10 at dword j of the group's first) times W's two vectors into
+ * zmm ra, rb */
+#define LM_G8_DPZ(r, ra, rb)                                                                \
+  "vpbroadcastd " #r "*%c[gb](%%r10), %%zmm29\n\t"                                           \
+  "vpdpbusd %%zmm30, %%zmm29, " LM_G8_Z(ra) "\n\t" "vpdpbusd %%zmm31, %%zmm29, " LM_G8_Z(rb) "\n\t"
+#define LM_G8_STZ(ra, rb) "vmovdqu32 (%[st]), " LM_G8_Z(ra) "\n\t" "vmovdqu32 64(%[st]), " LM_G8_Z(rb) "\n\t"
+#define LM_G8_SHZ(ra, rb) "vpslld $8, " LM_G8_Z(ra) ", " LM_G8_Z(ra) "\n\t" "vpslld $8, " LM_G8_Z(rb) ", " LM_G8_Z(rb) "\n\t"
+#define LM_G8_ZZ(ra, rb) "vpxord " LM_G8_Z(ra) ", " LM_G8_Z(ra) ", " LM_G8_Z(ra) "\n\t" \
+                         "vpxord " LM_G8_Z(rb) ", " LM_G8_Z(rb) ", " LM_G8_Z(rb) "\n\t"
+/* C's vectors ra, rb (row i of the tile) from / to ct at byte off */
+#define LM_G8_CLD(off, ra, rb) "vmovups " #off "(%[ct]), " LM_G8_Z(ra) "\n\t" "vmovups " #off "+64(%[ct]), " LM_G8_Z(rb) "\n\t"
+#define LM_G8_CST(off, ra, rb) "vmovups " LM_G8_Z(ra) ", " #off "(%[ct])\n\t" "vmovups " LM_G8_Z(rb) ", " #off "+64(%[ct])\n\t"
+#define LM_G8_PASS(body)                                                                    \
+  "movq %[a], %%r10\n\t" "movq %[b], %%r11\n\t" "movl %[nj], %%eax\n\t"                       \
+  "1:\n\t"                                                                                  \
+  "vmovdqu32 (%%r11), %%zmm30\n\t" "vmovdqu32 64(%%r11), %%zmm31\n\t"                         \
+  body                                                                                      \
+  "addq $128, %%r11\n\t" "addq $4, %%r10\n\t" "decl %%eax\n\t" "jnz 1b\n\t"
+/* two digits, row i (dx at byte dxo of dxs): C[ca, cb] += float(T[ta, tb]) * (dx s) */
+#define LM_G8_EP2(dxo, ta, tb, ca, cb)                                                      \
+  "vbroadcastss " #dxo "(%[dxs]), %%zmm26\n\t"                                              \
+  "vcvtdq2ps " LM_G8_Z(ta) ", %%zmm28\n\t" "vmulps %%zmm24, %%zmm26, %%zmm27\n\t"               \
+  "vfmadd231ps %%zmm27, %%zmm28, " LM_G8_Z(ca) "\n\t"                                          \
+  "vcvtdq2ps " LM_G8_Z(tb) ", %%zmm28\n\t" "vmulps %%zmm25, %%zmm26, %%zmm27\n\t"               \
+  "vfmadd231ps %%zmm27, %%zmm28, " LM_G8_Z(cb) "\n\t"
+/* three digits, row i: f = fma(float(u), 1/256 (zmm26), float(T)); C += f * (dx s) */
+#define LM_G8_EP3(dxo, ta, tb, ua, ub, ca, cb)                                              \
+  "vbroadcastss " #dxo "(%[dxs]), %%zmm29\n\t"                                              \
+  "vcvtdq2ps " LM_G8_Z(ta) ", %%zmm27\n\t" "vcvtdq2ps " LM_G8_Z(ua) ", %%zmm28\n\t"             \
+  "vfmadd231ps %%zmm26, %%zmm28, %%zmm27\n\t" "vmulps %%zmm24, %%zmm29, %%zmm28\n\t"            \
+  "vfmadd231ps %%zmm28, %%zmm27, " LM_G8_Z(ca) "\n\t"                                          \
+  "vcvtdq2ps " LM_G8_Z(tb) ", %%zmm27\n\t" "vcvtdq2ps " LM_G8_Z(ub) ", %%zmm28\n\t"             \
+  "vfmadd231ps %%zmm26, %%zmm28, %%zmm27\n\t" "vmulps %%zmm25, %%zmm29, %%zmm28\n\t"            \
+  "vfmadd231ps %%zmm28, %%zmm27, " LM_G8_Z(cb) "\n\t"
+/* the group's offsets o (zmm30, 31: W's vectors are done) */
+#define LM_G8_O "vmovups %c[oo](%[st]), %%zmm30\n\t" "vmovups %c[oo]+64(%[st]), %%zmm31\n\t"
+/* row i's sum of x (at byte xso of dxs) times o into C[ca, cb] */
+#define LM_G8_MN(xso, ca, cb)                                                               \
+  "vbroadcastss " #xso "(%[dxs]), %%zmm29\n\t"                                              \
+  "vfmadd231ps %%zmm30, %%zmm29, " LM_G8_Z(ca) "\n\t" "vfmadd231ps %%zmm31, %%zmm29, " LM_G8_Z(cb) "\n\t"
+/* C from ct (or zero with `first`), the group loop, C to ct */
+#define LM_G8_CHUNK(zero, load, group, store)                                               \
+  __asm__ volatile("testl %[first], %[first]\n\t" "jz 2f\n\t" zero "jmp 3f\n\t"              \
+                   "2:\n\t" load "3:\n\t" "4:\n\t" group                                    \
+                   "addq %[ab], %[a]\n\t" "movq %%r11, %[b]\n\t" "addq $128, %[st]\n\t"       \
+                   "decq %[n]\n\t" "jnz 4b\n\t" store                                       \
+                   : [a] "+r"(a), [b] "+r"(b), [st] "+r"(st), [dxs] "+r"(dxs), [n] "+r"(n)    \
+                   : [ct] "r"(ct), [first] "r"(first), [nj] "i"(G / 4), [gb] "i"(G), [ab] "i"(LM_G8_ROWS * G), \
+                     [so] "i"(so), [oo] "i"(2 * so)                                         \
+                   : "r10", "r11", "rax", "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", \
+                     "zmm7", "zmm8", "zmm9", "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15", \
+                     "zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "zmm22", "zmm23",       \
+                     "zmm24", "zmm25", "zmm26", "zmm27", "zmm28", "zmm29", "zmm30", "zmm31", "cc", \
+                     "memory")
 
-/* Two digits (6 rows of x, digit d of row i at dword d 6 + i): t[i] = 256 S1 + S2 (S1 less
- * 128 sum q), formed as lm_g8_sums3 forms its t. */
-static inline __attribute__((always_inline)) void lm_g8_sums2(const unsigned int *a0, const int *b0,
-                                                              const int *st, int J, __m512i t[6][2]) {
-  __asm__(LM_G8_START(t0a, t0b) LM_G8_START(t1a, t1b) LM_G8_START(t2a, t2b) LM_G8_START(t3a, t3b)
-          LM_G8_START(t4a, t4b) LM_G8_START(t5a, t5b)
-          LM_G8_LOOP(LM_G8_DP(0, t0a, t0b) LM_G8_DP(4, t1a, t1b) LM_G8_DP(8, t2a, t2b)
-                     LM_G8_DP(12, t3a, t3b) LM_G8_DP(16, t4a, t4b) LM_G8_DP(20, t5a, t5b))
-          LM_G8_SHIFT(t0a, t0b) LM_G8_SHIFT(t1a, t1b) LM_G8_SHIFT(t2a, t2b) LM_G8_SHIFT(t3a, t3b)
-          LM_G8_SHIFT(t4a, t4b) LM_G8_SHIFT(t5a, t5b)
-          LM_G8_LOOP(LM_G8_DP(24, t0a, t0b) LM_G8_DP(28, t1a, t1b) LM_G8_DP(32, t2a, t2b)
-                     LM_G8_DP(36, t3a, t3b) LM_G8_DP(40, t4a, t4b) LM_G8_DP(44, t5a, t5b))
-          : LM_G8_OUT(0, t), LM_G8_OUT(1, t), LM_G8_OUT(2, t), LM_G8_OUT(3, t), LM_G8_OUT(4, t),
-            LM_G8_OUT(5, t)
-          : LM_G8_IN
-          : "r10", "r11", "rax", "zmm29", "zmm30", "zmm31", "cc", "memory");
-}
+/* Two digits (6 rows of x, digit d of row i is row-digit d 6 + i): T in zmm 2i, 2i + 1 (256 S1 +
+ * S2, S1 less 128 sum q: a first pass for S1, shifted, then S2 added; the bound in the header
+ * holds at every step), C in zmm 12 + 2i, 13 + 2i. */
+#define LM_G8_C2 LM_G8_CLD(0, 12, 13) LM_G8_CLD(128, 14, 15) LM_G8_CLD(256, 16, 17) \
+                 LM_G8_CLD(384, 18, 19) LM_G8_CLD(512, 20, 21) LM_G8_CLD(640, 22, 23)
+#define LM_G8_S2 LM_G8_CST(0, 12, 13) LM_G8_CST(128, 14, 15) LM_G8_CST(256, 16, 17) \
+                 LM_G8_CST(384, 18, 19) LM_G8_CST(512, 20, 21) LM_G8_CST(640, 22, 23)
+#define LM_G8_Z2 LM_G8_ZZ(12, 13) LM_G8_ZZ(14, 15) LM_G8_ZZ(16, 17) LM_G8_ZZ(18, 19) \
+                 LM_G8_ZZ(20, 21) LM_G8_ZZ(22, 23)
+#define LM_G8_G2(mins)                                                                      \
+  LM_G8_STZ(0, 1) LM_G8_STZ(2, 3) LM_G8_STZ(4, 5) LM_G8_STZ(6, 7) LM_G8_STZ(8, 9) LM_G8_STZ(10, 11) \
+  LM_G8_PASS(LM_G8_DPZ(0, 0, 1) LM_G8_DPZ(1, 2, 3) LM_G8_DPZ(2, 4, 5) LM_G8_DPZ(3, 6, 7)        \
+             LM_G8_DPZ(4, 8, 9) LM_G8_DPZ(5, 10, 11))                                       \
+  LM_G8_SHZ(0, 1) LM_G8_SHZ(2, 3) LM_G8_SHZ(4, 5) LM_G8_SHZ(6, 7) LM_G8_SHZ(8, 9) LM_G8_SHZ(10, 11) \
+  LM_G8_PASS(LM_G8_DPZ(6, 0, 1) LM_G8_DPZ(7, 2, 3) LM_G8_DPZ(8, 4, 5) LM_G8_DPZ(9, 6, 7)        \
+             LM_G8_DPZ(10, 8, 9) LM_G8_DPZ(11, 10, 11))                                     \
+  "vmovups %c[so](%[st]), %%zmm24\n\t" "vmovups %c[so]+64(%[st]), %%zmm25\n\t"                \
+  LM_G8_EP2(0, 0, 1, 12, 13) LM_G8_EP2(4, 2, 3, 14, 15) LM_G8_EP2(8, 4, 5, 16, 17)             \
+  LM_G8_EP2(12, 6, 7, 18, 19) LM_G8_EP2(16, 8, 9, 20, 21) LM_G8_EP2(20, 10, 11, 22, 23)        \
+  mins "addq $48, %[dxs]\n\t"
+#define LM_G8_M2 LM_G8_O LM_G8_MN(24, 12, 13) LM_G8_MN(28, 14, 15) LM_G8_MN(32, 16, 17) \
+                 LM_G8_MN(36, 18, 19) LM_G8_MN(40, 20, 21) LM_G8_MN(44, 22, 23)
+
+/* Three digits (4 rows of x, digit d of row i is row-digit d 4 + i): T in zmm 2i, 2i + 1 (formed
+ * as with two digits), u = S3 in zmm 8 + 2i, 9 + 2i, C in zmm 16 + 2i, 17 + 2i. */
+#define LM_G8_C3 LM_G8_CLD(0, 16, 17) LM_G8_CLD(128, 18, 19) LM_G8_CLD(256, 20, 21) LM_G8_CLD(384, 22, 23)
+#define LM_G8_S3 LM_G8_CST(0, 16, 17) LM_G8_CST(128, 18, 19) LM_G8_CST(256, 20, 21) LM_G8_CST(384, 22, 23)
+#define LM_G8_Z3 LM_G8_ZZ(16, 17) LM_G8_ZZ(18, 19) LM_G8_ZZ(20, 21) LM_G8_ZZ(22, 23)
+#define LM_G8_G3(mins)                                                                      \
+  LM_G8_STZ(0, 1) LM_G8_STZ(2, 3) LM_G8_STZ(4, 5) LM_G8_STZ(6, 7)                               \
+  LM_G8_ZZ(8, 9) LM_G8_ZZ(10, 11) LM_G8_ZZ(12, 13) LM_G8_ZZ(14, 15)                             \
+  LM_G8_PASS(LM_G8_DPZ(0, 0, 1) LM_G8_DPZ(1, 2, 3) LM_G8_DPZ(2, 4, 5) LM_G8_DPZ(3, 6, 7))       \
+  LM_G8_SHZ(0, 1) LM_G8_SHZ(2, 3) LM_G8_SHZ(4, 5) LM_G8_SHZ(6, 7)                               \
+  LM_G8_PASS(LM_G8_DPZ(4, 0, 1) LM_G8_DPZ(5, 2, 3) LM_G8_DPZ(6, 4, 5) LM_G8_DPZ(7, 6, 7)        \
+             LM_G8_DPZ(8, 8, 9) LM_G8_DPZ(9, 10, 11) LM_G8_DPZ(10, 12, 13) LM_G8_DPZ(11, 14, 15)) \
+  "vmovups %c[so](%[st]), %%zmm24\n\t" "vmovups %c[so]+64(%[st]), %%zmm25\n\t"                \
+  LM_G8_EP3(0, 0, 1, 8, 9, 16, 17) LM_G8_EP3(4, 2, 3, 10, 11, 18, 19)                         \
+  LM_G8_EP3(8, 4, 5, 12, 13, 20, 21) LM_G8_EP3(12, 6, 7, 14, 15, 22, 23)                      \
+  mins "addq $32, %[dxs]\n\t"
+#define LM_G8_M3 LM_G8_O LM_G8_MN(16, 16, 17) LM_G8_MN(20, 18, 19) LM_G8_MN(24, 20, 21) LM_G8_MN(28, 22, 23)
+/* zmm26 = 1/256 (0x3b800000) for the three digits' f */
+#define LM_G8_K3 "movl $0x3b800000, %%eax\n\t" "vpbroadcastd %%eax, %%zmm26\n\t"
 
 /* ct[i][0 .. 32) += row i of panel p times the chunk's 32 rows of W over its ng groups
  * (starting at group g0 of X). With `first` (the chunk holds the product's first group) the
- * sums start at zero instead of ct's old values; with `out` (it holds the last) the last
- * group's sums go to out[i] (C's row, columns masked by mk[v]; none when out[i] is NULL)
- * instead of ct: C is written once, with no zeroing or copy of ct. */
+ * sums start at zero instead of ct's old values; with `out` (it holds the last) they go to
+ * out[i] (C's row, columns masked by mk[v]; none when out[i] is NULL): C is written once,
+ * with no zeroing or copy of ct. */
 static inline __attribute__((always_inline)) void lm_g8_kernel(const lm_g8x *X, long p, long g0, long ng,
                                                                const lm_g8w *P, int G, int D, int mins,
                                                                float *ct, int first, float *const *out,
                                                                const __mmask16 mk[2]) {
-  const int MR = lm_g8_mr(D), J = G / 4;
+  const int MR = lm_g8_mr(D), J = G / 4, so = LM_G8_KC / G * LM_G8_NR * 4; /* bytes from start to s */
   const unsigned int *a = X->a + (p * X->groups + g0) * J * LM_G8_ROWS;
-  for (long l = 0; l < ng; l++) {
-    __m512i acc[LM_G8_ROWS][2]; /* D = 3: t in rows 0 .. 3, u in 4 .. 7 */
-    if (D == 3) lm_g8_sums3(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc, acc + 4);
-    else if (D == 2) lm_g8_sums2(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc);
-    else lm_g8_sums1(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc);
+  if (D >= 2) {
+    const int *b = P->b, *st = P->start;
+    const float *dxs = X->dxs + (p * X->groups + g0) * 2 * MR;
+    long n = ng;
+    if (D == 2 && mins) LM_G8_CHUNK(LM_G8_Z2, LM_G8_C2, LM_G8_G2(LM_G8_M2), LM_G8_S2);
+    else if (D == 2) LM_G8_CHUNK(LM_G8_Z2, LM_G8_C2, LM_G8_G2(""), LM_G8_S2);
+    else if (mins) LM_G8_CHUNK(LM_G8_K3 LM_G8_Z3, LM_G8_K3 LM_G8_C3, LM_G8_G3(LM_G8_M3), LM_G8_S3);
+    else LM_G8_CHUNK(LM_G8_K3 LM_G8_Z3, LM_G8_K3 LM_G8_C3, LM_G8_G3(""), LM_G8_S3);
+    for (int i = 0; out && i < MR; i++)
+      for (int v = 0; out[i] && v < 2; v++)
+        _mm512_mask_storeu_ps(out[i] + 16 * v, mk[v], _mm512_load_ps(ct + i * LM_G8_NR + 16 * v));
+    return;
+  }
+  for (long l = 0; l < ng; l++) { /* one digit: its 24 accumulators leave no room for C */
+    __m512i acc[LM_G8_ROWS][2];
+    lm_g8_sums1(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc);
     const int init = first && l == 0, final = out && l == ng - 1;
+    const float *dxs = X->dxs + (p * X->groups + g0 + l) * 2 * MR;
 #pragma GCC unroll 12
     for (int i = 0; i < MR; i++) {
-      const long row = (p * MR + i) * X->groups + g0 + l;
-      const __m512 dx = _mm512_set1_ps(X->dx[row]);
+      const __m512 dx = _mm512_set1_ps(dxs[i]);
       for (int v = 0; v < 2; v++) {
-        const __m512 f = D == 3 ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[MR + i][v]), _mm512_set1_ps(1.0f / 256.0f),
-                                                  _mm512_cvtepi32_ps(acc[i][v]))
-                                : _mm512_cvtepi32_ps(acc[i][v]);
         __m512 c = init ? _mm512_setzero_ps() : _mm512_loadu_ps(ct + i * LM_G8_NR + 16 * v);
-        c = _mm512_fmadd_ps(f, _mm512_mul_ps(dx, _mm512_loadu_ps(P->s + l * 32 + 16 * v)), c);
-        if (mins) c = _mm512_fmadd_ps(_mm512_set1_ps(X->xs[row]), _mm512_loadu_ps(P->o + l * 32 + 16 * v), c);
+        c = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][v]), _mm512_mul_ps(dx, _mm512_loadu_ps(P->s + l * 32 + 16 * v)), c);
+        if (mins) c = _mm512_fmadd_ps(_mm512_set1_ps(dxs[MR + i]), _mm512_loadu_ps(P->o + l * 32 + 16 * v), c);
         if (!final) _mm512_storeu_ps(ct + i * LM_G8_NR + 16 * v, c);
         else if (out[i]) _mm512_mask_storeu_ps(out[i] + 16 * v, mk[v], c);
       }
@@ -619,9 +692,8 @@ static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const l
     *lm_team_shared() = aligned_alloc(64, (sizeof(int) * (adw + X.rows) + 2 * sizeof(float) * fl + 63) / 64 * 64);
   void *mem = *lm_team_shared();
   X.a = (unsigned int *)mem;
-  X.dx = (float *)(X.a + adw);
-  X.xs = X.dx + fl;
-  X.bad = (int *)(X.xs + fl);
+  X.dxs = (float *)(X.a + adw);
+  X.bad = (int *)(X.dxs + 2 * fl);
   float *tmp = (float *)malloc(sizeof(float) * K);
   lm_for_begin(X.panels);
   for (long lo, hi; lm_for_next(&lo, &hi);)
