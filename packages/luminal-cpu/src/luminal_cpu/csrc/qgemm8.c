@@ -79,33 +79,20 @@ typedef struct {
 } lm_g8x;
 
 /* ----- x ---------------------------------------------------------------------------------- */
-/* whether every group of x[0 .. K) has a rounding: finite, and max|x| 0 or at least
- * LM_Q8X_TINY */
-static int lm_g8_roundable(const float *x, long K, int G) {
-  for (long k = 0; k < K; k += G) {
-    __m512 amax = _mm512_setzero_ps();
-    for (int h = 0; h < G; h += 16) {
-      const __m512 v = _mm512_loadu_ps(x + k + h);
-      if (_mm512_fpclass_ps_mask(v, 0x99)) return 0; /* NaN (quiet, signaling), +-inf */
-      amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
-    }
-    const float m = _mm512_reduce_max_ps(amax);
-    if (m > 0.0f && m < LM_Q8X_TINY) return 0;
-  }
-  return 1;
-}
-
-/* one group of G (16 or 32) values of a row of x (roundable) into its D digits (G bytes each,
- * digit d at digits + d * step), dx and the sum of the group */
-static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digits, long step,
-                               float *dx, float *xs) {
+/* one group of G (16 or 32) values of a row of x into its D digits (G bytes each, digit d at
+ * digits + d * step), dx and the sum of the group; 0 (nothing written) when it has no
+ * rounding: a NaN or infinity, or max|x| neither 0 nor at least LM_Q8X_TINY */
+static inline __attribute__((always_inline)) int lm_g8_group(const float *x, int G, int D, unsigned char *digits,
+                                                             long step, float *dx, float *xs) {
   const int nv = G / 16;
   __m512 v[2], amax = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
   for (int h = 0; h < nv; h++) {
     v[h] = _mm512_loadu_ps(x + 16 * h);
+    if (_mm512_fpclass_ps_mask(v[h], 0x99)) return 0; /* NaN (quiet, signaling), +-inf */
     amax = _mm512_max_ps(amax, _mm512_abs_ps(v[h]));
   }
   const float m = _mm512_reduce_max_ps(amax);
+  if (m > 0.0f && m < LM_Q8X_TINY) return 0;
   *dx = D >= 2 ? m / 127.0f / 256.0f : m / 127.0f; /* D = 2, 3: the digits count 256ths of dx */
   const __m512 scale = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
   const __m512i bias = _mm512_set1_epi32(128), top = _mm512_set1_epi32(255);
@@ -137,27 +124,33 @@ static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digi
     _mm_storeu_si128((__m128i *)(digits + 2 * step + 16 * h), _mm512_cvtepi32_epi8(u3));
   }
   *xs = *dx * _mm512_reduce_add_ps(sum); /* the sum of the group as kept */
+  return 1;
+}
+
+/* row i of panel p's first digit of group g */
+static inline unsigned char *lm_g8_digits(const lm_g8x *X, int G, long p, long g, int i) {
+  return (unsigned char *)(X->a + (p * X->groups + g) * LM_G8_ROWS * (G / 4)) + i * G;
 }
 
 /* the rows of panel p into X; a row without a rounding (and padding) becomes zero digits */
-static void lm_g8_panel(const lm_mat *A, const long *aoff, long M, long K, int G, int D, long p,
-                        float *tmp, const lm_g8x *X) {
+static inline __attribute__((always_inline)) void lm_g8_panel(const lm_mat *A, const long *aoff, long M, long K,
+                                                              int G, int D, long p, float *tmp,
+                                                              const lm_g8x *X) {
   const int MR = lm_g8_mr(D);
   for (int i = 0; i < MR; i++) {
     const long r = p * MR + i;
     float *dx = X->dxs + p * X->groups * 2 * MR + i;
     const float *x = NULL;
     if (r < X->rows) x = lm_row_f32(A->p, A->dt, aoff[r / M] + r % M * A->rs, A->ks, K, tmp);
-    const int bad = x && !lm_g8_roundable(x, K, G);
+    int bad = 0; /* a group without a rounding: the whole row's digits are zero */
+    for (long g = 0; x && !bad && g < X->groups; g++)
+      bad = !lm_g8_group(x + g * G, G, D, lm_g8_digits(X, G, p, g, i), (long)MR * G,
+                         dx + g * 2 * MR, dx + g * 2 * MR + MR);
     if (r < X->rows) X->bad[r] = bad;
-    for (long g = 0; g < X->groups; g++) {
-      unsigned char *digits = (unsigned char *)(X->a + (p * X->groups + g) * LM_G8_ROWS * (G / 4)) + i * G;
-      if (x && !bad) {
-        lm_g8_group(x + g * G, G, D, digits, (long)MR * G, dx + g * 2 * MR, dx + g * 2 * MR + MR);
-      } else { /* q1 = 0 */
-        dx[g * 2 * MR] = dx[g * 2 * MR + MR] = 0.0f;
-        for (int d = 0; d < D; d++) memset(digits + d * MR * G, d ? 0 : 128, (size_t)G);
-      }
+    for (long g = 0; (!x || bad) && g < X->groups; g++) { /* q1 = 0 */
+      unsigned char *digits = lm_g8_digits(X, G, p, g, i);
+      dx[g * 2 * MR] = dx[g * 2 * MR + MR] = 0.0f;
+      for (int d = 0; d < D; d++) memset(digits + d * MR * G, d ? 0 : 128, (size_t)G);
     }
   }
 }
@@ -697,7 +690,11 @@ static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const l
   float *tmp = (float *)malloc(sizeof(float) * K);
   lm_for_begin(X.panels);
   for (long lo, hi; lm_for_next(&lo, &hi);)
-    for (long p = lo; p < hi; p++) lm_g8_panel(A, aoff, M, K, G, D, p, tmp, &X);
+    for (long p = lo; p < hi; p++) {
+      if (D == 3) lm_g8_panel(A, aoff, M, K, G, 3, p, tmp, &X);
+      else if (D == 2) lm_g8_panel(A, aoff, M, K, G, 2, p, tmp, &X);
+      else lm_g8_panel(A, aoff, M, K, G, 1, p, tmp, &X);
+    }
   free(tmp);
   if (D == 3) lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 3);
   else if (D == 2) lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 2);
