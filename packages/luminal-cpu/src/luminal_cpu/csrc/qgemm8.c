@@ -500,46 +500,63 @@ static inline __attribute__((always_inline)) void lm_g8_sums1(const unsigned int
 
 /* Two digits (6 rows of x, digit d of row i is row-digit d 6 + i): T in zmm 2i, 2i + 1 (256 S1 +
  * S2, S1 less 128 sum q: a first pass for S1, shifted, then S2 added; the bound in the header
- * holds at every step), C in zmm 12 + 2i, 13 + 2i. */
-#define LM_G8_C2 LM_G8_CLD(0, 12, 13) LM_G8_CLD(128, 14, 15) LM_G8_CLD(256, 16, 17) \
-                 LM_G8_CLD(384, 18, 19) LM_G8_CLD(512, 20, 21) LM_G8_CLD(640, 22, 23)
-#define LM_G8_S2 LM_G8_CST(0, 12, 13) LM_G8_CST(128, 14, 15) LM_G8_CST(256, 16, 17) \
-                 LM_G8_CST(384, 18, 19) LM_G8_CST(512, 20, 21) LM_G8_CST(640, 22, 23)
-#define LM_G8_Z2 LM_G8_ZZ(12, 13) LM_G8_ZZ(14, 15) LM_G8_ZZ(16, 17) LM_G8_ZZ(18, 19) \
-                 LM_G8_ZZ(20, 21) LM_G8_ZZ(22, 23)
-#define LM_G8_G2(mins)                                                                      \
-  LM_G8_STZ(0, 1) LM_G8_STZ(2, 3) LM_G8_STZ(4, 5) LM_G8_STZ(6, 7) LM_G8_STZ(8, 9) LM_G8_STZ(10, 11) \
-  LM_G8_PASS(LM_G8_DPZ(0, 0, 1) LM_G8_DPZ(1, 2, 3) LM_G8_DPZ(2, 4, 5) LM_G8_DPZ(3, 6, 7)        \
-             LM_G8_DPZ(4, 8, 9) LM_G8_DPZ(5, 10, 11))                                       \
-  LM_G8_SHZ(0, 1) LM_G8_SHZ(2, 3) LM_G8_SHZ(4, 5) LM_G8_SHZ(6, 7) LM_G8_SHZ(8, 9) LM_G8_SHZ(10, 11) \
-  LM_G8_PASS(LM_G8_DPZ(6, 0, 1) LM_G8_DPZ(7, 2, 3) LM_G8_DPZ(8, 4, 5) LM_G8_DPZ(9, 6, 7)        \
-             LM_G8_DPZ(10, 8, 9) LM_G8_DPZ(11, 10, 11))                                     \
+ * holds at every step), C in zmm 12 + 2i, 13 + 2i. A last panel with fewer rows runs the
+ * first 2 or 4 only (a 128-token prefill's last panel holds 2: a full one was 3% of the
+ * GEMM's products wasted). Row i's registers and offsets: T (ta, tb), C (ca, cb), its
+ * row-digits r1 = i and r2 = 6 + i, dx and sum x at bytes dxo and xso of dxs, C at cto of ct;
+ * LM_G8_EACH2_n applies f to the first n rows. */
+#define LM_G8_EACH2_2(f) f(0, 1, 12, 13, 0, 6, 0, 24, 0) f(2, 3, 14, 15, 1, 7, 4, 28, 128)
+#define LM_G8_EACH2_4(f) LM_G8_EACH2_2(f) f(4, 5, 16, 17, 2, 8, 8, 32, 256) f(6, 7, 18, 19, 3, 9, 12, 36, 384)
+#define LM_G8_EACH2_6(f) LM_G8_EACH2_4(f) f(8, 9, 20, 21, 4, 10, 16, 40, 512) f(10, 11, 22, 23, 5, 11, 20, 44, 640)
+#define LM_G8_2ST(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_STZ(ta, tb)
+#define LM_G8_2D1(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_DPZ(r1, ta, tb)
+#define LM_G8_2SH(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_SHZ(ta, tb)
+#define LM_G8_2D2(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_DPZ(r2, ta, tb)
+#define LM_G8_2EP(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_EP2(dxo, ta, tb, ca, cb)
+#define LM_G8_2MN(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_MN(xso, ca, cb)
+#define LM_G8_2ZZ(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_ZZ(ca, cb)
+#define LM_G8_2LD(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_CLD(cto, ca, cb)
+#define LM_G8_2SV(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_CST(cto, ca, cb)
+#define LM_G8_G2(each, mins)                                                                \
+  each(LM_G8_2ST) LM_G8_PASS(each(LM_G8_2D1)) each(LM_G8_2SH) LM_G8_PASS(each(LM_G8_2D2))       \
   "vmovups %c[so](%[st]), %%zmm24\n\t" "vmovups %c[so]+64(%[st]), %%zmm25\n\t"                \
-  LM_G8_EP2(0, 0, 1, 12, 13) LM_G8_EP2(4, 2, 3, 14, 15) LM_G8_EP2(8, 4, 5, 16, 17)             \
-  LM_G8_EP2(12, 6, 7, 18, 19) LM_G8_EP2(16, 8, 9, 20, 21) LM_G8_EP2(20, 10, 11, 22, 23)        \
-  mins "addq $48, %[dxs]\n\t"
-#define LM_G8_M2 LM_G8_O LM_G8_MN(24, 12, 13) LM_G8_MN(28, 14, 15) LM_G8_MN(32, 16, 17) \
-                 LM_G8_MN(36, 18, 19) LM_G8_MN(40, 20, 21) LM_G8_MN(44, 22, 23)
+  each(LM_G8_2EP) mins "addq $48, %[dxs]\n\t"
+/* the chunk for the first n rows (n = 2, 4, 6) of a tile, with or without offsets */
+#define LM_G8_CHUNK2(n, mins)                                                               \
+  LM_G8_CHUNK(LM_G8_EACH2_##n(LM_G8_2ZZ), LM_G8_EACH2_##n(LM_G8_2LD),                        \
+              LM_G8_G2(LM_G8_EACH2_##n, mins), LM_G8_EACH2_##n(LM_G8_2SV))
+#define LM_G8_M2(n) LM_G8_O LM_G8_EACH2_##n(LM_G8_2MN)
 
 /* Three digits (4 rows of x, digit d of row i is row-digit d 4 + i): T in zmm 2i, 2i + 1 (formed
- * as with two digits), u = S3 in zmm 8 + 2i, 9 + 2i, C in zmm 16 + 2i, 17 + 2i. */
-#define LM_G8_C3 LM_G8_CLD(0, 16, 17) LM_G8_CLD(128, 18, 19) LM_G8_CLD(256, 20, 21) LM_G8_CLD(384, 22, 23)
-#define LM_G8_S3 LM_G8_CST(0, 16, 17) LM_G8_CST(128, 18, 19) LM_G8_CST(256, 20, 21) LM_G8_CST(384, 22, 23)
-#define LM_G8_Z3 LM_G8_ZZ(16, 17) LM_G8_ZZ(18, 19) LM_G8_ZZ(20, 21) LM_G8_ZZ(22, 23)
-#define LM_G8_G3(mins)                                                                      \
-  LM_G8_STZ(0, 1) LM_G8_STZ(2, 3) LM_G8_STZ(4, 5) LM_G8_STZ(6, 7)                               \
-  LM_G8_ZZ(8, 9) LM_G8_ZZ(10, 11) LM_G8_ZZ(12, 13) LM_G8_ZZ(14, 15)                             \
-  LM_G8_PASS(LM_G8_DPZ(0, 0, 1) LM_G8_DPZ(1, 2, 3) LM_G8_DPZ(2, 4, 5) LM_G8_DPZ(3, 6, 7))       \
-  LM_G8_SHZ(0, 1) LM_G8_SHZ(2, 3) LM_G8_SHZ(4, 5) LM_G8_SHZ(6, 7)                               \
-  LM_G8_PASS(LM_G8_DPZ(4, 0, 1) LM_G8_DPZ(5, 2, 3) LM_G8_DPZ(6, 4, 5) LM_G8_DPZ(7, 6, 7)        \
-             LM_G8_DPZ(8, 8, 9) LM_G8_DPZ(9, 10, 11) LM_G8_DPZ(10, 12, 13) LM_G8_DPZ(11, 14, 15)) \
+ * as with two digits), u = S3 in zmm 8 + 2i, 9 + 2i, C in zmm 16 + 2i, 17 + 2i; a last panel
+ * of 1 or 2 rows runs the first 2. Row i's registers and offsets as with two digits, u in
+ * (ua, ub), row-digits r1 = i, r2 = 4 + i, r3 = 8 + i. */
+#define LM_G8_EACH3_2(f) f(0, 1, 8, 9, 16, 17, 0, 4, 8, 0, 16, 0) f(2, 3, 10, 11, 18, 19, 1, 5, 9, 4, 20, 128)
+#define LM_G8_EACH3_4(f) LM_G8_EACH3_2(f) f(4, 5, 12, 13, 20, 21, 2, 6, 10, 8, 24, 256) \
+                         f(6, 7, 14, 15, 22, 23, 3, 7, 11, 12, 28, 384)
+#define LM_G8_3ST(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_STZ(ta, tb) LM_G8_ZZ(ua, ub)
+#define LM_G8_3D1(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_DPZ(r1, ta, tb)
+#define LM_G8_3SH(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_SHZ(ta, tb)
+#define LM_G8_3D2(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_DPZ(r2, ta, tb)
+#define LM_G8_3D3(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_DPZ(r3, ua, ub)
+#define LM_G8_3EP(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_EP3(dxo, ta, tb, ua, ub, ca, cb)
+#define LM_G8_3MN(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_MN(xso, ca, cb)
+#define LM_G8_3ZZ(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_ZZ(ca, cb)
+#define LM_G8_3LD(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_CLD(cto, ca, cb)
+#define LM_G8_3SV(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_CST(cto, ca, cb)
+#define LM_G8_G3(each, mins)                                                                \
+  each(LM_G8_3ST) LM_G8_PASS(each(LM_G8_3D1)) each(LM_G8_3SH)                                 \
+  LM_G8_PASS(each(LM_G8_3D2) each(LM_G8_3D3))                                                \
   "vmovups %c[so](%[st]), %%zmm24\n\t" "vmovups %c[so]+64(%[st]), %%zmm25\n\t"                \
-  LM_G8_EP3(0, 0, 1, 8, 9, 16, 17) LM_G8_EP3(4, 2, 3, 10, 11, 18, 19)                         \
-  LM_G8_EP3(8, 4, 5, 12, 13, 20, 21) LM_G8_EP3(12, 6, 7, 14, 15, 22, 23)                      \
-  mins "addq $32, %[dxs]\n\t"
-#define LM_G8_M3 LM_G8_O LM_G8_MN(16, 16, 17) LM_G8_MN(20, 18, 19) LM_G8_MN(24, 20, 21) LM_G8_MN(28, 22, 23)
+  each(LM_G8_3EP) mins "addq $32, %[dxs]\n\t"
 /* zmm26 = 1/256 (0x3b800000) for the three digits' f */
 #define LM_G8_K3 "movl $0x3b800000, %%eax\n\t" "vpbroadcastd %%eax, %%zmm26\n\t"
+#define LM_G8_CHUNK3(n, mins)                                                               \
+  LM_G8_CHUNK(LM_G8_K3 LM_G8_EACH3_##n(LM_G8_3ZZ), LM_G8_K3 LM_G8_EACH3_##n(LM_G8_3LD),      \
+              LM_G8_G3(LM_G8_EACH3_##n, mins), LM_G8_EACH3_##n(LM_G8_3SV))
+#define LM_G8_M3(n) LM_G8_O LM_G8_EACH3_##n(LM_G8_3MN)
+/* chunk(n, ...) with the offsets' terms (mins) or without */
+#define LM_G8_PICK(chunk, n, m) do { if (mins) chunk(n, m(n)); else chunk(n, ""); } while (0)
 
 /* ct[i][0 .. 32) += row i of panel p times the chunk's 32 rows of W over its ng groups
  * (starting at group g0 of X). With `first` (the chunk holds the product's first group) the
@@ -556,10 +573,12 @@ static inline __attribute__((always_inline)) void lm_g8_kernel(const lm_g8x *X, 
     const int *b = P->b, *st = P->start;
     const float *dxs = X->dxs + (p * X->groups + g0) * 2 * MR;
     long n = ng;
-    if (D == 2 && mins) LM_G8_CHUNK(LM_G8_Z2, LM_G8_C2, LM_G8_G2(LM_G8_M2), LM_G8_S2);
-    else if (D == 2) LM_G8_CHUNK(LM_G8_Z2, LM_G8_C2, LM_G8_G2(""), LM_G8_S2);
-    else if (mins) LM_G8_CHUNK(LM_G8_K3 LM_G8_Z3, LM_G8_K3 LM_G8_C3, LM_G8_G3(LM_G8_M3), LM_G8_S3);
-    else LM_G8_CHUNK(LM_G8_K3 LM_G8_Z3, LM_G8_K3 LM_G8_C3, LM_G8_G3(""), LM_G8_S3);
+    const long rem = X->rows - p * MR; /* real rows of the tile */
+    if (D == 2 && rem <= 2) LM_G8_PICK(LM_G8_CHUNK2, 2, LM_G8_M2);
+    else if (D == 2 && rem <= 4) LM_G8_PICK(LM_G8_CHUNK2, 4, LM_G8_M2);
+    else if (D == 2) LM_G8_PICK(LM_G8_CHUNK2, 6, LM_G8_M2);
+    else if (rem <= 2) LM_G8_PICK(LM_G8_CHUNK3, 2, LM_G8_M3);
+    else LM_G8_PICK(LM_G8_CHUNK3, 4, LM_G8_M3);
     for (int i = 0; out && i < MR; i++)
       for (int v = 0; out[i] && v < 2; v++)
         _mm512_mask_storeu_ps(out[i] + 16 * v, mk[v], _mm512_load_ps(ct + i * LM_G8_NR + 16 * v));
