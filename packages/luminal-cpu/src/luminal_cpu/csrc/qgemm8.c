@@ -388,60 +388,23 @@ static inline __attribute__((always_inline)) void lm_g8_pack(const lm_qmat *W, i
 }
 
 /* ----- the micro-kernel ------------------------------------------------------------------- */
-/* The int32 sums of a group are formed in inline asm: GCC 12 compiled the same loop in C
- * (fully unrolled) with its 24 accumulators moved through other registers and the stack,
- * about as many instructions as the vpdpbusd themselves (1.15x slower on a Gemma 3 layer).
- * Per dword j of the group: W's two vectors (zmm30, zmm31), then per row of x its digit dword
- * broadcast (zmm29) and its two products. The accumulators are asm outputs only, started in
- * the asm, and its pointers are fixed scratch registers (r10: x, r11: W, rax: the count):
- * GCC allows 30 operands and an in-out one counts twice. */
-/* dword j of row-digit r's G bytes (r10 at dword j of the group's first) times W's two
- * vectors into accumulators ra, rb */
-#define LM_G8_DP(r, ra, rb)                                                                 \
-  "vpbroadcastd " #r "*%c[gb](%%r10), %%zmm29\n\t"                                           \
-  "vpdpbusd %%zmm30, %%zmm29, %[" #ra "]\n\t"                                               \
-  "vpdpbusd %%zmm31, %%zmm29, %[" #rb "]\n\t"
-/* accumulators ra, rb start at the first digit's - 128 * sum q (the + 128 removed) */
-#define LM_G8_START(ra, rb) "vmovdqu32 (%[st]), %[" #ra "]\n\t" "vmovdqu32 64(%[st]), %[" #rb "]\n\t"
-/* one pass over the group's J dwords (W's 128 bytes and x's 4 per dword) */
-#define LM_G8_LOOP(body)                                                                    \
-  "movq %[a0], %%r10\n\t" "movq %[b0], %%r11\n\t" "movq %[nj], %%rax\n\t"                      \
-  "1:\n\t"                                                                                  \
-  "vmovdqu32 (%%r11), %%zmm30\n\t" "vmovdqu32 64(%%r11), %%zmm31\n\t"                         \
-  body                                                                                      \
-  "addq $128, %%r11\n\t" "addq $4, %%r10\n\t" "decq %%rax\n\t" "jnz 1b\n\t"
-#define LM_G8_OUT(i, c) [c##i##a] "=&v"(c[i][0]), [c##i##b] "=&v"(c[i][1])
-#define LM_G8_IN [a0] "r"(a0), [b0] "r"(b0), [st] "r"(st), [nj] "r"((long)J), [gb] "i"(4 * J)
-
-/* One digit (12 rows of x): c[i] = sum over the group of row i's digit times W's quants,
- * less 128 sum q. */
-static inline __attribute__((always_inline)) void lm_g8_sums1(const unsigned int *a0, const int *b0,
-                                                              const int *st, int J, __m512i c[12][2]) {
-  __asm__(LM_G8_START(c0a, c0b) LM_G8_START(c1a, c1b) LM_G8_START(c2a, c2b) LM_G8_START(c3a, c3b)
-          LM_G8_START(c4a, c4b) LM_G8_START(c5a, c5b) LM_G8_START(c6a, c6b) LM_G8_START(c7a, c7b)
-          LM_G8_START(c8a, c8b) LM_G8_START(c9a, c9b) LM_G8_START(c10a, c10b) LM_G8_START(c11a, c11b)
-          LM_G8_LOOP(LM_G8_DP(0, c0a, c0b) LM_G8_DP(1, c1a, c1b) LM_G8_DP(2, c2a, c2b)
-                     LM_G8_DP(3, c3a, c3b) LM_G8_DP(4, c4a, c4b) LM_G8_DP(5, c5a, c5b)
-                     LM_G8_DP(6, c6a, c6b) LM_G8_DP(7, c7a, c7b) LM_G8_DP(8, c8a, c8b)
-                     LM_G8_DP(9, c9a, c9b) LM_G8_DP(10, c10a, c10b) LM_G8_DP(11, c11a, c11b))
-          : LM_G8_OUT(0, c), LM_G8_OUT(1, c), LM_G8_OUT(2, c), LM_G8_OUT(3, c), LM_G8_OUT(4, c),
-            LM_G8_OUT(5, c), LM_G8_OUT(6, c), LM_G8_OUT(7, c), LM_G8_OUT(8, c), LM_G8_OUT(9, c),
-            LM_G8_OUT(10, c), LM_G8_OUT(11, c)
-          : LM_G8_IN
-          : "r10", "r11", "rax", "zmm29", "zmm30", "zmm31", "cc", "memory");
-}
-
-/* Two and three digits: a micro-tile's whole chunk (its ng groups) in one asm block, its float
- * sums C kept in registers from the chunk's first group to its last (with the group's int32
- * sums, W's two vectors and the broadcast: 27 zmm with two digits, 29 with three). C's loads
- * and stores per group, and the scale pointers GCC spilled around the asm of one group, had
- * been about a third of the GEMM's time. Per group the float operations are those of one
- * output in order: f = float(T) (three digits: fma(float(u), 1/256, float(T))), C = fma(f, dx
- * s, C), then with offsets C = fma(sum x, o, C). The registers are fixed (named in the text)
- * rather than operands: 24 accumulators as in-out operands pass GCC's 30. Pointers: a (x's
- * digits of the group), b (W's), st (the chunk's start sums of the group; its s and o at
- * the fixed offsets so and oo after it), dxs (the group's dx and sums of x, lm_g8x); r10 /
- * r11 / eax walk a pass over the group's J dwords, which leaves r11 at W's next group. */
+/* A micro-tile's whole chunk (its ng groups) runs in one inline asm block: the group's int32
+ * sums are formed there (GCC 12 compiled that loop in C, fully unrolled, with its
+ * accumulators moved through other registers and the stack: 1.15x slower on a Gemma 3
+ * layer), and the tile's float sums C stay in registers from the chunk's first group to its
+ * last (with the int32 sums, W's two vectors and the broadcast: 27 zmm with one or two digits,
+ * 29 with three; one digit runs its 12 rows as two tiles of 6). Per dword j of a group: W's
+ * two vectors (zmm30, zmm31), then per row-digit its dword broadcast (zmm29) and two
+ * `vpdpbusd`. Per group the float operations are those of one output in order: f = float(T)
+ * (three digits: fma(float(u), 1/256, float(T))), C = fma(f, dx s, C), then with offsets
+ * C = fma(sum x, o, C). These epilogue products share the core's vector pipes with the
+ * `vpdpbusd` (two of them per 16 products at two digits), which bounds the kernel near 89% of
+ * the `vpdpbusd` peak; keeping C in registers (no load and store per group) took it from 86%
+ * to 88% on L1-resident data (Zen 4). The registers are fixed (named in the text) rather than
+ * operands: 24 accumulators as in-out operands pass GCC's 30. Pointers: a (x's digits of the
+ * group), b (W's), st (the chunk's start sums of the group; its s and o at the fixed offsets
+ * so and oo after it), dxs (the group's dx and sums of x, lm_g8x); r10 / r11 / eax walk a pass
+ * over the group's J dwords, which leaves r11 at W's next group. */
 #define LM_G8_Z(n) "%%zmm" #n
 /* dword j of row-digit r (r10 at dword j of the group's first) times W's two vectors into
  * zmm ra, rb */
@@ -490,7 +453,7 @@ static inline __attribute__((always_inline)) void lm_g8_sums1(const unsigned int
                    "addq %[ab], %[a]\n\t" "movq %%r11, %[b]\n\t" "addq $128, %[st]\n\t"       \
                    "decq %[n]\n\t" "jnz 4b\n\t" store                                       \
                    : [a] "+r"(a), [b] "+r"(b), [st] "+r"(st), [dxs] "+r"(dxs), [n] "+r"(n)    \
-                   : [ct] "r"(ct), [first] "r"(first), [nj] "i"(G / 4), [gb] "i"(G), [ab] "i"(LM_G8_ROWS * G), \
+                   : [ct] "r"(c), [first] "r"(first), [nj] "i"(G / 4), [gb] "i"(G), [ab] "i"(LM_G8_ROWS * G), \
                      [so] "i"(so), [oo] "i"(2 * so)                                         \
                    : "r10", "r11", "rax", "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", \
                      "zmm7", "zmm8", "zmm9", "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15", \
@@ -555,6 +518,28 @@ static inline __attribute__((always_inline)) void lm_g8_sums1(const unsigned int
   LM_G8_CHUNK(LM_G8_K3 LM_G8_EACH3_##n(LM_G8_3ZZ), LM_G8_K3 LM_G8_EACH3_##n(LM_G8_3LD),      \
               LM_G8_G3(LM_G8_EACH3_##n, mins), LM_G8_EACH3_##n(LM_G8_3SV))
 #define LM_G8_M3(n) LM_G8_O LM_G8_EACH3_##n(LM_G8_3MN)
+/* One digit (12 rows of x, row-digit i; run as rows 0 .. 5 and 6 .. 11, the second with a,
+ * dxs and ct moved to row 6): T in zmm 2i, 2i + 1, C in zmm 12 + 2i, 13 + 2i; row i's sum x at
+ * byte 48 + 4i of dxs (12 rows' dx before it). */
+#define LM_G8_EACH1_2(f) f(0, 1, 12, 13, 0, 0, 48, 0) f(2, 3, 14, 15, 1, 4, 52, 128)
+#define LM_G8_EACH1_4(f) LM_G8_EACH1_2(f) f(4, 5, 16, 17, 2, 8, 56, 256) f(6, 7, 18, 19, 3, 12, 60, 384)
+#define LM_G8_EACH1_6(f) LM_G8_EACH1_4(f) f(8, 9, 20, 21, 4, 16, 64, 512) f(10, 11, 22, 23, 5, 20, 68, 640)
+#define LM_G8_1ST(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_STZ(ta, tb)
+#define LM_G8_1D1(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_DPZ(r1, ta, tb)
+#define LM_G8_1EP(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_EP2(dxo, ta, tb, ca, cb)
+#define LM_G8_1MN(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_MN(xso, ca, cb)
+#define LM_G8_1ZZ(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_ZZ(ca, cb)
+#define LM_G8_1LD(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_CLD(cto, ca, cb)
+#define LM_G8_1SV(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_CST(cto, ca, cb)
+#define LM_G8_G1(each, mins)                                                                \
+  each(LM_G8_1ST) LM_G8_PASS(each(LM_G8_1D1))                                                 \
+  "vmovups %c[so](%[st]), %%zmm24\n\t" "vmovups %c[so]+64(%[st]), %%zmm25\n\t"                \
+  each(LM_G8_1EP) mins "addq $96, %[dxs]\n\t"
+#define LM_G8_CHUNK1(n, mins)                                                               \
+  LM_G8_CHUNK(LM_G8_EACH1_##n(LM_G8_1ZZ), LM_G8_EACH1_##n(LM_G8_1LD),                        \
+              LM_G8_G1(LM_G8_EACH1_##n, mins), LM_G8_EACH1_##n(LM_G8_1SV))
+#define LM_G8_M1(n) LM_G8_O LM_G8_EACH1_##n(LM_G8_1MN)
+
 /* chunk(n, ...) with the offsets' terms (mins) or without */
 #define LM_G8_PICK(chunk, n, m) do { if (mins) chunk(n, m(n)); else chunk(n, ""); } while (0)
 
@@ -567,40 +552,28 @@ static inline __attribute__((always_inline)) void lm_g8_kernel(const lm_g8x *X, 
                                                                const lm_g8w *P, int G, int D, int mins,
                                                                float *ct, int first, float *const *out,
                                                                const __mmask16 mk[2]) {
-  const int MR = lm_g8_mr(D), J = G / 4, so = LM_G8_KC / G * LM_G8_NR * 4; /* bytes from start to s */
-  const unsigned int *a = X->a + (p * X->groups + g0) * J * LM_G8_ROWS;
-  if (D >= 2) {
+  const int MR = lm_g8_mr(D), so = LM_G8_KC / G * LM_G8_NR * 4; /* bytes from start to s */
+  const long rem = X->rows - p * MR; /* real rows of the tile */
+  for (int h = 0; h < (D == 1 ? 2 : 1); h++) { /* one digit: rows 0 .. 5, then 6 .. 11 */
+    const long rows = rem - 6 * h;
+    if (rows <= 0) break;
+    const unsigned char *a = (const unsigned char *)(X->a + (p * X->groups + g0) * LM_G8_ROWS * (G / 4)) + 6 * h * G;
     const int *b = P->b, *st = P->start;
-    const float *dxs = X->dxs + (p * X->groups + g0) * 2 * MR;
+    const float *dxs = X->dxs + (p * X->groups + g0) * 2 * MR + 6 * h;
+    float *c = ct + 6 * h * LM_G8_NR;
     long n = ng;
-    const long rem = X->rows - p * MR; /* real rows of the tile */
-    if (D == 2 && rem <= 2) LM_G8_PICK(LM_G8_CHUNK2, 2, LM_G8_M2);
-    else if (D == 2 && rem <= 4) LM_G8_PICK(LM_G8_CHUNK2, 4, LM_G8_M2);
+    if (D == 2 && rows <= 2) LM_G8_PICK(LM_G8_CHUNK2, 2, LM_G8_M2);
+    else if (D == 2 && rows <= 4) LM_G8_PICK(LM_G8_CHUNK2, 4, LM_G8_M2);
     else if (D == 2) LM_G8_PICK(LM_G8_CHUNK2, 6, LM_G8_M2);
-    else if (rem <= 2) LM_G8_PICK(LM_G8_CHUNK3, 2, LM_G8_M3);
-    else LM_G8_PICK(LM_G8_CHUNK3, 4, LM_G8_M3);
-    for (int i = 0; out && i < MR; i++)
-      for (int v = 0; out[i] && v < 2; v++)
-        _mm512_mask_storeu_ps(out[i] + 16 * v, mk[v], _mm512_load_ps(ct + i * LM_G8_NR + 16 * v));
-    return;
+    else if (D == 3 && rows <= 2) LM_G8_PICK(LM_G8_CHUNK3, 2, LM_G8_M3);
+    else if (D == 3) LM_G8_PICK(LM_G8_CHUNK3, 4, LM_G8_M3);
+    else if (rows <= 2) LM_G8_PICK(LM_G8_CHUNK1, 2, LM_G8_M1);
+    else if (rows <= 4) LM_G8_PICK(LM_G8_CHUNK1, 4, LM_G8_M1);
+    else LM_G8_PICK(LM_G8_CHUNK1, 6, LM_G8_M1);
   }
-  for (long l = 0; l < ng; l++) { /* one digit: its 24 accumulators leave no room for C */
-    __m512i acc[LM_G8_ROWS][2];
-    lm_g8_sums1(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc);
-    const int init = first && l == 0, final = out && l == ng - 1;
-    const float *dxs = X->dxs + (p * X->groups + g0 + l) * 2 * MR;
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) {
-      const __m512 dx = _mm512_set1_ps(dxs[i]);
-      for (int v = 0; v < 2; v++) {
-        __m512 c = init ? _mm512_setzero_ps() : _mm512_loadu_ps(ct + i * LM_G8_NR + 16 * v);
-        c = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][v]), _mm512_mul_ps(dx, _mm512_loadu_ps(P->s + l * 32 + 16 * v)), c);
-        if (mins) c = _mm512_fmadd_ps(_mm512_set1_ps(dxs[MR + i]), _mm512_loadu_ps(P->o + l * 32 + 16 * v), c);
-        if (!final) _mm512_storeu_ps(ct + i * LM_G8_NR + 16 * v, c);
-        else if (out[i]) _mm512_mask_storeu_ps(out[i] + 16 * v, mk[v], c);
-      }
-    }
-  }
+  for (int i = 0; out && i < MR; i++)
+    for (int v = 0; out[i] && v < 2; v++)
+      _mm512_mask_storeu_ps(out[i] + 16 * v, mk[v], _mm512_load_ps(ct + i * LM_G8_NR + 16 * v));
 }
 
 /* every panel of W (32 of its rows) times every row of x, for format q with D digits */
