@@ -80,10 +80,12 @@ typedef struct {
 
 /* ----- x ---------------------------------------------------------------------------------- */
 /* one group of G (16 or 32) values of a row of x into its D digits (G bytes each, digit d at
- * digits + d * step), dx and the sum of the group; 0 (nothing written) when it has no
- * rounding: a NaN or infinity, or max|x| neither 0 nor at least LM_Q8X_TINY */
-static inline __attribute__((always_inline)) int lm_g8_group(const float *x, int G, int D, unsigned char *digits,
-                                                             long step, float *dx, float *xs) {
+ * digits + d * step), dx and (with `sums`: W has offsets) the sum of the group; 0 (nothing
+ * written) when it has no rounding: a NaN or infinity, or max|x| neither 0 nor at least
+ * LM_Q8X_TINY */
+static inline __attribute__((always_inline)) int lm_g8_group(const float *x, int G, int D, int sums,
+                                                             unsigned char *digits, long step, float *dx,
+                                                             float *xs) {
   const int nv = G / 16;
   __m512 v[2], amax = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
   for (int h = 0; h < nv; h++) {
@@ -123,7 +125,7 @@ static inline __attribute__((always_inline)) int lm_g8_group(const float *x, int
     _mm_storeu_si128((__m128i *)(digits + step + 16 * h), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(u2)));
     _mm_storeu_si128((__m128i *)(digits + 2 * step + 16 * h), _mm512_cvtepi32_epi8(u3));
   }
-  *xs = *dx * _mm512_reduce_add_ps(sum); /* the sum of the group as kept */
+  *xs = sums ? *dx * _mm512_reduce_add_ps(sum) : 0.0f; /* the sum of the group as kept */
   return 1;
 }
 
@@ -132,9 +134,10 @@ static inline unsigned char *lm_g8_digits(const lm_g8x *X, int G, long p, long g
   return (unsigned char *)(X->a + (p * X->groups + g) * LM_G8_ROWS * (G / 4)) + i * G;
 }
 
-/* the rows of panel p into X; a row without a rounding (and padding) becomes zero digits */
+/* the rows of panel p into X (the group sums of x only when W has offsets: `sums`); a row
+ * without a rounding (and padding) becomes zero digits */
 static inline __attribute__((always_inline)) void lm_g8_panel(const lm_mat *A, const long *aoff, long M, long K,
-                                                              int G, int D, long p, float *tmp,
+                                                              int G, int D, int sums, long p, float *tmp,
                                                               const lm_g8x *X) {
   const int MR = lm_g8_mr(D);
   for (int i = 0; i < MR; i++) {
@@ -144,7 +147,7 @@ static inline __attribute__((always_inline)) void lm_g8_panel(const lm_mat *A, c
     if (r < X->rows) x = lm_row_f32(A->p, A->dt, aoff[r / M] + r % M * A->rs, A->ks, K, tmp);
     int bad = 0; /* a group without a rounding: the whole row's digits are zero */
     for (long g = 0; x && !bad && g < X->groups; g++)
-      bad = !lm_g8_group(x + g * G, G, D, lm_g8_digits(X, G, p, g, i), (long)MR * G,
+      bad = !lm_g8_group(x + g * G, G, D, sums, lm_g8_digits(X, G, p, g, i), (long)MR * G,
                          dx + g * 2 * MR, dx + g * 2 * MR + MR);
     if (r < X->rows) X->bad[r] = bad;
     for (long g = 0; (!x || bad) && g < X->groups; g++) { /* q1 = 0 */
@@ -666,6 +669,7 @@ static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const l
                       const lm_qmat *W, const lm_out *C) {
   if (nb <= 0 || M <= 0 || N <= 0 || K <= 0) return 0;
   const int D = W->x_prec == LM_X_I8 ? 1 : W->x_prec == LM_X_I16 ? 2 : 3, MR = lm_g8_mr(D), G = W->q == LM_Q6_K ? 16 : 32;
+  const int sums = W->q == LM_Q4_1 || W->q == LM_Q4_K || W->q == LM_Q5_K; /* W's offsets meet them */
   lm_g8x X;
   X.groups = K / G;
   X.rows = nb * M;
@@ -683,9 +687,9 @@ static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const l
   lm_for_begin(X.panels);
   for (long lo, hi; lm_for_next(&lo, &hi);)
     for (long p = lo; p < hi; p++) {
-      if (D == 3) lm_g8_panel(A, aoff, M, K, G, 3, p, tmp, &X);
-      else if (D == 2) lm_g8_panel(A, aoff, M, K, G, 2, p, tmp, &X);
-      else lm_g8_panel(A, aoff, M, K, G, 1, p, tmp, &X);
+      if (D == 3) lm_g8_panel(A, aoff, M, K, G, 3, sums, p, tmp, &X);
+      else if (D == 2) lm_g8_panel(A, aoff, M, K, G, 2, sums, p, tmp, &X);
+      else lm_g8_panel(A, aoff, M, K, G, 1, sums, p, tmp, &X);
     }
   free(tmp);
   if (D == 3) lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 3);
