@@ -395,13 +395,14 @@ static inline __attribute__((always_inline)) void lm_g8_pack(const lm_qmat *W, i
  * sums are formed there (GCC 12 compiled that loop in C, fully unrolled, with its
  * accumulators moved through other registers and the stack: 1.15x slower on a Gemma 3
  * layer), and the tile's float sums C stay in registers from the chunk's first group to its
- * last (with the int32 sums, W's two vectors and the broadcast: 27 zmm with one or two digits,
- * 29 with three; one digit runs its 12 rows as two tiles of 6). Per dword j of a group: W's
- * two vectors (zmm30, zmm31), then per row-digit its dword broadcast (zmm29) and two
- * `vpdpbusd`. Per group the float operations are those of one output in order: f = float(T)
- * (three digits: fma(float(u), 1/256, float(T))), C = fma(f, dx s, C), then with offsets
- * C = fma(sum x, o, C). These epilogue products share the core's vector pipes with the
- * `vpdpbusd` (two of them per 16 products at two digits), which bounds the kernel near 89% of
+ * last (12 int32 and 12 float sums, three digits' 16 and 8, W's two vectors and the
+ * broadcast: 27 zmm in the loop, the epilogue's scales and temporaries in the other 5; one
+ * digit runs its 12 rows as two tiles of 6). Per dword j of a group: W's two vectors (zmm30,
+ * zmm31), then per row-digit its dword broadcast (zmm29) and two `vpdpbusd`. Per group the
+ * float operations are those of one output in order: f = float(T) (three digits:
+ * fma(float(u), 1/256, float(T))), C = fma(f, dx s, C), then with offsets C = fma(sum x, o,
+ * C). The epilogue's multiply and FMA share the core's vector pipes with the `vpdpbusd` (per
+ * output vector and group two against 16 at two digits), which bounds the kernel near 89% of
  * the `vpdpbusd` peak; keeping C in registers (no load and store per group) took it from 86%
  * to 88% on L1-resident data (Zen 4). The registers are fixed (named in the text) rather than
  * operands: 24 accumulators as in-out operands pass GCC's 30. Pointers: a (x's digits of the
