@@ -134,14 +134,14 @@ def check_bad_row(got: np.ndarray, x: np.ndarray, w: np.ndarray, bad: float,
                   held: np.ndarray | None = None) -> None:
     """`got` = x @ w.T where row 0 of x holds `bad` (or was scaled by it when tiny): a tiny
     row matches the exact product to float32 rounding; a non-finite value leaves row 0 with
-    no finite output and the finite row 1 exact to float32 rounding, with row 1 of x as the
-    kernel holds it (`held`, default x)."""
+    no finite output. The other rows are exact to float32 rounding with x as the kernel holds
+    them (`held`, default x)."""
     with np.errstate(invalid="ignore"):  # inf * 0 in row 0
         exact = x.astype(np.float64) @ w.T
         scale = np.abs(x).astype(np.float64) @ np.abs(w.T)
     if bad == 1e-35:
-        assert np.all(np.abs(got - exact) <= 1e-5 * scale + 1e-45)
+        assert np.all(np.abs(got[0] - exact[0]) <= 1e-5 * scale[0] + 1e-45)
     else:
         assert not np.isfinite(got[0]).any()
-        row1 = (x if held is None else held)[1].astype(np.float64)
-        assert np.all(np.abs(got[1] - row1 @ w.T) <= 1e-5 * scale[1] + 1e-30)
+    rest = (x if held is None else held)[1:].astype(np.float64) @ w.T
+    assert np.all(np.abs(got[1:] - rest) <= 1e-5 * scale[1:] + 1e-30)

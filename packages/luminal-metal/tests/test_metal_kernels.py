@@ -124,7 +124,7 @@ def test_metal_half_precision_compiler_matches_reference(backend, half):
 
 
 @pytest.mark.parametrize("where", ["thread", pytest.param("device", marks=pytest.mark.metal)])
-def test_metal_smollm2_logits_match_luminal_cpu(request, where):
+def test_metal_smollm2_logits_match_luminal_cpu(request, where, monkeypatch):
     """SmolLM2-135M with its quantized GGUF weights: a prefill and two decode steps through the
     Metal kernels give luminal-cpu's logits (the NumPy
     reference backend takes 15 s a step on this model; luminal-cpu is tested against it and
@@ -143,6 +143,8 @@ def test_metal_smollm2_logits_match_luminal_cpu(request, where):
     model = Llama.from_gguf(path, quantized=True, progress=False)
     backend = request.getfixturevalue("msl").CpuMetalBackend() if where == "thread" else (
         MetalBackend())
+    # luminal-cpu's float-like setting: its default rounds a prompt's x to 16 bits
+    monkeypatch.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "int24")
     runs = {}
     for name, b in (("metal", backend), ("cpu", lm.backend("cpu"))):
         gen = Generator(model, None, b, max_context=64)

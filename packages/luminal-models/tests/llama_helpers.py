@@ -30,6 +30,15 @@ def cpu_backend():
         return lm.backend("cpu")
 
 
+def float_like_cpu_generator(model, tokenizer: Tokenizer) -> Generator:
+    """A Generator on luminal-cpu compiled with its float-like `int24` setting (its default
+    rounds a prompt's x to 16 bits per group): the reference other backends are compared
+    with. The setting is read when the Generator compiles."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LUMINAL_CPU_QUANT_ACTIVATIONS", "int24")
+        return Generator(model, tokenizer, cpu_backend())
+
+
 def forward_logits(model, ids: list[int], backend) -> np.ndarray:
     """One uncached forward of a causal LM over `ids` on `backend`: logits (len(ids), vocab)."""
     g = lm.Graph()

@@ -22,7 +22,7 @@ from luminal_models.tokenizer import Tokenizer
 
 pytest.importorskip("luminal_cuda", reason="luminal-cuda is not installed")
 
-from llama_helpers import check_greedy, cpu_backend, greedy, prompt_ids
+from llama_helpers import check_greedy, float_like_cpu_generator, greedy, prompt_ids
 
 pytestmark = pytest.mark.cuda
 
@@ -39,7 +39,7 @@ def quantized(smollm2_file: Path) -> Llama:
 
 @pytest.fixture(scope="module")
 def cpu_runs(quantized: Llama, smollm2_tokenizer: Tokenizer) -> dict:
-    gen = Generator(quantized, smollm2_tokenizer, cpu_backend())
+    gen = float_like_cpu_generator(quantized, smollm2_tokenizer)
     return {p: greedy(gen, prompt_ids(smollm2_tokenizer, p), STEPS, smollm2_tokenizer.eos_ids)
             for p in ("story", "chat")}
 

@@ -21,7 +21,7 @@ from luminal_models.tokenizer import Tokenizer
 pytest.importorskip("luminal_rocm", reason="luminal-rocm is not installed")
 pytest.importorskip("luminal_cpu", reason="luminal-cpu is not installed")
 
-from llama_helpers import check_greedy, cpu_backend, greedy, prompt_ids
+from llama_helpers import check_greedy, float_like_cpu_generator, greedy, prompt_ids
 from luminal_rocm.testing import require_opencl
 
 STEPS = 32
@@ -41,7 +41,7 @@ def quantized(smollm2_file: Path) -> Llama:
 @pytest.fixture(scope="module")
 def generators(rocm_backend, quantized: Llama, smollm2_tokenizer: Tokenizer) -> dict:
     return {"rocm": Generator(quantized, smollm2_tokenizer, rocm_backend),
-            "cpu": Generator(quantized, smollm2_tokenizer, cpu_backend())}
+            "cpu": float_like_cpu_generator(quantized, smollm2_tokenizer)}
 
 
 @pytest.mark.parametrize("prompt", ["story", "chat"])

@@ -65,44 +65,36 @@
 static inline int lm_g8_mr(int D) { return LM_G8_ROWS / D; }
 
 /* x's digits and scales for the whole call. Digit dwords (four consecutive k of one digit of
- * one row) at a[((p * groups + g) * (G / 4) + j) * LM_G8_ROWS + d * MR + i] for row i of
- * panel p (rows p MR .. p MR + MR - 1), group g, dword j, digit d; dx and the group sums of x (as
- * kept) at [m * groups + g]. Rows past the last are zero digits (a first digit of 128) with dx 0. */
+ * one row) at a[((p * groups + g) * LM_G8_ROWS + d * MR + i) * (G / 4) + j] for row i of
+ * panel p (rows p MR .. p MR + MR - 1), group g, dword j, digit d (a digit's G bytes of a
+ * group are contiguous, so they are written with vector stores); dx of row i at
+ * dxs[(p * groups + g) * 2 MR + i] and the group's sum of x (as kept) MR floats after it, so
+ * the micro-kernel reads a group's with one pointer and fixed offsets. Rows past the last are
+ * zero digits (a first digit of 128) with dx 0. */
 typedef struct {
   unsigned int *a;
-  float *dx, *xs;
+  float *dxs;
   int *bad; /* per row: 1 when it has no such rounding (it is then zero digits here) */
   long groups, rows, panels;
 } lm_g8x;
 
 /* ----- x ---------------------------------------------------------------------------------- */
-/* whether every group of x[0 .. K) has a rounding: finite, and max|x| 0 or at least
+/* one group of G (16 or 32) values of a row of x into its D digits (G bytes each, digit d at
+ * digits + d * step), dx and (with `sums`: W has offsets) the sum of the group; 0 (nothing
+ * written) when it has no rounding: a NaN or infinity, or max|x| neither 0 nor at least
  * LM_Q8X_TINY */
-static int lm_g8_roundable(const float *x, long K, int G) {
-  for (long k = 0; k < K; k += G) {
-    __m512 amax = _mm512_setzero_ps();
-    for (int h = 0; h < G; h += 16) {
-      const __m512 v = _mm512_loadu_ps(x + k + h);
-      if (_mm512_fpclass_ps_mask(v, 0x99)) return 0; /* NaN (quiet, signaling), +-inf */
-      amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
-    }
-    const float m = _mm512_reduce_max_ps(amax);
-    if (m > 0.0f && m < LM_Q8X_TINY) return 0;
-  }
-  return 1;
-}
-
-/* one group of G (16 or 32) values of a row of x (roundable) into its D digits (bytes,
- * digit-major), dx and the sum of the group */
-static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digits, float *dx,
-                               float *xs) {
+static inline __attribute__((always_inline)) int lm_g8_group(const float *x, int G, int D, int sums,
+                                                             unsigned char *digits, long step, float *dx,
+                                                             float *xs) {
   const int nv = G / 16;
   __m512 v[2], amax = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
   for (int h = 0; h < nv; h++) {
     v[h] = _mm512_loadu_ps(x + 16 * h);
+    if (_mm512_fpclass_ps_mask(v[h], 0x99)) return 0; /* NaN (quiet, signaling), +-inf */
     amax = _mm512_max_ps(amax, _mm512_abs_ps(v[h]));
   }
   const float m = _mm512_reduce_max_ps(amax);
+  if (m > 0.0f && m < LM_Q8X_TINY) return 0;
   *dx = D >= 2 ? m / 127.0f / 256.0f : m / 127.0f; /* D = 2, 3: the digits count 256ths of dx */
   const __m512 scale = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
   const __m512i bias = _mm512_set1_epi32(128), top = _mm512_set1_epi32(255);
@@ -118,7 +110,7 @@ static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digi
       const __m512i T = _mm512_cvtps_epi32(_mm512_mul_ps(t, _mm512_set1_ps(256.0f)));
       sum = _mm512_add_ps(sum, _mm512_cvtepi32_ps(T));
       _mm_storeu_si128((__m128i *)(digits + 16 * h), _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_srai_epi32(T, 8), bias)));
-      _mm_storeu_si128((__m128i *)(digits + G + 16 * h), _mm512_cvtepi32_epi8(_mm512_and_si512(T, top)));
+      _mm_storeu_si128((__m128i *)(digits + step + 16 * h), _mm512_cvtepi32_epi8(_mm512_and_si512(T, top)));
       continue;
     }
     const __m512 q1 = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
@@ -130,38 +122,38 @@ static inline void lm_g8_group(const float *x, int G, int D, unsigned char *digi
     /* the value kept, in 256ths of dx: 256 q1 + u2 + u3 / 256 (exact: 24 bits) */
     sum = _mm512_add_ps(sum, _mm512_fmadd_ps(q1, _mm512_set1_ps(256.0f), _mm512_add_ps(u2, _mm512_mul_ps(_mm512_cvtepi32_ps(u3), _mm512_set1_ps(1.0f / 256.0f)))));
     _mm_storeu_si128((__m128i *)(digits + 16 * h), _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(q1), bias)));
-    _mm_storeu_si128((__m128i *)(digits + G + 16 * h), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(u2)));
-    _mm_storeu_si128((__m128i *)(digits + 2 * G + 16 * h), _mm512_cvtepi32_epi8(u3));
+    _mm_storeu_si128((__m128i *)(digits + step + 16 * h), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(u2)));
+    _mm_storeu_si128((__m128i *)(digits + 2 * step + 16 * h), _mm512_cvtepi32_epi8(u3));
   }
-  *xs = *dx * _mm512_reduce_add_ps(sum); /* the sum of the group as kept */
+  *xs = sums ? *dx * _mm512_reduce_add_ps(sum) : 0.0f; /* the sum of the group as kept */
+  return 1;
 }
 
-/* the rows of panel p into X; a row without a rounding (and padding) becomes zero digits */
-static void lm_g8_panel(const lm_mat *A, const long *aoff, long M, long K, int G, int D, long p,
-                        float *tmp, const lm_g8x *X) {
-  const int MR = lm_g8_mr(D), J = G / 4;
-  unsigned char digits[3 * 32];
+/* row i of panel p's first digit of group g */
+static inline unsigned char *lm_g8_digits(const lm_g8x *X, int G, long p, long g, int i) {
+  return (unsigned char *)(X->a + (p * X->groups + g) * LM_G8_ROWS * (G / 4)) + i * G;
+}
+
+/* the rows of panel p into X (the group sums of x only when W has offsets: `sums`); a row
+ * without a rounding (and padding) becomes zero digits */
+static inline __attribute__((always_inline)) void lm_g8_panel(const lm_mat *A, const long *aoff, long M, long K,
+                                                              int G, int D, int sums, long p, float *tmp,
+                                                              const lm_g8x *X) {
+  const int MR = lm_g8_mr(D);
   for (int i = 0; i < MR; i++) {
     const long r = p * MR + i;
-    float *dx = X->dx + r * X->groups, *xs = X->xs + r * X->groups;
+    float *dx = X->dxs + p * X->groups * 2 * MR + i;
     const float *x = NULL;
     if (r < X->rows) x = lm_row_f32(A->p, A->dt, aoff[r / M] + r % M * A->rs, A->ks, K, tmp);
-    const int bad = x && !lm_g8_roundable(x, K, G);
+    int bad = 0; /* a group without a rounding: the whole row's digits are zero */
+    for (long g = 0; x && !bad && g < X->groups; g++)
+      bad = !lm_g8_group(x + g * G, G, D, sums, lm_g8_digits(X, G, p, g, i), (long)MR * G,
+                         dx + g * 2 * MR, dx + g * 2 * MR + MR);
     if (r < X->rows) X->bad[r] = bad;
-    for (long g = 0; g < X->groups; g++) {
-      if (x && !bad) {
-        lm_g8_group(x + g * G, G, D, digits, dx + g, xs + g);
-      } else { /* q1 = 0 */
-        dx[g] = xs[g] = 0.0f;
-        memset(digits, 0, sizeof digits);
-        memset(digits, 128, (size_t)G);
-      }
-      for (int j = 0; j < J; j++)
-        for (int d = 0; d < D; d++) {
-          unsigned int w;
-          memcpy(&w, digits + d * G + 4 * j, 4);
-          X->a[((p * X->groups + g) * J + j) * LM_G8_ROWS + d * MR + i] = w;
-        }
+    for (long g = 0; (!x || bad) && g < X->groups; g++) { /* q1 = 0 */
+      unsigned char *digits = lm_g8_digits(X, G, p, g, i);
+      dx[g * 2 * MR] = dx[g * 2 * MR + MR] = 0.0f;
+      for (int d = 0; d < D; d++) memset(digits + d * MR * G, d ? 0 : 128, (size_t)G);
     }
   }
 }
@@ -399,123 +391,193 @@ static inline __attribute__((always_inline)) void lm_g8_pack(const lm_qmat *W, i
 }
 
 /* ----- the micro-kernel ------------------------------------------------------------------- */
-/* The int32 sums of a group are formed in inline asm: GCC 12 compiled the same loop in C
- * (fully unrolled) with its 24 accumulators moved through other registers and the stack,
- * about as many instructions as the vpdpbusd themselves (1.15x slower on a Gemma 3 layer).
- * Per dword j of the group: W's two vectors (zmm30, zmm31), then per row of x its digit dword
- * broadcast (zmm29) and its two products. The accumulators are asm outputs only, started in
- * the asm, and its pointers are fixed scratch registers (r10: x, r11: W, rax: the count):
- * GCC allows 30 operands and an in-out one counts twice. */
-/* digit dword at byte `off` of the row's a (x's unsigned digits) times W's two vectors into
- * accumulators ra, rb */
-#define LM_G8_DP(off, ra, rb)                                                               \
-  "vpbroadcastd " #off "(%%r10), %%zmm29\n\t"                                                \
-  "vpdpbusd %%zmm30, %%zmm29, %[" #ra "]\n\t"                                               \
-  "vpdpbusd %%zmm31, %%zmm29, %[" #rb "]\n\t"
-/* accumulators ra, rb start at the first digit's - 128 * sum q (the + 128 removed) */
-#define LM_G8_START(ra, rb) "vmovdqu32 (%[st]), %[" #ra "]\n\t" "vmovdqu32 64(%[st]), %[" #rb "]\n\t"
-#define LM_G8_ZERO(ra, rb) "vpxord %[" #ra "], %[" #ra "], %[" #ra "]\n\t" \
-                           "vpxord %[" #rb "], %[" #rb "], %[" #rb "]\n\t"
-#define LM_G8_SHIFT(ra, rb) "vpslld $8, %[" #ra "], %[" #ra "]\n\t" "vpslld $8, %[" #rb "], %[" #rb "]\n\t"
-/* one pass over the group's J dwords (W's 128 bytes and x's 48 per dword) */
-#define LM_G8_LOOP(body)                                                                    \
-  "movq %[a0], %%r10\n\t" "movq %[b0], %%r11\n\t" "movq %[nj], %%rax\n\t"                      \
+/* A micro-tile's whole chunk (its ng groups) runs in one inline asm block: the group's int32
+ * sums are formed there (GCC 12 compiled that loop in C, fully unrolled, with its
+ * accumulators moved through other registers and the stack: 1.15x slower on a Gemma 3
+ * layer), and the tile's float sums C stay in registers from the chunk's first group to its
+ * last (12 int32 and 12 float sums, three digits' 16 and 8, W's two vectors and the
+ * broadcast: 27 zmm in the loop, the epilogue's scales and temporaries in the other 5; one
+ * digit runs its 12 rows as two tiles of 6). Per dword j of a group: W's two vectors (zmm30,
+ * zmm31), then per row-digit its dword broadcast (zmm29) and two `vpdpbusd`. Per group the
+ * float operations are those of one output in order: f = float(T) (three digits:
+ * fma(float(u), 1/256, float(T))), C = fma(f, dx s, C), then with offsets C = fma(sum x, o,
+ * C). The epilogue's multiply and FMA share the core's vector pipes with the `vpdpbusd` (per
+ * output vector and group two against 16 at two digits), which bounds the kernel near 89% of
+ * the `vpdpbusd` peak; keeping C in registers (no load and store per group) took it from 86%
+ * to 88% on L1-resident data (Zen 4). The registers are fixed (named in the text) rather than
+ * operands: 24 accumulators as in-out operands pass GCC's 30. Pointers: a (x's digits of the
+ * group), b (W's), st (the chunk's start sums of the group; its s and o at the fixed offsets
+ * so and oo after it), dxs (the group's dx and sums of x, lm_g8x); r10 / r11 / eax walk a pass
+ * over the group's J dwords, which leaves r11 at W's next group. */
+#define LM_G8_Z(n) "%%zmm" #n
+/* dword j of row-digit r (r10 at dword j of the group's first) times W's two vectors into
+ * zmm ra, rb */
+#define LM_G8_DPZ(r, ra, rb)                                                                \
+  "vpbroadcastd " #r "*%c[gb](%%r10), %%zmm29\n\t"                                           \
+  "vpdpbusd %%zmm30, %%zmm29, " LM_G8_Z(ra) "\n\t" "vpdpbusd %%zmm31, %%zmm29, " LM_G8_Z(rb) "\n\t"
+#define LM_G8_STZ(ra, rb) "vmovdqu32 (%[st]), " LM_G8_Z(ra) "\n\t" "vmovdqu32 64(%[st]), " LM_G8_Z(rb) "\n\t"
+#define LM_G8_SHZ(ra, rb) "vpslld $8, " LM_G8_Z(ra) ", " LM_G8_Z(ra) "\n\t" "vpslld $8, " LM_G8_Z(rb) ", " LM_G8_Z(rb) "\n\t"
+#define LM_G8_ZZ(ra, rb) "vpxord " LM_G8_Z(ra) ", " LM_G8_Z(ra) ", " LM_G8_Z(ra) "\n\t" \
+                         "vpxord " LM_G8_Z(rb) ", " LM_G8_Z(rb) ", " LM_G8_Z(rb) "\n\t"
+/* C's vectors ra, rb (row i of the tile) from / to ct at byte off */
+#define LM_G8_CLD(off, ra, rb) "vmovups " #off "(%[ct]), " LM_G8_Z(ra) "\n\t" "vmovups " #off "+64(%[ct]), " LM_G8_Z(rb) "\n\t"
+#define LM_G8_CST(off, ra, rb) "vmovups " LM_G8_Z(ra) ", " #off "(%[ct])\n\t" "vmovups " LM_G8_Z(rb) ", " #off "+64(%[ct])\n\t"
+#define LM_G8_PASS(body)                                                                    \
+  "movq %[a], %%r10\n\t" "movq %[b], %%r11\n\t" "movl %[nj], %%eax\n\t"                       \
   "1:\n\t"                                                                                  \
   "vmovdqu32 (%%r11), %%zmm30\n\t" "vmovdqu32 64(%%r11), %%zmm31\n\t"                         \
   body                                                                                      \
-  "addq $128, %%r11\n\t" "addq $48, %%r10\n\t" "decq %%rax\n\t" "jnz 1b\n\t"
-#define LM_G8_OUT(i, c) [c##i##a] "=&v"(c[i][0]), [c##i##b] "=&v"(c[i][1])
-#define LM_G8_IN [a0] "r"(a0), [b0] "r"(b0), [st] "r"(st), [nj] "r"((long)J)
+  "addq $128, %%r11\n\t" "addq $4, %%r10\n\t" "decl %%eax\n\t" "jnz 1b\n\t"
+/* two digits, row i (dx at byte dxo of dxs): C[ca, cb] += float(T[ta, tb]) * (dx s) */
+#define LM_G8_EP2(dxo, ta, tb, ca, cb)                                                      \
+  "vbroadcastss " #dxo "(%[dxs]), %%zmm26\n\t"                                              \
+  "vcvtdq2ps " LM_G8_Z(ta) ", %%zmm28\n\t" "vmulps %%zmm24, %%zmm26, %%zmm27\n\t"               \
+  "vfmadd231ps %%zmm27, %%zmm28, " LM_G8_Z(ca) "\n\t"                                          \
+  "vcvtdq2ps " LM_G8_Z(tb) ", %%zmm28\n\t" "vmulps %%zmm25, %%zmm26, %%zmm27\n\t"               \
+  "vfmadd231ps %%zmm27, %%zmm28, " LM_G8_Z(cb) "\n\t"
+/* three digits, row i: f = fma(float(u), 1/256 (zmm26), float(T)); C += f * (dx s) */
+#define LM_G8_EP3(dxo, ta, tb, ua, ub, ca, cb)                                              \
+  "vbroadcastss " #dxo "(%[dxs]), %%zmm29\n\t"                                              \
+  "vcvtdq2ps " LM_G8_Z(ta) ", %%zmm27\n\t" "vcvtdq2ps " LM_G8_Z(ua) ", %%zmm28\n\t"             \
+  "vfmadd231ps %%zmm26, %%zmm28, %%zmm27\n\t" "vmulps %%zmm24, %%zmm29, %%zmm28\n\t"            \
+  "vfmadd231ps %%zmm28, %%zmm27, " LM_G8_Z(ca) "\n\t"                                          \
+  "vcvtdq2ps " LM_G8_Z(tb) ", %%zmm27\n\t" "vcvtdq2ps " LM_G8_Z(ub) ", %%zmm28\n\t"             \
+  "vfmadd231ps %%zmm26, %%zmm28, %%zmm27\n\t" "vmulps %%zmm25, %%zmm29, %%zmm28\n\t"            \
+  "vfmadd231ps %%zmm28, %%zmm27, " LM_G8_Z(cb) "\n\t"
+/* the group's offsets o (zmm30, 31: W's vectors are done) */
+#define LM_G8_O "vmovups %c[oo](%[st]), %%zmm30\n\t" "vmovups %c[oo]+64(%[st]), %%zmm31\n\t"
+/* row i's sum of x (at byte xso of dxs) times o into C[ca, cb] */
+#define LM_G8_MN(xso, ca, cb)                                                               \
+  "vbroadcastss " #xso "(%[dxs]), %%zmm29\n\t"                                              \
+  "vfmadd231ps %%zmm30, %%zmm29, " LM_G8_Z(ca) "\n\t" "vfmadd231ps %%zmm31, %%zmm29, " LM_G8_Z(cb) "\n\t"
+/* C from ct (or zero with `first`), the group loop, C to ct */
+#define LM_G8_CHUNK(zero, load, group, store)                                               \
+  __asm__ volatile("testl %[first], %[first]\n\t" "jz 2f\n\t" zero "jmp 3f\n\t"              \
+                   "2:\n\t" load "3:\n\t" "4:\n\t" group                                    \
+                   "addq %[ab], %[a]\n\t" "movq %%r11, %[b]\n\t" "addq $128, %[st]\n\t"       \
+                   "decq %[n]\n\t" "jnz 4b\n\t" store                                       \
+                   : [a] "+r"(a), [b] "+r"(b), [st] "+r"(st), [dxs] "+r"(dxs), [n] "+r"(n)    \
+                   : [ct] "r"(c), [first] "r"(first), [nj] "i"(G / 4), [gb] "i"(G), [ab] "i"(LM_G8_ROWS * G), \
+                     [so] "i"(so), [oo] "i"(2 * so)                                         \
+                   : "r10", "r11", "rax", "zmm0", "zmm1", "zmm2", "zmm3", "zmm4", "zmm5", "zmm6", \
+                     "zmm7", "zmm8", "zmm9", "zmm10", "zmm11", "zmm12", "zmm13", "zmm14", "zmm15", \
+                     "zmm16", "zmm17", "zmm18", "zmm19", "zmm20", "zmm21", "zmm22", "zmm23",       \
+                     "zmm24", "zmm25", "zmm26", "zmm27", "zmm28", "zmm29", "zmm30", "zmm31", "cc", \
+                     "memory")
 
-/* One digit (12 rows of x): c[i] = sum over the group of row i's digit times W's quants,
- * less 128 sum q. */
-static inline __attribute__((always_inline)) void lm_g8_sums1(const unsigned int *a0, const int *b0,
-                                                              const int *st, int J, __m512i c[12][2]) {
-  __asm__(LM_G8_START(c0a, c0b) LM_G8_START(c1a, c1b) LM_G8_START(c2a, c2b) LM_G8_START(c3a, c3b)
-          LM_G8_START(c4a, c4b) LM_G8_START(c5a, c5b) LM_G8_START(c6a, c6b) LM_G8_START(c7a, c7b)
-          LM_G8_START(c8a, c8b) LM_G8_START(c9a, c9b) LM_G8_START(c10a, c10b) LM_G8_START(c11a, c11b)
-          LM_G8_LOOP(LM_G8_DP(0, c0a, c0b) LM_G8_DP(4, c1a, c1b) LM_G8_DP(8, c2a, c2b)
-                     LM_G8_DP(12, c3a, c3b) LM_G8_DP(16, c4a, c4b) LM_G8_DP(20, c5a, c5b)
-                     LM_G8_DP(24, c6a, c6b) LM_G8_DP(28, c7a, c7b) LM_G8_DP(32, c8a, c8b)
-                     LM_G8_DP(36, c9a, c9b) LM_G8_DP(40, c10a, c10b) LM_G8_DP(44, c11a, c11b))
-          : LM_G8_OUT(0, c), LM_G8_OUT(1, c), LM_G8_OUT(2, c), LM_G8_OUT(3, c), LM_G8_OUT(4, c),
-            LM_G8_OUT(5, c), LM_G8_OUT(6, c), LM_G8_OUT(7, c), LM_G8_OUT(8, c), LM_G8_OUT(9, c),
-            LM_G8_OUT(10, c), LM_G8_OUT(11, c)
-          : LM_G8_IN
-          : "r10", "r11", "rax", "zmm29", "zmm30", "zmm31", "cc", "memory");
-}
+/* Two digits (6 rows of x, digit d of row i is row-digit d 6 + i): T in zmm 2i, 2i + 1 (256 S1 +
+ * S2, S1 less 128 sum q: a first pass for S1, shifted, then S2 added; the bound in the header
+ * holds at every step), C in zmm 12 + 2i, 13 + 2i. A last panel with fewer rows runs the
+ * first 2 or 4 only (a 128-token prefill's last panel holds 2: a full one was 3% of the
+ * GEMM's products wasted). Row i's registers and offsets: T (ta, tb), C (ca, cb), its
+ * row-digits r1 = i and r2 = 6 + i, dx and sum x at bytes dxo and xso of dxs, C at cto of ct;
+ * LM_G8_EACH2_n applies f to the first n rows. */
+#define LM_G8_EACH2_2(f) f(0, 1, 12, 13, 0, 6, 0, 24, 0) f(2, 3, 14, 15, 1, 7, 4, 28, 128)
+#define LM_G8_EACH2_4(f) LM_G8_EACH2_2(f) f(4, 5, 16, 17, 2, 8, 8, 32, 256) f(6, 7, 18, 19, 3, 9, 12, 36, 384)
+#define LM_G8_EACH2_6(f) LM_G8_EACH2_4(f) f(8, 9, 20, 21, 4, 10, 16, 40, 512) f(10, 11, 22, 23, 5, 11, 20, 44, 640)
+#define LM_G8_2ST(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_STZ(ta, tb)
+#define LM_G8_2D1(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_DPZ(r1, ta, tb)
+#define LM_G8_2SH(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_SHZ(ta, tb)
+#define LM_G8_2D2(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_DPZ(r2, ta, tb)
+#define LM_G8_2EP(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_EP2(dxo, ta, tb, ca, cb)
+#define LM_G8_2MN(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_MN(xso, ca, cb)
+#define LM_G8_2ZZ(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_ZZ(ca, cb)
+#define LM_G8_2LD(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_CLD(cto, ca, cb)
+#define LM_G8_2SV(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_CST(cto, ca, cb)
+#define LM_G8_G2(each, mins)                                                                \
+  each(LM_G8_2ST) LM_G8_PASS(each(LM_G8_2D1)) each(LM_G8_2SH) LM_G8_PASS(each(LM_G8_2D2))       \
+  "vmovups %c[so](%[st]), %%zmm24\n\t" "vmovups %c[so]+64(%[st]), %%zmm25\n\t"                \
+  each(LM_G8_2EP) mins "addq $48, %[dxs]\n\t"
+/* the chunk for the first n rows (n = 2, 4, 6) of a tile, with or without offsets */
+#define LM_G8_CHUNK2(n, mins)                                                               \
+  LM_G8_CHUNK(LM_G8_EACH2_##n(LM_G8_2ZZ), LM_G8_EACH2_##n(LM_G8_2LD),                        \
+              LM_G8_G2(LM_G8_EACH2_##n, mins), LM_G8_EACH2_##n(LM_G8_2SV))
+#define LM_G8_M2(n) LM_G8_O LM_G8_EACH2_##n(LM_G8_2MN)
 
-/* Three digits (4 rows of x, digit d of row i at dword d 4 + i): t[i] = 256 S1 + S2 (S1 less
- * 128 sum q), formed exactly in one accumulator (a first pass for S1, shifted, then S2 added:
- * the bound in the header holds at every step), and u[i] = S3. */
-static inline __attribute__((always_inline)) void lm_g8_sums3(const unsigned int *a0, const int *b0,
-                                                              const int *st, int J, __m512i t[4][2],
-                                                              __m512i u[4][2]) {
-  __asm__(LM_G8_START(t0a, t0b) LM_G8_START(t1a, t1b) LM_G8_START(t2a, t2b) LM_G8_START(t3a, t3b)
-          LM_G8_ZERO(u0a, u0b) LM_G8_ZERO(u1a, u1b) LM_G8_ZERO(u2a, u2b) LM_G8_ZERO(u3a, u3b)
-          LM_G8_LOOP(LM_G8_DP(0, t0a, t0b) LM_G8_DP(4, t1a, t1b) LM_G8_DP(8, t2a, t2b)
-                     LM_G8_DP(12, t3a, t3b))
-          LM_G8_SHIFT(t0a, t0b) LM_G8_SHIFT(t1a, t1b) LM_G8_SHIFT(t2a, t2b) LM_G8_SHIFT(t3a, t3b)
-          LM_G8_LOOP(LM_G8_DP(16, t0a, t0b) LM_G8_DP(20, t1a, t1b) LM_G8_DP(24, t2a, t2b)
-                     LM_G8_DP(28, t3a, t3b) LM_G8_DP(32, u0a, u0b) LM_G8_DP(36, u1a, u1b)
-                     LM_G8_DP(40, u2a, u2b) LM_G8_DP(44, u3a, u3b))
-          : LM_G8_OUT(0, t), LM_G8_OUT(1, t), LM_G8_OUT(2, t), LM_G8_OUT(3, t), LM_G8_OUT(0, u),
-            LM_G8_OUT(1, u), LM_G8_OUT(2, u), LM_G8_OUT(3, u)
-          : LM_G8_IN
-          : "r10", "r11", "rax", "zmm29", "zmm30", "zmm31", "cc", "memory");
-}
+/* Three digits (4 rows of x, digit d of row i is row-digit d 4 + i): T in zmm 2i, 2i + 1 (formed
+ * as with two digits), u = S3 in zmm 8 + 2i, 9 + 2i, C in zmm 16 + 2i, 17 + 2i; a last panel
+ * of 1 or 2 rows runs the first 2. Row i's registers and offsets as with two digits, u in
+ * (ua, ub), row-digits r1 = i, r2 = 4 + i, r3 = 8 + i. */
+#define LM_G8_EACH3_2(f) f(0, 1, 8, 9, 16, 17, 0, 4, 8, 0, 16, 0) f(2, 3, 10, 11, 18, 19, 1, 5, 9, 4, 20, 128)
+#define LM_G8_EACH3_4(f) LM_G8_EACH3_2(f) f(4, 5, 12, 13, 20, 21, 2, 6, 10, 8, 24, 256) \
+                         f(6, 7, 14, 15, 22, 23, 3, 7, 11, 12, 28, 384)
+#define LM_G8_3ST(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_STZ(ta, tb) LM_G8_ZZ(ua, ub)
+#define LM_G8_3D1(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_DPZ(r1, ta, tb)
+#define LM_G8_3SH(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_SHZ(ta, tb)
+#define LM_G8_3D2(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_DPZ(r2, ta, tb)
+#define LM_G8_3D3(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_DPZ(r3, ua, ub)
+#define LM_G8_3EP(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_EP3(dxo, ta, tb, ua, ub, ca, cb)
+#define LM_G8_3MN(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_MN(xso, ca, cb)
+#define LM_G8_3ZZ(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_ZZ(ca, cb)
+#define LM_G8_3LD(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_CLD(cto, ca, cb)
+#define LM_G8_3SV(ta, tb, ua, ub, ca, cb, r1, r2, r3, dxo, xso, cto) LM_G8_CST(cto, ca, cb)
+#define LM_G8_G3(each, mins)                                                                \
+  each(LM_G8_3ST) LM_G8_PASS(each(LM_G8_3D1)) each(LM_G8_3SH)                                 \
+  LM_G8_PASS(each(LM_G8_3D2) each(LM_G8_3D3))                                                \
+  "vmovups %c[so](%[st]), %%zmm24\n\t" "vmovups %c[so]+64(%[st]), %%zmm25\n\t"                \
+  each(LM_G8_3EP) mins "addq $32, %[dxs]\n\t"
+/* zmm26 = 1/256 (0x3b800000) for the three digits' f */
+#define LM_G8_K3 "movl $0x3b800000, %%eax\n\t" "vpbroadcastd %%eax, %%zmm26\n\t"
+#define LM_G8_CHUNK3(n, mins)                                                               \
+  LM_G8_CHUNK(LM_G8_K3 LM_G8_EACH3_##n(LM_G8_3ZZ), LM_G8_K3 LM_G8_EACH3_##n(LM_G8_3LD),      \
+              LM_G8_G3(LM_G8_EACH3_##n, mins), LM_G8_EACH3_##n(LM_G8_3SV))
+#define LM_G8_M3(n) LM_G8_O LM_G8_EACH3_##n(LM_G8_3MN)
+/* One digit (12 rows of x, row-digit i; run as rows 0 .. 5 and 6 .. 11, the second with a,
+ * dxs and ct moved to row 6): T in zmm 2i, 2i + 1, C in zmm 12 + 2i, 13 + 2i; row i's sum x at
+ * byte 48 + 4i of dxs (12 rows' dx before it). */
+#define LM_G8_EACH1_2(f) f(0, 1, 12, 13, 0, 0, 48, 0) f(2, 3, 14, 15, 1, 4, 52, 128)
+#define LM_G8_EACH1_4(f) LM_G8_EACH1_2(f) f(4, 5, 16, 17, 2, 8, 56, 256) f(6, 7, 18, 19, 3, 12, 60, 384)
+#define LM_G8_EACH1_6(f) LM_G8_EACH1_4(f) f(8, 9, 20, 21, 4, 16, 64, 512) f(10, 11, 22, 23, 5, 20, 68, 640)
+#define LM_G8_1ST(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_STZ(ta, tb)
+#define LM_G8_1D1(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_DPZ(r1, ta, tb)
+#define LM_G8_1EP(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_EP2(dxo, ta, tb, ca, cb)
+#define LM_G8_1MN(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_MN(xso, ca, cb)
+#define LM_G8_1ZZ(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_ZZ(ca, cb)
+#define LM_G8_1LD(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_CLD(cto, ca, cb)
+#define LM_G8_1SV(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_CST(cto, ca, cb)
+#define LM_G8_G1(each, mins)                                                                \
+  each(LM_G8_1ST) LM_G8_PASS(each(LM_G8_1D1))                                                 \
+  "vmovups %c[so](%[st]), %%zmm24\n\t" "vmovups %c[so]+64(%[st]), %%zmm25\n\t"                \
+  each(LM_G8_1EP) mins "addq $96, %[dxs]\n\t"
+#define LM_G8_CHUNK1(n, mins)                                                               \
+  LM_G8_CHUNK(LM_G8_EACH1_##n(LM_G8_1ZZ), LM_G8_EACH1_##n(LM_G8_1LD),                        \
+              LM_G8_G1(LM_G8_EACH1_##n, mins), LM_G8_EACH1_##n(LM_G8_1SV))
+#define LM_G8_M1(n) LM_G8_O LM_G8_EACH1_##n(LM_G8_1MN)
 
-/* Two digits (6 rows of x, digit d of row i at dword d 6 + i): t[i] = 256 S1 + S2 (S1 less
- * 128 sum q), formed as lm_g8_sums3 forms its t. */
-static inline __attribute__((always_inline)) void lm_g8_sums2(const unsigned int *a0, const int *b0,
-                                                              const int *st, int J, __m512i t[6][2]) {
-  __asm__(LM_G8_START(t0a, t0b) LM_G8_START(t1a, t1b) LM_G8_START(t2a, t2b) LM_G8_START(t3a, t3b)
-          LM_G8_START(t4a, t4b) LM_G8_START(t5a, t5b)
-          LM_G8_LOOP(LM_G8_DP(0, t0a, t0b) LM_G8_DP(4, t1a, t1b) LM_G8_DP(8, t2a, t2b)
-                     LM_G8_DP(12, t3a, t3b) LM_G8_DP(16, t4a, t4b) LM_G8_DP(20, t5a, t5b))
-          LM_G8_SHIFT(t0a, t0b) LM_G8_SHIFT(t1a, t1b) LM_G8_SHIFT(t2a, t2b) LM_G8_SHIFT(t3a, t3b)
-          LM_G8_SHIFT(t4a, t4b) LM_G8_SHIFT(t5a, t5b)
-          LM_G8_LOOP(LM_G8_DP(24, t0a, t0b) LM_G8_DP(28, t1a, t1b) LM_G8_DP(32, t2a, t2b)
-                     LM_G8_DP(36, t3a, t3b) LM_G8_DP(40, t4a, t4b) LM_G8_DP(44, t5a, t5b))
-          : LM_G8_OUT(0, t), LM_G8_OUT(1, t), LM_G8_OUT(2, t), LM_G8_OUT(3, t), LM_G8_OUT(4, t),
-            LM_G8_OUT(5, t)
-          : LM_G8_IN
-          : "r10", "r11", "rax", "zmm29", "zmm30", "zmm31", "cc", "memory");
-}
+/* chunk(n, ...) with the offsets' terms (mins) or without */
+#define LM_G8_PICK(chunk, n, m) do { if (mins) chunk(n, m(n)); else chunk(n, ""); } while (0)
 
 /* ct[i][0 .. 32) += row i of panel p times the chunk's 32 rows of W over its ng groups
  * (starting at group g0 of X). With `first` (the chunk holds the product's first group) the
- * sums start at zero instead of ct's old values; with `out` (it holds the last) the last
- * group's sums go to out[i] (C's row, columns masked by mk[v]; none when out[i] is NULL)
- * instead of ct: C is written once, with no zeroing or copy of ct. */
+ * sums start at zero instead of ct's old values; with `out` (it holds the last) they go to
+ * out[i] (C's row, columns masked by mk[v]; none when out[i] is NULL): C is written once,
+ * with no zeroing or copy of ct. */
 static inline __attribute__((always_inline)) void lm_g8_kernel(const lm_g8x *X, long p, long g0, long ng,
                                                                const lm_g8w *P, int G, int D, int mins,
                                                                float *ct, int first, float *const *out,
                                                                const __mmask16 mk[2]) {
-  const int MR = lm_g8_mr(D), J = G / 4;
-  const unsigned int *a = X->a + (p * X->groups + g0) * J * LM_G8_ROWS;
-  for (long l = 0; l < ng; l++) {
-    __m512i acc[LM_G8_ROWS][2]; /* D = 3: t in rows 0 .. 3, u in 4 .. 7 */
-    if (D == 3) lm_g8_sums3(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc, acc + 4);
-    else if (D == 2) lm_g8_sums2(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc);
-    else lm_g8_sums1(a + l * J * LM_G8_ROWS, P->b + l * J * 32, P->start + l * 32, J, acc);
-    const int init = first && l == 0, final = out && l == ng - 1;
-#pragma GCC unroll 12
-    for (int i = 0; i < MR; i++) {
-      const long row = (p * MR + i) * X->groups + g0 + l;
-      const __m512 dx = _mm512_set1_ps(X->dx[row]);
-      for (int v = 0; v < 2; v++) {
-        const __m512 f = D == 3 ? _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[MR + i][v]), _mm512_set1_ps(1.0f / 256.0f),
-                                                  _mm512_cvtepi32_ps(acc[i][v]))
-                                : _mm512_cvtepi32_ps(acc[i][v]);
-        __m512 c = init ? _mm512_setzero_ps() : _mm512_loadu_ps(ct + i * LM_G8_NR + 16 * v);
-        c = _mm512_fmadd_ps(f, _mm512_mul_ps(dx, _mm512_loadu_ps(P->s + l * 32 + 16 * v)), c);
-        if (mins) c = _mm512_fmadd_ps(_mm512_set1_ps(X->xs[row]), _mm512_loadu_ps(P->o + l * 32 + 16 * v), c);
-        if (!final) _mm512_storeu_ps(ct + i * LM_G8_NR + 16 * v, c);
-        else if (out[i]) _mm512_mask_storeu_ps(out[i] + 16 * v, mk[v], c);
-      }
-    }
+  const int MR = lm_g8_mr(D), so = LM_G8_KC / G * LM_G8_NR * 4; /* bytes from start to s */
+  const long rem = X->rows - p * MR; /* real rows of the tile */
+  for (int h = 0; h < (D == 1 ? 2 : 1); h++) { /* one digit: rows 0 .. 5, then 6 .. 11 */
+    const long rows = rem - 6 * h;
+    if (rows <= 0) break;
+    const unsigned char *a = (const unsigned char *)(X->a + (p * X->groups + g0) * LM_G8_ROWS * (G / 4)) + 6 * h * G;
+    const int *b = P->b, *st = P->start;
+    const float *dxs = X->dxs + (p * X->groups + g0) * 2 * MR + 6 * h;
+    float *c = ct + 6 * h * LM_G8_NR;
+    long n = ng;
+    if (D == 2 && rows <= 2) LM_G8_PICK(LM_G8_CHUNK2, 2, LM_G8_M2);
+    else if (D == 2 && rows <= 4) LM_G8_PICK(LM_G8_CHUNK2, 4, LM_G8_M2);
+    else if (D == 2) LM_G8_PICK(LM_G8_CHUNK2, 6, LM_G8_M2);
+    else if (D == 3 && rows <= 2) LM_G8_PICK(LM_G8_CHUNK3, 2, LM_G8_M3);
+    else if (D == 3) LM_G8_PICK(LM_G8_CHUNK3, 4, LM_G8_M3);
+    else if (rows <= 2) LM_G8_PICK(LM_G8_CHUNK1, 2, LM_G8_M1);
+    else if (rows <= 4) LM_G8_PICK(LM_G8_CHUNK1, 4, LM_G8_M1);
+    else LM_G8_PICK(LM_G8_CHUNK1, 6, LM_G8_M1);
   }
+  for (int i = 0; out && i < MR; i++)
+    for (int v = 0; out[i] && v < 2; v++)
+      _mm512_mask_storeu_ps(out[i] + 16 * v, mk[v], _mm512_load_ps(ct + i * LM_G8_NR + 16 * v));
 }
 
 /* every panel of W (32 of its rows) times every row of x, for format q with D digits */
@@ -608,6 +670,7 @@ static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const l
                       const lm_qmat *W, const lm_out *C) {
   if (nb <= 0 || M <= 0 || N <= 0 || K <= 0) return 0;
   const int D = W->x_prec == LM_X_I8 ? 1 : W->x_prec == LM_X_I16 ? 2 : 3, MR = lm_g8_mr(D), G = W->q == LM_Q6_K ? 16 : 32;
+  const int sums = W->q == LM_Q4_1 || W->q == LM_Q4_K || W->q == LM_Q5_K; /* W's offsets meet them */
   lm_g8x X;
   X.groups = K / G;
   X.rows = nb * M;
@@ -619,13 +682,16 @@ static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const l
     *lm_team_shared() = aligned_alloc(64, (sizeof(int) * (adw + X.rows) + 2 * sizeof(float) * fl + 63) / 64 * 64);
   void *mem = *lm_team_shared();
   X.a = (unsigned int *)mem;
-  X.dx = (float *)(X.a + adw);
-  X.xs = X.dx + fl;
-  X.bad = (int *)(X.xs + fl);
+  X.dxs = (float *)(X.a + adw);
+  X.bad = (int *)(X.dxs + 2 * fl);
   float *tmp = (float *)malloc(sizeof(float) * K);
   lm_for_begin(X.panels);
   for (long lo, hi; lm_for_next(&lo, &hi);)
-    for (long p = lo; p < hi; p++) lm_g8_panel(A, aoff, M, K, G, D, p, tmp, &X);
+    for (long p = lo; p < hi; p++) {
+      if (D == 3) lm_g8_panel(A, aoff, M, K, G, 3, sums, p, tmp, &X);
+      else if (D == 2) lm_g8_panel(A, aoff, M, K, G, 2, sums, p, tmp, &X);
+      else lm_g8_panel(A, aoff, M, K, G, 1, sums, p, tmp, &X);
+    }
   free(tmp);
   if (D == 3) lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 3);
   else if (D == 2) lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 2);
