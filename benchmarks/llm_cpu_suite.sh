@@ -3,7 +3,7 @@
 # llama.cpp (and transformers) on SmolLM2-135M and Gemma 3 270M, quiet and with one core kept
 # busy, the quantized matvecs as a share of copy bandwidth, and the GEMM-bound work against
 # PyTorch eager. Needs `scripts/setup-bench.sh` (llama.cpp, transformers) and both models
-# (`luminal models`). Takes about 6 minutes on 2 vCPUs (Zen 4), more after a change that
+# (`luminal models`). Takes about 7 minutes on 2 vCPUs (Zen 4), more after a change that
 # recompiles the kernels.
 #
 #   bash benchmarks/llm_cpu_suite.sh [PYTHON] > suite.log 2>&1
@@ -25,6 +25,9 @@ for model in smollm2 gemma3; do
   "$python" benchmarks/llm_bench.py --model "$model" --systems luminal,llama.cpp --runs 3 \
     --max-wait 10 --busy 1
 done
+stamp "gemma3: luminal with float-like 24-bit prompt activations (int24)"
+"$python" benchmarks/llm_bench.py --model gemma3 --systems luminal,llama.cpp --runs 3 \
+  --max-wait 10 --activations int24
 stamp "gemma3: luminal with llama.cpp's 8-bit activations"
 "$python" benchmarks/llm_bench.py --model gemma3 --systems luminal,llama.cpp --runs 3 \
   --max-wait 10 --activations int8
