@@ -484,14 +484,18 @@ static inline __attribute__((always_inline)) void lm_g8_pack(const lm_qmat *W, i
 #define LM_G8_2ZZ(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_ZZ(ca, cb)
 #define LM_G8_2LD(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_CLD(cto, ca, cb)
 #define LM_G8_2SV(ta, tb, ca, cb, r1, r2, dxo, xso, cto) LM_G8_CST(cto, ca, cb)
-#define LM_G8_G2(each, mins)                                                                \
-  each(LM_G8_2ST) LM_G8_PASS(each(LM_G8_2D1)) each(LM_G8_2SH) LM_G8_PASS(each(LM_G8_2D2))       \
+/* a group of rows `each` (one or two digits: `passes`), then dxs moved on by `dxstep` bytes */
+#define LM_G8_GROUP(each, passes, mins, dxstep)                                             \
+  each(LM_G8_2ST) passes(each)                                                              \
   "vmovups %c[so](%[st]), %%zmm24\n\t" "vmovups %c[so]+64(%[st]), %%zmm25\n\t"                \
-  each(LM_G8_2EP) mins "addq $48, %[dxs]\n\t"
+  each(LM_G8_2EP) mins "addq $" #dxstep ", %[dxs]\n\t"
+#define LM_G8_PASSES2(each) LM_G8_PASS(each(LM_G8_2D1)) each(LM_G8_2SH) LM_G8_PASS(each(LM_G8_2D2))
+/* a chunk of those groups */
+#define LM_G8_CHUNK12(each, passes, dxstep, mins)                                           \
+  LM_G8_CHUNK(each(LM_G8_2ZZ), each(LM_G8_2LD), LM_G8_GROUP(each, passes, mins, dxstep),      \
+              each(LM_G8_2SV))
 /* the chunk for the first n rows (n = 2, 4, 6) of a tile, with or without offsets */
-#define LM_G8_CHUNK2(n, mins)                                                               \
-  LM_G8_CHUNK(LM_G8_EACH2_##n(LM_G8_2ZZ), LM_G8_EACH2_##n(LM_G8_2LD),                        \
-              LM_G8_G2(LM_G8_EACH2_##n, mins), LM_G8_EACH2_##n(LM_G8_2SV))
+#define LM_G8_CHUNK2(n, mins) LM_G8_CHUNK12(LM_G8_EACH2_##n, LM_G8_PASSES2, 48, mins)
 #define LM_G8_M2(n) LM_G8_O LM_G8_EACH2_##n(LM_G8_2MN)
 
 /* Three digits (4 rows of x, digit d of row i is row-digit d 4 + i): T in zmm 2i, 2i + 1 (formed
@@ -524,25 +528,14 @@ static inline __attribute__((always_inline)) void lm_g8_pack(const lm_qmat *W, i
 #define LM_G8_M3(n) LM_G8_O LM_G8_EACH3_##n(LM_G8_3MN)
 /* One digit (12 rows of x, row-digit i; run as rows 0 .. 5 and 6 .. 11, the second with a,
  * dxs and ct moved to row 6): T in zmm 2i, 2i + 1, C in zmm 12 + 2i, 13 + 2i; row i's sum x at
- * byte 48 + 4i of dxs (12 rows' dx before it). */
-#define LM_G8_EACH1_2(f) f(0, 1, 12, 13, 0, 0, 48, 0) f(2, 3, 14, 15, 1, 4, 52, 128)
-#define LM_G8_EACH1_4(f) LM_G8_EACH1_2(f) f(4, 5, 16, 17, 2, 8, 56, 256) f(6, 7, 18, 19, 3, 12, 60, 384)
-#define LM_G8_EACH1_6(f) LM_G8_EACH1_4(f) f(8, 9, 20, 21, 4, 16, 64, 512) f(10, 11, 22, 23, 5, 20, 68, 640)
-#define LM_G8_1ST(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_STZ(ta, tb)
-#define LM_G8_1D1(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_DPZ(r1, ta, tb)
-#define LM_G8_1EP(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_EP2(dxo, ta, tb, ca, cb)
-#define LM_G8_1MN(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_MN(xso, ca, cb)
-#define LM_G8_1ZZ(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_ZZ(ca, cb)
-#define LM_G8_1LD(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_CLD(cto, ca, cb)
-#define LM_G8_1SV(ta, tb, ca, cb, r1, dxo, xso, cto) LM_G8_CST(cto, ca, cb)
-#define LM_G8_G1(each, mins)                                                                \
-  each(LM_G8_1ST) LM_G8_PASS(each(LM_G8_1D1))                                                 \
-  "vmovups %c[so](%[st]), %%zmm24\n\t" "vmovups %c[so]+64(%[st]), %%zmm25\n\t"                \
-  each(LM_G8_1EP) mins "addq $96, %[dxs]\n\t"
-#define LM_G8_CHUNK1(n, mins)                                                               \
-  LM_G8_CHUNK(LM_G8_EACH1_##n(LM_G8_1ZZ), LM_G8_EACH1_##n(LM_G8_1LD),                        \
-              LM_G8_G1(LM_G8_EACH1_##n, mins), LM_G8_EACH1_##n(LM_G8_1SV))
-#define LM_G8_M1(n) LM_G8_O LM_G8_EACH1_##n(LM_G8_1MN)
+ * byte 48 + 4i of dxs (12 rows' dx before it). Its rows take the two-digit operations (their
+ * second row-digit, r2, unused). */
+#define LM_G8_EACH1_2(f) f(0, 1, 12, 13, 0, -1, 0, 48, 0) f(2, 3, 14, 15, 1, -1, 4, 52, 128)
+#define LM_G8_EACH1_4(f) LM_G8_EACH1_2(f) f(4, 5, 16, 17, 2, -1, 8, 56, 256) f(6, 7, 18, 19, 3, -1, 12, 60, 384)
+#define LM_G8_EACH1_6(f) LM_G8_EACH1_4(f) f(8, 9, 20, 21, 4, -1, 16, 64, 512) f(10, 11, 22, 23, 5, -1, 20, 68, 640)
+#define LM_G8_PASSES1(each) LM_G8_PASS(each(LM_G8_2D1))
+#define LM_G8_CHUNK1(n, mins) LM_G8_CHUNK12(LM_G8_EACH1_##n, LM_G8_PASSES1, 96, mins)
+#define LM_G8_M1(n) LM_G8_O LM_G8_EACH1_##n(LM_G8_2MN)
 
 /* chunk(n, ...) with the offsets' terms (mins) or without */
 #define LM_G8_PICK(chunk, n, m) do { if (mins) chunk(n, m(n)); else chunk(n, ""); } while (0)
