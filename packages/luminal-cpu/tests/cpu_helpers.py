@@ -38,6 +38,12 @@ def check_vs_reference(build: Callable, datas, atol: float = 1e-5, rtol: float =
                                        atol=atol, rtol=rtol)
 
 
+def group(qtype: str) -> int:
+    """Values of x per scale in prefill's GEMM (csrc/qgemm8.c): one scale of x per scale of W,
+    so 16 for Q6_K (its scales change every 16), 32 for the others."""
+    return 16 if qtype == "q6_k" else 32
+
+
 def quant_matmul_activations(x: np.ndarray, qtype: str, transposed: bool) -> np.ndarray:
     """What the cpu backend's quantized matmul multiplies the `qtype` weights by, as float64,
     for x @ W.T (batch axes folded into the rows of x): in decode's matvec (at most 4 rows)
@@ -58,9 +64,8 @@ def quant_matmul_activations(x: np.ndarray, qtype: str, transposed: bool) -> np.
         if setting in ("int16", "int24") and qtype != "q8_0":
             return decode_activations(x, qtype)
     if transposed and rows > 4:
-        group = 16 if qtype == "q6_k" else 32  # one scale of x per scale of W
         if setting == "int8":
-            return int8_activations(x, group)
+            return int8_activations(x, group(qtype))
         if setting == "int16":
-            return int8_digit_activations(x, group, digits=2)
+            return int8_digit_activations(x, group(qtype), digits=2)
     return x.astype(np.float64)

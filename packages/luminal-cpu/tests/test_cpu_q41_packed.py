@@ -16,6 +16,7 @@ import weakref
 import luminal as lm
 import numpy as np
 import pytest
+from cpu_helpers import group
 from luminal.device_array import DeviceArray
 from luminal.quant import dequantize
 from luminal.testing.quant import decode_activations, int8_digit_activations, random_blocks
@@ -23,7 +24,6 @@ from luminal_cpu import CpuBackend
 from luminal_cpu.repack import FORMATS, ROWS, block_bytes, block_values, repack, unpack
 from luminal_nn import Embedding, QuantizedParameter
 from luminal_nn import functional as F
-from test_cpu_qgemm8 import group
 from test_cpu_qgemv import check_bad_row, weight
 from test_cpu_qgemv16 import check as check_held
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_helpers import group
 from luminal.quant import BLOCK_FORMATS
 from luminal.testing.quant import int8_activations, int8_digit_activations
 from test_cpu_qgemv import matvec, weight
@@ -22,11 +23,6 @@ gguf = pytest.importorskip("gguf")
 SETTINGS = ("int16", "int24", "int8")
 FORMATS = ("q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q5_k", "q6_k")
 rng = np.random.default_rng(8)
-
-
-def group(qtype: str) -> int:
-    """Values of x per scale: Q6_K's scales change every 16 values, the others' every 32."""
-    return 16 if qtype == "q6_k" else 32
 
 
 def reference(qtype: str, x: np.ndarray, setting: str) -> np.ndarray:
