@@ -10,6 +10,7 @@ a weight once, and repacks a new array the user sets."""
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import weakref
 
@@ -20,8 +21,18 @@ from cpu_helpers import group
 from luminal.device_array import DeviceArray
 from luminal.quant import dequantize
 from luminal.testing.quant import decode_activations, int8_digit_activations, random_blocks
-from luminal_cpu import CpuBackend
-from luminal_cpu.repack import FORMATS, ROWS, block_bytes, block_values, repack, unpack
+from luminal_cpu import CpuBackend, toolchain
+from luminal_cpu.repack import (
+    FORMATS,
+    QTYPE_CODES,
+    ROWS,
+    block_bytes,
+    block_values,
+    repack,
+    repack_native,
+    unpack,
+)
+from luminal_cpu.source import runtime_source
 from luminal_nn import Embedding, QuantizedParameter
 from luminal_nn import functional as F
 from test_cpu_qgemv import check_bad_row, weight
@@ -98,6 +109,90 @@ def test_layout_round_trips_and_matches_its_table(qtype):
     assert at == bb
     with pytest.raises(ValueError, match="multiple of 16"):
         repack(raw[:24], qtype, 24)
+
+
+@pytest.fixture(scope="module")
+def support():
+    """The runtime library, whose C repacks (`repack_native`)."""
+    return toolchain.build(runtime_source(), toolchain.compiler()).handle
+
+
+def check_native(raw: np.ndarray, qtype: str, rows: int, library) -> None:
+    """`repack_native` writes `repack`'s bytes, into a new aligned array and in place, on 1 to
+    3 threads (more than the groups, too), and leaves the caller's array alone when not in
+    place."""
+    want, saved = repack(raw, qtype, rows), raw.copy()
+    for threads in (1, 2, 3):
+        got = repack_native(raw, qtype, rows, library, threads)
+        assert got.ctypes.data % 64 == 0 and np.array_equal(got, want)
+        assert np.array_equal(raw, saved)
+        mine = raw.copy()
+        flat = repack_native(mine, qtype, rows, library, threads, in_place=True)
+        assert np.shares_memory(flat, mine) and np.array_equal(flat, want)
+
+
+@formats
+@pytest.mark.parametrize("rows, n", [(16, 32), (48, 160), (80, 2048), (32, 8192)])
+def test_native_repack_writes_the_reference_bytes(qtype, rows, n, support):
+    """Random bytes (the repack moves bytes, whatever they hold), one to five groups, short and
+    long rows (a group of 16 of Q6_K's 8192-value rows: 107 KB)."""
+    raw = rng.integers(0, 256, (rows, length(qtype, n) // block_values(qtype) * block_bytes(qtype)),
+                       dtype=np.uint8)
+    check_native(raw, qtype, rows, support)
+
+
+def _local_gguf_files() -> list:
+    """The GGUF models already on this machine (nothing is downloaded for this test)."""
+    hub = pytest.importorskip("luminal_models.hub")
+    found = [hub.installed_smollm2(), hub.cache_dir() / "gemma-3-270m-q4_k_m.gguf"]
+    return [p for p in found if p is not None and p.exists()]
+
+
+def test_native_repack_writes_the_reference_bytes_of_real_models(support):
+    """Every packable weight of the local SmolLM2 and Gemma 3 GGUF files (up to 256 rows of
+    each: Q4_1, Q8_0, Q5_0, Q4_K, Q6_K...)."""
+    files = _local_gguf_files()
+    if not files:
+        pytest.skip("no local GGUF model")
+    seen = set()
+    for path in files:
+        for t in gguf.GGUFReader(path).tensors:
+            qtype = t.tensor_type.name.lower()
+            rows = int(np.prod(t.shape[1:])) if len(t.shape) > 1 else 1
+            if qtype not in FORMATS or rows % ROWS:
+                continue
+            data = np.asarray(t.data).reshape(rows, -1)[:256]
+            check_native(np.ascontiguousarray(data), qtype, data.shape[0], support)
+            seen.add(qtype)
+    assert seen
+
+
+@pytest.mark.parametrize("qtype", ["q4_1", "q6_k"])
+def test_native_repack_refuses_bad_sizes_before_writing(qtype, support):
+    """A truncated tensor (a byte short, a block short, rows not a multiple of 16) is a clear
+    error, with nothing written; so are an array it cannot repack in place and a format that
+    has no packed layout."""
+    rows, cols = 32, length(qtype, 512)
+    raw = rng.integers(0, 256, (rows, cols // block_values(qtype) * block_bytes(qtype)),
+                       dtype=np.uint8)
+    saved = raw.copy()
+    for bad, r in [(raw.reshape(-1)[:-1], rows), (raw.reshape(-1)[:-block_bytes(qtype)], rows),
+                   (raw[:24], 24), (raw, 40)]:
+        for in_place in (False, True):
+            with pytest.raises(ValueError, match="multiple of 16 and whole"):
+                repack_native(bad.copy(), qtype, r, support, 2, in_place=in_place)
+    with pytest.raises(ValueError, match="writable C-contiguous uint8"):
+        repack_native(raw[:, ::2], qtype, rows, support, in_place=True)
+    with pytest.raises(KeyError):
+        repack_native(raw, "q2_k", rows, support)
+    assert np.array_equal(raw, saved)
+    # the C checks too, whatever its caller checked: nothing written
+    keep = raw.copy()
+    assert support.lm_repack_rows16(ctypes.c_void_p(keep.ctypes.data),
+                                    ctypes.c_void_p(keep.ctypes.data), ctypes.c_long(keep.size - 1),
+                                    ctypes.c_int(QTYPE_CODES[qtype]), ctypes.c_long(rows),
+                                    ctypes.c_int(1)) == -1
+    assert np.array_equal(keep, raw)
 
 
 @formats

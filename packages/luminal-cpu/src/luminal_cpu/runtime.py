@@ -35,7 +35,7 @@ from luminal_codegen import Call, Kernel, MemoryPlan, Program
 from luminal_codegen.indexing import flat_index
 from luminal_codegen.ir import Binary, Load
 
-from .repack import repack, repack_in_place, unpack
+from .repack import repack_native, unpack
 from .source import ENTRY_POINT, DirectWrite
 from .threads import governor
 from .toolchain import Library
@@ -399,9 +399,13 @@ class CpuRuntime(Runtime):
         does not keep it alive)."""
         packed = self.device_buffer(a)
         if packed is None:
-            raw = np.ascontiguousarray(a, dtype=np.uint8)
-            packed = repack_in_place(sole, qtype, rows) if sole is not None else repack(
-                raw, qtype, rows)
+            raw = sole if sole is not None else np.ascontiguousarray(a, dtype=np.uint8)
+            nbytes = self.program.buffers[self._input_index[node]].numel.value
+            if raw.size != nbytes:  # check_inputs checked the shape: a runtime's own guard
+                raise ValueError(f"input node {node} holds {raw.size} bytes of {qtype} weights; "
+                                 f"its program reads {nbytes}")
+            packed = repack_native(raw, qtype, rows, self.library.handle,
+                                   self._governor.threads(), in_place=sole is not None)
             shape = raw.shape
             a = DeviceArray(lambda: unpack(packed, qtype, rows).reshape(shape), shape, np.uint8,
                             buffer=packed, owner=self.owner)

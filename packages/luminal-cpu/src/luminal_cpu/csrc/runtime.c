@@ -546,6 +546,58 @@ static void lm_unpack_blocks(const lm_qmat *W, long n, long j0, long nj, unsigne
   }
 }
 
+/* one group of 16 rows (row_bytes apart at in) in the packed layout at out: the inverse of
+ * lm_unpack_blocks, a field's 2- or 4-byte pieces moved as whole words (the compiler turns
+ * each fixed-size memcpy into one load and one store) */
+static void lm_repack_group(const unsigned char *restrict in, unsigned char *restrict out,
+                            long blocks, long bb, long row_bytes, const unsigned char *fields) {
+  for (long j = 0; j < blocks; j++) {
+    const unsigned char *b = in + j * bb;
+    unsigned char *o = out + j * 16 * bb;
+    for (long f = 0, at = 0; fields[f]; at += fields[f++]) {
+      if (fields[f] == 2) {
+        for (long i = 0; i < 16; i++) memcpy(o + 16 * at + 2 * i, b + i * row_bytes + at, 2);
+        continue;
+      }
+      for (long t = at; t < at + fields[f]; t += 4)  /* a 4-byte field, or a wider one's words */
+        for (long i = 0; i < 16; i++) memcpy(o + 16 * t + 4 * i, b + i * row_bytes + t, 4);
+    }
+  }
+}
+
+int lm_repack_rows16(const unsigned char *src, unsigned char *dst, long nbytes, int q, long rows,
+                     int threads) {
+  if (q < LM_Q8_0 || q > LM_Q6_K || rows <= 0 || rows % 16 || nbytes <= 0) return -1;
+  const unsigned char *fields = lm_rows16_fields(q);
+  long bb = 0;
+  for (int f = 0; fields[f]; f++) bb += fields[f];
+  if (nbytes % (rows * bb)) return -1;
+  const long blocks = nbytes / (rows * bb), row_bytes = blocks * bb, group_bytes = 16 * row_bytes;
+  const long groups = rows / 16;
+  if (threads < 1) threads = 1;
+  if (threads > groups) threads = (int)groups;
+  /* in place: a scratch copy of a group per thread */
+  unsigned char *scratch = src == dst ? malloc((size_t)(threads * group_bytes)) : NULL;
+  if (src == dst && !scratch) return -2;
+#ifdef _OPENMP
+  #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+#endif
+  for (long g = 0; g < groups; g++) {
+    const unsigned char *in = src + g * group_bytes;
+    if (scratch) {
+#ifdef _OPENMP
+      unsigned char *tmp = scratch + omp_get_thread_num() * group_bytes;
+#else
+      unsigned char *tmp = scratch;
+#endif
+      in = memcpy(tmp, in, (size_t)group_bytes);
+    }
+    lm_repack_group(in, dst + g * group_bytes, blocks, bb, row_bytes, fields);
+  }
+  free(scratch);
+  return 0;
+}
+
 /* row n of a k-contiguous W in GGUF's layout: in place, or (packed) unpacked into tmp (a
  * row's bytes) */
 static inline const unsigned char *lm_gguf_row(const lm_qmat *W, long n, long row_bytes,

@@ -78,3 +78,11 @@ typedef struct { lm_pack_fn pack; const void *ctx; } lm_packer;
 
 /* C (M x N) = A (M x K) * B^T with B's panels from `B` */
 void lm_gemm_packed(long M, long N, long K, lm_mat A, lm_packer B, lm_out C);
+
+/* Called from Python (runtime.py), outside any program: the `rows`-row W of format q (its
+ * nbytes of GGUF's bytes at src) written to dst with its rows interleaved by 16 (lm_qmat.packed;
+ * dst may be src: repacked in place, a group of 16 rows at a time through a scratch copy), the
+ * groups split among `threads` OpenMP threads. 0; -1 when q is not packable or nbytes is not
+ * whole blocks of whole groups of 16 rows (nothing written); -2 when out of memory. */
+int lm_repack_rows16(const unsigned char *src, unsigned char *dst, long nbytes, int q, long rows,
+                     int threads);
