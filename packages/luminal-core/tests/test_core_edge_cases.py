@@ -264,6 +264,32 @@ def test_a_dim_bound_to_zero():
             g.execute()
 
 
+def test_a_dim_bound_to_zero_is_checked_once_per_shape_and_names_the_first_node():
+    """The check evaluates each distinct symbolic shape once (a transformer's thousands of
+    nodes share a few hundred), yet names the first node, in graph order, whose shape is
+    negative; shapes without the zero dim never raise it. `prepare()` builds its table ahead
+    of the first run, and a graph changed and compiled again gets a new one."""
+    g = lm.Graph()
+    x = g.tensor(("n", 2), name="x")
+    y = g.tensor(("m", 2), name="y")
+    ((y * 2 + 1).sum(0) + (x[1:] * 2).sum(0) + (x[2:] * 3).sum(0)).retrieve()
+    g.compile(lm.backend("reference")).prepare()
+    assert g._symbolic_shapes_cache[0] == g._version
+    shapes = [shape for _, _, shape in g._symbolic_shapes_cache[1][0]]
+    assert len(shapes) == len({tuple(map(id, s)) for s in shapes})
+    first = min(n.id for n in g.nodes.values() if any(
+        d.evaluate({"n": 0, "m": 3}) < 0
+        for s in [n.shape, *(e.view.shape for e in n.inputs)] for d in s))
+    x.set(np.zeros((0, 2), np.float32))
+    y.set(np.ones((3, 2), np.float32))
+    with pytest.raises(ValueError, match=rf"'n' is bound to 0.* the .* of \w+ \(node {first}\) "
+                                         r"has shape \(.*\) = \(-1, 2\)"):
+        g.execute()
+    x.set(np.zeros((2, 2), np.float32))
+    y.set(np.zeros((0, 2), np.float32))  # m = 0 is only a size: fine
+    g.execute()
+
+
 def test_products_over_an_empty_dim():
     """A row pick (one-hot product) of an empty cache, as beam search reorders a KV cache
     before its first entry: the product's operands have a zero-size axis."""

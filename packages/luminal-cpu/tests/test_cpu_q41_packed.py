@@ -331,6 +331,27 @@ def test_graph_data_reads_back_ggufs_bytes_and_no_second_copy_is_kept(held, owne
     assert g.data[wt.id] is kept
 
 
+@pytest.mark.parametrize("qtype", ["q4_1", "q4_k"])
+def test_prepare_repacks_before_the_first_run(qtype):
+    """`Graph.prepare()` (what luminal-models' Generator calls after loading) repacks the
+    weights set already, in place when nothing else holds them; the runs then bind them as
+    they are."""
+    rows, cols = 48, length(qtype, 512)
+    raw, w = weight(qtype, rows, cols)
+    address = raw.__array_interface__["data"][0]
+    g, xt, wt, y = compiled(raw, (rows, cols), 3, qtype=qtype)
+    del raw
+    g.prepare()
+    packed = g.data[wt.id]
+    assert isinstance(packed, DeviceArray)
+    assert packed.buffer.__array_interface__["data"][0] == address
+    x = rng.standard_normal((3, cols)).astype(np.float32)
+    xt.set(x)
+    g.execute()
+    assert g.data[wt.id] is packed
+    check(y.numpy(), x, w, qtype)
+
+
 def test_the_callers_array_is_never_written_and_a_new_one_is_repacked():
     rows, cols = 32, 608
     raw, w = weight("q4_1", rows, cols)

@@ -142,6 +142,7 @@ class Graph:
         self._input_kinds_cache: tuple[int, Any] = (-1, None)
         self._runtime_version = -1  # the graph version the installed runtime was built from
         self._zero_dims_checked: tuple | None = None  # (version, dims) last checked
+        self._symbolic_shapes_cache: tuple[int, Any] = (-1, None)
         self._executed = False  # whether execute() ran since the last compile()
         self._fetchable: frozenset[int] = frozenset()  # see set_runtime
         # input id -> sizes of the axes its values index (gather, embedding, one_hot): the
@@ -362,6 +363,25 @@ class Graph:
             if nid in self.nodes and nid not in self._forward
             and not isinstance(self.nodes[nid].op, ops.Input))
 
+    def prepare(self) -> Graph:
+        """Do now what the first `execute()` would otherwise do once before running: build
+        the tables its checks of the inputs and dims use, and let the runtime bind the inputs
+        set already in the form it reads them (`Runtime.prepare`: luminal-cpu repacks GGUF
+        weights). Optional, as `execute()` does whatever is left; a model loader calls it
+        after compiling so that the first prompt runs as fast as the later ones."""
+        if self.runtime is None:
+            self._install_default_runtime()
+        if self._version != self._runtime_version:
+            raise GraphModifiedError(
+                "the graph changed after compile(): call g.compile(...) again before prepare()"
+            )
+        self._input_shapes()
+        self._input_kinds()
+        if self.free_dims():  # a dim that may be bound to 0 (`_check_zero_dims`)
+            self._per_version("_symbolic_shapes_cache", self._symbolic_shapes)
+        self.runtime.prepare(self)
+        return self
+
     def execute(self) -> Graph:
         """Run the installed runtime with the current inputs and dims. A `luminal.Graph`
         compiled without a backend runs on the reference backend (NumPy, one op at a time),
@@ -513,15 +533,14 @@ class Graph:
         key = (self._version, tuple(sorted(self.dims.items())))
         if self._zero_dims_checked == key:
             return
-        zero = sorted(k for k, v in self.dims.items() if v == 0)
-        for n in self.nodes.values():
-            shapes = [("output", n.shape)] + [(f"input {k}", e.view.shape)
-                                             for k, e in enumerate(n.inputs)]
-            for what, shape in shapes:
-                if not any(d.free_vars & set(zero) for d in shape):
-                    continue
-                values = tuple(d.evaluate(self.dims) for d in shape)
-                if min(values, default=0) < 0:
+        shapes, evaluate = self._per_version("_symbolic_shapes_cache", self._symbolic_shapes)
+        flat = evaluate(self.dims)
+        if min(flat, default=0) < 0:  # find the first such shape (none: no zero dim in it)
+            zero = sorted(k for k, v in self.dims.items() if v == 0)
+            start = 0
+            for what, n, shape in shapes:
+                values, start = flat[start:start + len(shape)], start + len(shape)
+                if min(values) < 0 and any(d.free_vars & set(zero) for d in shape):
                     names = ", ".join(repr(z) for z in zero)
                     raise ValueError(
                         f"symbolic dim {names} is bound to 0, but shapes are simplified "
@@ -530,6 +549,24 @@ class Graph:
                         f"or do not slice or index a dim that can be 0"
                     )
         self._zero_dims_checked = key
+
+    def _symbolic_shapes(self) -> tuple[list[tuple[str, Node, Shape]], Callable]:
+        """The distinct shapes with a named dim among the nodes' outputs and input views,
+        each with the first (what, node) in node order that has it, and one function giving
+        all their dims, flat, for the bound dims (`_check_zero_dims`: a transformer's
+        thousands of nodes share a few hundred shapes)."""
+        # expressions are hash-consed: equal shapes hold the same objects. Shape -> None
+        # (constant) or (position: 0 the output, k + 1 input k, node)
+        first: dict[tuple[int, ...], tuple[int, Node] | None] = {}
+        for n in self.nodes.values():
+            for pos, shape in enumerate((n.shape, *[e.view.shape for e in n.inputs])):
+                key = tuple(map(id, shape))
+                if key not in first:
+                    first[key] = None if all(d.is_const for d in shape) else (pos, n)
+        shapes = [("output" if pos == 0 else f"input {pos - 1}", n,
+                   n.shape if pos == 0 else n.inputs[pos - 1].view.shape)
+                  for pos, n in filter(None, first.values())]
+        return shapes, evaluator(d for _, _, shape in shapes for d in shape)
 
     def set_data(self, node_id: int, array: np.ndarray) -> None:
         self.data[node_id] = array

@@ -108,6 +108,11 @@ class Runtime:
         inputs = {nid: self._input_buffer(graph, nid) for nid in self.input_ids}
         self.finish_run(graph, {**inputs, **self.launch(inputs, dims)}, dims)
 
+    def prepare(self, graph: Graph) -> None:
+        """Bind, ahead of the first run, the inputs set already, where binding one costs
+        more than a run (`Graph.prepare`; luminal-cpu repacks GGUF weights). By default
+        nothing: the runs bind what they need."""
+
     def fetch(self, node_id: int) -> np.ndarray:
         """Host copy of a retrieved, kept or assigned node's last value (the node's shape)."""
         host = self._host.get(node_id)

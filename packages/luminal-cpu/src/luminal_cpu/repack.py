@@ -141,7 +141,8 @@ def repack(raw: np.ndarray, qtype: str, rows: int) -> np.ndarray:
     """GGUF bytes of a `rows`-row `qtype` matrix (any shape, C order) in the packed layout: a
     new flat uint8 array starting on a 64-byte boundary (a Q4_1 block's vectors then load
     aligned). The layout's reference: the runtime repacks with `repack_native`, which writes
-    the same bytes about 20 times faster (a NumPy copy per field and 16 rows)."""
+    the same bytes (Gemma 3's 178 MB Q8_0 head: 14 ms of CPU time in place, 40 ms into a new
+    array, against 0.45 s here)."""
     groups, blocks = _groups(raw.size, qtype, rows)
     bb = block_bytes(qtype)
     b = raw.reshape(groups, ROWS, blocks, bb).transpose(0, 2, 1, 3)

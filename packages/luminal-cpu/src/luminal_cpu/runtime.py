@@ -388,6 +388,12 @@ class CpuRuntime(Runtime):
             bound[k] = a
             self._ptrs[k] = address
 
+    def prepare(self, graph: Graph) -> None:
+        """Repack the weights set already (`_bind_packed`), which a run then binds as they
+        are: a model's first prompt does not wait for its repack."""
+        self._bind_inputs(graph, [(k, node) for k, node in self._inputs
+                                  if k in self._packed and node in graph.data])
+
     def _bind_packed(self, graph: Graph, node: int, a: object, sole: np.ndarray | None,
                      qtype: str, rows: int) -> tuple[object, int]:
         """A weight the program reads repacked (repack.py), and the address of its packed

@@ -113,9 +113,10 @@ class Generator:
                   leave=False) as bar:
             g.compile(tuple(_CompileStep(name, compiler, bar) for name, compiler in steps))
         # the graph holds the weights from here on: a backend that binds them in a form of its
-        # own (luminal-cpu's repacked GGUF formats, at the first run, in the loaded arrays' own
-        # memory) never keeps both
+        # own (luminal-cpu's repacked GGUF formats, in the loaded arrays' own memory) never
+        # keeps both, and binds them now, while loading, rather than at the first prompt
         model.release_to(g)
+        g.prepare()
         # a decode step's Python runs with caches the weights just streamed through, so each
         # step binds the ids and reads the logits by node, with nothing else to look up (the
         # logits through their view when they are not their node's whole buffer)

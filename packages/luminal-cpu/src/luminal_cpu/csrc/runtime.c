@@ -580,7 +580,7 @@ int lm_repack_rows16(const unsigned char *src, unsigned char *dst, long nbytes, 
   unsigned char *scratch = src == dst ? malloc((size_t)(threads * group_bytes)) : NULL;
   if (src == dst && !scratch) return -2;
 #ifdef _OPENMP
-  #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  #pragma omp parallel for num_threads(threads) schedule(dynamic, 8) if (threads > 1)
 #endif
   for (long g = 0; g < groups; g++) {
     const unsigned char *in = src + g * group_bytes;
