@@ -290,6 +290,22 @@ def test_a_dim_bound_to_zero_is_checked_once_per_shape_and_names_the_first_node(
     g.execute()
 
 
+def test_prepare_needs_the_compiled_graph():
+    """`prepare()` is the first run's one-time work done ahead: on a graph changed after
+    compile() it refuses, as execute() does; on a compiled one the run gives the same values."""
+    g = lm.Graph()
+    x = g.tensor(("n", 2), name="x")
+    y = (x * 2).retrieve()
+    g.compile(lm.backend("reference"))
+    (x + 1).retrieve()
+    with pytest.raises(lm.GraphModifiedError, match="before prepare"):
+        g.prepare()
+    g.compile(lm.backend("reference")).prepare()
+    x.set(np.ones((3, 2), np.float32))
+    g.execute()
+    np.testing.assert_array_equal(y.numpy(), np.full((3, 2), 2.0))
+
+
 def test_products_over_an_empty_dim():
     """A row pick (one-hot product) of an empty cache, as beam search reorders a KV cache
     before its first entry: the product's operands have a zero-size axis."""
