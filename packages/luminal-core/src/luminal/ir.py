@@ -534,14 +534,18 @@ class Graph:
         if self._zero_dims_checked == key:
             return
         shapes, evaluate = self._per_version("_symbolic_shapes_cache", self._symbolic_shapes)
-        flat = evaluate(self.dims)
-        if min(flat, default=0) < 0:  # find the first such shape (none: no zero dim in it)
-            zero = sorted(k for k, v in self.dims.items() if v == 0)
-            start = 0
+        try:  # every symbolic shape at once: none negative is the common case
+            negative = min(evaluate(self.dims), default=0) < 0
+        except ZeroDivisionError:  # perhaps in a shape without the zero dim: look at each
+            negative = True
+        if negative:  # the first shape with a zero dim that is negative, if any
+            zero = {k for k, v in self.dims.items() if v == 0}
             for what, n, shape in shapes:
-                values, start = flat[start:start + len(shape)], start + len(shape)
-                if min(values) < 0 and any(d.free_vars & set(zero) for d in shape):
-                    names = ", ".join(repr(z) for z in zero)
+                if not any(d.free_vars & zero for d in shape):
+                    continue
+                values = tuple(d.evaluate(self.dims) for d in shape)
+                if min(values) < 0:
+                    names = ", ".join(repr(z) for z in sorted(zero))
                     raise ValueError(
                         f"symbolic dim {names} is bound to 0, but shapes are simplified "
                         f"assuming named dims are >= 1: the {what} of {n.op.name} (node {n.id}) "
