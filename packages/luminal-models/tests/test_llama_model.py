@@ -212,6 +212,23 @@ def test_llama_seeded_sampling_is_reproducible(generator: Generator, oracle):
     assert len(first) == 6
 
 
+def test_llama_cpu_generator_repacks_its_weights_while_loading(smollm2_quantized: Llama,
+                                                               smollm2_tokenizer: Tokenizer,
+                                                               oracle):
+    """The cpu backend's weight repack happens in `Generator()` (`Graph.prepare`), not at the
+    first prompt: every weight it reads packed is its DeviceArray already, and the first
+    forward binds those same arrays and picks transformers' next token."""
+    gen = Generator(smollm2_quantized, smollm2_tokenizer, cpu_backend())
+    runtime, g = gen.graph.runtime, gen.graph
+    packed = {runtime.program.buffers[k].node for k in runtime._packed}
+    assert packed
+    held = {n: g.data[n] for n in packed}
+    assert all(runtime.device_buffer(a) is not None for a in held.values())
+    logits = gen.forward(oracle["story_ids"])
+    assert all(g.data[n] is a for n, a in held.items())
+    assert int(logits.argmax()) == int(oracle["story_logits"][-1].argmax())
+
+
 def test_llama_forward_rejects_ids_outside_the_vocabulary(generator: Generator, oracle):
     generator.reset()
     generator.forward(oracle["story_ids"][:4])
