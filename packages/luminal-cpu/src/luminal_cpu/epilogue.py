@@ -1,5 +1,5 @@
-"""Epilogues: the elementwise kernel after a direct convolution, applied to each output tile
-while it is in registers.
+"""Epilogues: the elementwise kernel after a direct convolution or a quantized matmul, applied
+to each output tile while it is in registers (or, for the matmul, in L1).
 
 A convolution lowers to its product and then, in a kernel of its own, whatever reads the
 product element by element (the bias, an activation: YOLO's bias + SiLU). That kernel reads
@@ -16,20 +16,32 @@ row-major order, and it reads the product only at the element it
 stores (no reductions). The kernel's other inputs are any buffers, read at any index.
 Compilers without AVX-512 keep the packed GEMM (`implicit_gemm.render`), which writes the
 product into the output, and the kernel's value then runs over it in place.
+
+`fuse_quant(program)` does the same for a quantized matmul (`Matmul` with a `QuantOperand`,
+no batch, its product float32 M x N row-major; M may be symbolic, the kernel's other sizes
+and indices not): the kernel becomes an `EpilogueMatmul`, whose call `lm_qgemm_epi`
+(csrc/runtime.c) hands prefill's GEMM (csrc/qgemm8.c) a callback that it applies to each
+finished micro-tile (6 rows x 32 columns with x as int16) while the tile is in L1; the product
+is never stored. A GeGLU `gelu(gate) * up` after the up projection reads `gate` from memory,
+the `up` tile from L1. Other shapes (decode's matvec, the float GEMM) store the product into
+the output and the callback runs over it in place. The value is rendered with the kernel's
+own dialect (`C`: exp2 as `lm_exp2`), so results are bitwise those of the unfused kernels.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 
 from luminal.symbolic import Expr
 from luminal_codegen import (
     BodyWriter,
     Call,
     Kernel,
+    Matmul,
     Program,
+    QuantOperand,
     kernel_dims,
     unravel_declarations,
 )
@@ -165,12 +177,22 @@ class Epilogue:
         return tuple(self.kernel.params[j] for j in self.inputs)
 
 
-def _split(kernel: Kernel, product: tuple[int, ...], m: int, n: int) -> int | None:
+@dataclass(frozen=True)
+class EpilogueMatmul(Matmul):
+    """A quantized `Matmul` whose product goes through `epilogue` (`fuse_quant`): parameter
+    `out` is the epilogue's output, the epilogue's other inputs come after the weight."""
+
+    epilogue: Epilogue | None = field(default=None, kw_only=True)
+
+
+def _split(kernel: Kernel, product: tuple[int, ...], m: Expr, n: Expr) -> int | None:
     """Where `kernel`'s axes that walk a row start, if it is elementwise over the (m, n)
-    product (module docstring); 0 for a single axis of m * n points."""
-    if kernel_dims(kernel):  # constant sizes and indices
+    product (module docstring); 0 for a single axis of m * n points. Only the first axis's
+    size may be symbolic (the rows of a prefill), and n is constant."""
+    if not kernel.domain or not n.is_const or kernel_dims(
+            replace(kernel, domain=(Expr.const(1), *kernel.domain[1:]))):
         return None
-    sizes = [e.value for e in kernel.domain]
+    sizes = list(kernel.domain)
     split = next((j for j in range(1, len(sizes)) if math.prod(sizes[:j]) == m
                   and math.prod(sizes[j:]) == n), 0 if sizes == [m * n] else None)
     if split is None or kernel.out.buf != 0 or kernel.params[0].dtype.name != "float32":
@@ -190,6 +212,36 @@ def fuse(program: Program, direct: Callable[[object], bool]) -> Program:
     """`program` with each elementwise kernel after a direct convolution folded into it
     (module docstring); `direct(kernel)` tells whether a kernel is a direct convolution
     (an `implicit_gemm.GatherMatmul`) without an epilogue."""
+    return _fold(program, lambda k: k.matmul if direct(k) else None,
+                 lambda k, epi: replace(k, epilogue=epi), frozenset())
+
+
+def _quant(kernel: object) -> Matmul | None:
+    """`kernel` if it is a quantized matmul that takes an epilogue (`fuse_quant`)."""
+    if (type(kernel) is Matmul and isinstance(kernel.b, QuantOperand) and not kernel.batch
+            and kernel.out == 0 and kernel.params[0].dtype.name == "float32"):
+        return kernel
+    return None
+
+
+def _with_epilogue(mm: Matmul, epi: Epilogue) -> EpilogueMatmul:
+    params = (epi.kernel.params[0], *mm.params[1:], *epi.params)
+    return EpilogueMatmul(**{f.name: getattr(mm, f.name) for f in fields(mm)} | {"params": params},
+                          epilogue=epi)
+
+
+def fuse_quant(program: Program, fixed: frozenset[int] = frozenset()) -> Program:
+    """`program` with each elementwise kernel after a quantized matmul folded into it (module
+    docstring), except where the product is one of the buffers `fixed` (one the runtime
+    points into an input, which must be written)."""
+    return _fold(program, _quant, _with_epilogue, fixed)
+
+
+def _fold(program: Program, matmul_of: Callable[[object], Matmul | None],
+          attach: Callable[[object, Epilogue], object], fixed: frozenset[int]) -> Program:
+    """`program` with each elementwise kernel after a kernel whose product is
+    `matmul_of(kernel)` (None: it takes no epilogue) folded into it as `attach(kernel,
+    epilogue)`, unless the product is in `fixed`."""
     readers: dict[int, int] = {}
     for call in program.calls:
         for p, buf in zip(program.kernels[call.kernel].params, call.args):
@@ -199,36 +251,38 @@ def fuse(program: Program, direct: Callable[[object], bool]) -> Program:
     calls = []
     for call in program.calls:
         prev = calls[-1] if calls else None
-        conv = kernels[prev.kernel] if prev else None
+        mm = matmul_of(kernels[prev.kernel]) if prev else None
         kernel = kernels[call.kernel]
         product = prev.args[0] if prev else None
-        if (conv is None or not direct(conv) or not isinstance(kernel, Kernel)
+        if (mm is None or not isinstance(kernel, Kernel) or product in fixed
                 or program.buffers[product].role != "temp" or readers.get(product) != 1):
             calls.append(call)
             continue
-        mm = conv.matmul
         reads = tuple(j for j, buf in enumerate(call.args) if buf == product and j > 0)
-        split = (_split(kernel, reads, mm.m.value, mm.n.value)
+        split = (_split(kernel, reads, mm.m, mm.n)
                  if reads and mm.out_offset == 0 and mm.out_stride == mm.n else None)
         if split is None:
             calls.append(call)
             continue
         inputs = tuple(j for j in range(1, len(call.args)) if j not in reads)
-        kernels.append(replace(conv, epilogue=Epilogue(kernel, reads, inputs, split, mm.n.value)))
-        calls[-1] = Call(len(kernels) - 1, (call.args[0], *prev.args[1:],
-                                            *(call.args[j] for j in inputs)))
+        fused = attach(kernels[prev.kernel], Epilogue(kernel, reads, inputs, split, mm.n.value))
+        if fused not in kernels:  # one kernel for the same fusion in every layer
+            kernels.append(fused)
+        calls[-1] = Call(kernels.index(fused), (call.args[0], *prev.args[1:],
+                                                *(call.args[j] for j in inputs)))
     used = sorted({c.kernel for c in calls})
     renumber = {old: new for new, old in enumerate(used)}
     return replace(program, kernels=[kernels[k] for k in used],
                    calls=[Call(renumber[c.kernel], c.args) for c in calls])
 
 
-def render_function(epi: Epilogue, name: str) -> list[str]:
+def render_function(epi: Epilogue, name: str, inline_exp2: bool = True) -> list[str]:
     """`static void name(const float *src, long lds, float *dst, long ldd, long m0, long mr,
     long n0, long n, inputs...)`: dst[i * ldd + l] = the kernel's value at (m0 + i, n0 + l)
     for i < mr, l < n, the product's element read from src[i * lds + l] (src may be dst:
     each element is read before it is written). Not inlined: on its own the compiler
     vectorises it as it does the kernel (inlined into the tile loop, 1.6x slower).
+    `inline_exp2`: exp2 as `lm_epi_exp2` (below), else as the kernel computes it (`C`).
 
     A value with exp2s runs in blocks of 16 outputs: one loop computes the exp2s' arguments
     into arrays, `lm_epi_exp2_16` takes each array, and a second loop computes the value
@@ -236,7 +290,8 @@ def render_function(epi: Epilogue, name: str) -> list[str]:
     n % 16 outputs run lane by lane."""
     k = epi.kernel
     names = [v.name for v in k.loop_vars]
-    sizes = [str(e.value) for e in k.domain]
+    # the first axis's size, which may be symbolic (`_split`), is never rendered
+    sizes = ["", *(str(e.value) for e in k.domain[1:])]
     src = len(k.params)  # the run of the product: a parameter number the kernel leaves free
     value = map_loads(k.out.value, lambda x: replace(x, buf=src, index=RUN)
                       if x.buf in epi.product else x)
@@ -255,12 +310,14 @@ def render_function(epi: Epilogue, name: str) -> list[str]:
         return [f"{indent}#pragma omp simd", f"{indent}for ({head}) {{",
                 *(f"{indent}  " + x for x in body), f"{indent}}}"]
 
+    dialect = INLINE_EXP2_C if inline_exp2 else C
+
     def lanes(v: Value) -> list[str]:  # the lines computing v, its store last
-        writer = BodyWriter(INLINE_EXP2_C, {})
+        writer = BodyWriter(dialect, {})
         out = writer.emit(v)
         return [*writer.root.lines, f"lm_out[{RUN.name}] = {out};"]
 
-    exps = _exp2s(value)
+    exps = _exp2s(value) if inline_exp2 else []
     blocks: list[str] = []
     first = "0"
     if exps:
@@ -296,3 +353,26 @@ def render_function(epi: Epilogue, name: str) -> list[str]:
         "  }",
         "}",
     ]
+
+
+def render_callback(mm: EpilogueMatmul, name: str) -> tuple[list[str], list[str], str]:
+    """The C of `mm`'s epilogue for `lm_qgemm_epi` (csrc/runtime.h) in the kernel function
+    `name`: the lines before that function (`render_function`'s function and a callback
+    `name_epc` of `lm_epi_fn`'s signature, which finds the epilogue's inputs in its context),
+    the lines in it that declare the context (`lm_ctx`: the inputs' pointers) and the
+    `lm_epi` argument."""
+    epi = mm.epilogue
+    offset = len(mm.params) - len(epi.inputs)  # the matmul's parameter of the first input
+    types = [C.storage_type(mm.params[offset + j].dtype) for j in range(len(epi.inputs))]
+    inputs = "".join(f", (const {t} *)lm_a[{j}]" for j, t in enumerate(types))
+    head = [
+        *render_function(epi, f"{name}_epi", inline_exp2=False),
+        f"static void {name}_epc(const void *lm_ctx, const float *lm_src, long lm_lds, "
+        "float *lm_dst, long lm_ldd, long lm_m0, long lm_mr, long lm_n0, long lm_n) {",
+        "  const void *const *lm_a = (const void *const *)lm_ctx; (void)lm_a;",
+        f"  {name}_epi(lm_src, lm_lds, lm_dst, lm_ldd, lm_m0, lm_mr, lm_n0, lm_n{inputs});",
+        "}",
+    ]
+    pointers = ", ".join(f"(const void *)p{offset + j}" for j in range(len(epi.inputs)))
+    ctx = [f"  const void *lm_ctx[] = {{{pointers or '0'}}};"]
+    return head, ctx, f"(lm_epi){{{name}_epc, lm_ctx}}"
