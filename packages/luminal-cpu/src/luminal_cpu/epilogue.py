@@ -1,5 +1,5 @@
 """Epilogues: the elementwise kernel after a direct convolution or a quantized matmul, applied
-to each output tile while it is in registers (or, for the matmul, in L1).
+to each output tile while it is in registers (the matmul: in its accumulator tiles).
 
 A convolution lowers to its product and then, in a kernel of its own, whatever reads the
 product element by element (the bias, an activation: YOLO's bias + SiLU). That kernel reads
@@ -21,11 +21,13 @@ product into the output, and the kernel's value then runs over it in place.
 no batch, its product float32 M x N row-major; M may be symbolic, the kernel's other sizes
 and indices not): the kernel becomes an `EpilogueMatmul`, whose call `lm_qgemm_epi`
 (csrc/runtime.c) hands prefill's GEMM (csrc/qgemm8.c) a callback that it applies to each
-finished micro-tile (6 rows x 32 columns with x as int16) while the tile is in L1; the product
-is never stored. A GeGLU `gelu(gate) * up` after the up projection reads `gate` from memory,
-the `up` tile from L1. Other shapes (decode's matvec, the float GEMM) store the product into
+finished column panel (32 columns, every row) from its accumulator tiles; the product is never
+stored. A GeGLU `gelu(gate) * up` after the up projection reads `gate` from memory, the `up`
+panel from the tiles. Other shapes (decode's matvec, the float GEMM) store the product into
 the output and the callback runs over it in place. The value is rendered with the kernel's
-own dialect (`C`: exp2 as `lm_exp2`), so results are bitwise those of the unfused kernels.
+own dialect (`C`: exp2 as `lm_exp2`), so results are the unfused kernels' bit for bit, but
+for exp2: libmvec's vector exp2f and glibc's scalar one (loop remainders) may differ by an
+ulp, and the two programs' remainders fall on different elements.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ LANE = Expr.var("lm_j", 0, 16)  # the position in a block of 16 outputs (`render
 # the same problem). The address may be past the output (integer arithmetic: a prefetch
 # never faults).
 STORE_AHEAD = 64
+# how many rows ahead a quantized matmul's epilogue prefetches its output and other inputs: it
+# walks a column panel 32 columns wide down its rows, which the hardware's prefetchers follow
+# late
+ROWS_AHEAD = 4
 
 # 2^x in arithmetic the compiler vectorises inline: in an epilogue over a tile's 32 columns,
 # libmvec's exp2f (a call per 16 lanes, `lm_exp2`'s range masks around it) cost more than
@@ -276,13 +282,15 @@ def _fold(program: Program, matmul_of: Callable[[object], Matmul | None],
                    calls=[Call(renumber[c.kernel], c.args) for c in calls])
 
 
-def render_function(epi: Epilogue, name: str, inline_exp2: bool = True) -> list[str]:
+def render_function(epi: Epilogue, name: str, quant: bool = False) -> list[str]:
     """`static void name(const float *src, long lds, float *dst, long ldd, long m0, long mr,
     long n0, long n, inputs...)`: dst[i * ldd + l] = the kernel's value at (m0 + i, n0 + l)
     for i < mr, l < n, the product's element read from src[i * lds + l] (src may be dst:
     each element is read before it is written). Not inlined: on its own the compiler
     vectorises it as it does the kernel (inlined into the tile loop, 1.6x slower).
-    `inline_exp2`: exp2 as `lm_epi_exp2` (below), else as the kernel computes it (`C`).
+    `quant`: for a quantized matmul's column panels (`render_callback`): exp2 as the kernel
+    computes it (`C`), not `lm_epi_exp2`, and each row prefetches the output and the other
+    inputs `ROWS_AHEAD` rows down rather than along its row.
 
     A value with exp2s runs in blocks of 16 outputs: one loop computes the exp2s' arguments
     into arrays, `lm_epi_exp2_16` takes each array, and a second loop computes the value
@@ -298,26 +306,45 @@ def render_function(epi: Epilogue, name: str, inline_exp2: bool = True) -> list[
     inputs = "".join(f", const {C.storage_type(k.params[j].dtype)} *restrict p{j}"
                      for j in epi.inputs)
     at = f"lm_n0 + {RUN.name}"
-    if epi.split == 0:  # one axis: the flat position
-        row, within = [], [f"const long {names[0]} = (lm_m0 + lm_i) * {epi.n} + {at};"]
-    else:
+
+    def declarations(r: str) -> tuple[list[str], list[str]]:
+        """The loop variables at row `r` of the product: those of the row, those within it."""
+        if epi.split == 0:  # one axis: the flat position
+            return [], [f"const long {names[0]} = ({r}) * {epi.n} + {at};"]
         split = epi.split
-        row = unravel_declarations("(lm_m0 + lm_i)", sizes[:split], names[:split])
-        within = unravel_declarations(f"({at})", sizes[split:], names[split:])
+        return (unravel_declarations(f"({r})", sizes[:split], names[:split]),
+                unravel_declarations(f"({at})", sizes[split:], names[split:]))
+
+    row, within = declarations("lm_m0 + lm_i")
 
     def loop(head: str, lines: list[str], indent: str, start: tuple[str, ...] = ()) -> list[str]:
         body = (*start, *within, *(f"(void){v};" for v in names), *lines)
         return [f"{indent}#pragma omp simd", f"{indent}for ({head}) {{",
                 *(f"{indent}  " + x for x in body), f"{indent}}}"]
 
-    dialect = INLINE_EXP2_C if inline_exp2 else C
+    dialect = C if quant else INLINE_EXP2_C
 
     def lanes(v: Value) -> list[str]:  # the lines computing v, its store last
         writer = BodyWriter(dialect, {})
         out = writer.emit(v)
         return [*writer.root.lines, f"lm_out[{RUN.name}] = {out};"]
 
-    exps = _exp2s(value) if inline_exp2 else []
+    # the other inputs `ROWS_AHEAD` rows down, prefetched: a GeGLU's gate is read in the
+    # product's column panels, 32 columns of each row
+    ahead: list[str] = []
+    loads = {(x.buf, x.index): x for x in walk(value)
+             if isinstance(x, Load) and x.buf != src and x.valid == 1}
+    if quant and loads:
+        below, lanes_below = declarations(f"lm_m0 + lm_i + {ROWS_AHEAD}")
+        writer = BodyWriter(C, {})
+        ahead = ["    {", *("      " + x for x in below),
+                 f"      for (long {RUN.name} = 0; {RUN.name} < lm_n; {RUN.name} += 16) {{",
+                 *("        " + x for x in lanes_below), *(f"        (void){v};" for v in names),
+                 *(f"        __builtin_prefetch((const void *)((unsigned long)p{x.buf} + "
+                   f"sizeof(*p{x.buf}) * ({writer.expr(x.index)})));" for x in loads.values()),
+                 "      }", "    }"]
+
+    exps = [] if quant else _exp2s(value)
     blocks: list[str] = []
     first = "0"
     if exps:
@@ -346,7 +373,10 @@ def render_function(epi: Epilogue, name: str, inline_exp2: bool = True) -> list[
         f"    const float *p{src} = lm_src + lm_i * lm_lds;",
         "    float *lm_out = lm_dst + lm_i * lm_ldd;",
         *(f"    __builtin_prefetch((const void *)((unsigned long)lm_out + "
-          f"sizeof(float) * {ahead}), 1);" for ahead in (STORE_AHEAD, STORE_AHEAD + 16)),
+          f"sizeof(float) * {ahead}), 1);" for ahead in (
+              (f"{ROWS_AHEAD} * lm_ldd", f"({ROWS_AHEAD} * lm_ldd + 16)") if quant
+              else (STORE_AHEAD, STORE_AHEAD + 16))),
+        *ahead,
         *blocks,
         *loop(f"long {RUN.name} = {first}; {RUN.name} < lm_n; {RUN.name}++", lanes(value),
               "    "),
@@ -366,7 +396,7 @@ def render_callback(mm: EpilogueMatmul, name: str) -> tuple[list[str], list[str]
     types = [C.storage_type(mm.params[offset + j].dtype) for j in range(len(epi.inputs))]
     inputs = "".join(f", (const {t} *)lm_a[{j}]" for j, t in enumerate(types))
     head = [
-        *render_function(epi, f"{name}_epi", inline_exp2=False),
+        *render_function(epi, f"{name}_epi", quant=True),
         f"static void {name}_epc(const void *lm_ctx, const float *lm_src, long lm_lds, "
         "float *lm_dst, long lm_ldd, long lm_m0, long lm_mr, long lm_n0, long lm_n) {",
         "  const void *const *lm_a = (const void *const *)lm_ctx; (void)lm_a;",

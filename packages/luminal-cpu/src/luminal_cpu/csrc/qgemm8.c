@@ -574,7 +574,7 @@ static inline __attribute__((always_inline)) void lm_g8_kernel(const lm_g8x *X, 
 }
 
 /* every panel of W (32 of its rows) times every row of x, for format q with D digits; with
- * an epilogue E (one batch, float32 C), each finished micro-tile goes from ct, still in L1,
+ * an epilogue E (one batch, float32 C), each finished column panel (every row, in ct) goes
  * through E instead of being stored: the product is never written to C and read back */
 static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long K, const lm_mat *A,
                                                             const long *aoff, const lm_qmat *W,
@@ -611,12 +611,10 @@ static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long
             out[i] = r < rows ? (float *)C->p + C->off[r / M] + r % M * C->rs + n0 : NULL;
           }
           lm_g8_kernel(X, p, g0, ng, &P, G, D, mins, ct + p * MR * LM_G8_NR, g0 == 0, last && !E ? out : NULL, mk);
-          if (last && E) {
-            const long m0 = p * MR;
-            E->f(E->ctx, ct + m0 * LM_G8_NR, LM_G8_NR, out[0], C->rs, m0, rows - m0 < MR ? rows - m0 : MR, n0, nc);
-          }
         }
       }
+      if (E) /* the column panel's rows, all in ct */
+        E->f(E->ctx, ct, LM_G8_NR, (float *)C->p + C->off[0] + n0, C->rs, 0, rows, n0, nc);
       if (C->dt != LM_F32)
         for (long r = 0; r < rows; r++) {
           const long at = C->off[r / M] + r % M * C->rs + n0;

@@ -71,8 +71,8 @@ typedef void (*lm_epi_fn)(const void *ctx, const float *src, long lds, float *ds
 typedef struct { lm_epi_fn f; const void *ctx; } lm_epi;
 
 /* C = E(A * W^T) for one batch (nb = 1) and a float32 C of row stride N: prefill's GEMM
- * (qgemm8.c) applies E to each tile it finishes, which it never stores; any other path
- * stores the product into C and E then runs over C in place */
+ * (qgemm8.c) applies E to each column panel it finishes, which it never stores; any other
+ * path stores the product into C and E then runs over C in place */
 void lm_qgemm_epi(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W,
                   lm_out C, lm_epi E);
 
