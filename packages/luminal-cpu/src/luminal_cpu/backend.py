@@ -8,7 +8,7 @@ from luminal.backend import Backend, BackendStatus
 from luminal.graph import Graph
 from luminal_codegen import lower, plan_memory
 
-from . import device, epilogue, implicit_gemm, toolchain
+from . import device, implicit_gemm, toolchain
 from .dialect import C
 from .repack import packed_inputs, packed_loads
 from .runtime import CpuRuntime, direct_writes, read_written_rows
@@ -84,7 +84,6 @@ class CpuBackend(Backend):
         direct = direct_writes(graph, program)
         # before fusing gathers into matmuls, which would fold the cache's copy into them
         program = implicit_gemm.fuse(read_written_rows(program, direct))
-        program = epilogue.fuse_quant(program, frozenset(w.buffer for w in direct))
         plan = plan_memory(program)
         packed, packed_kernels = packed_inputs(graph, program)
         program = packed_loads(program, packed)

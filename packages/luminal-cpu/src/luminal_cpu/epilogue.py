@@ -1,5 +1,5 @@
-"""Epilogues: the elementwise kernel after a direct convolution or a quantized matmul, applied
-to each output tile while it is in registers (the matmul: in its accumulator tiles).
+"""Epilogues: the elementwise kernel after a direct convolution, applied to each output tile
+while it is in registers.
 
 A convolution lowers to its product and then, in a kernel of its own, whatever reads the
 product element by element (the bias, an activation: YOLO's bias + SiLU). That kernel reads
@@ -16,34 +16,20 @@ row-major order, and it reads the product only at the element it
 stores (no reductions). The kernel's other inputs are any buffers, read at any index.
 Compilers without AVX-512 keep the packed GEMM (`implicit_gemm.render`), which writes the
 product into the output, and the kernel's value then runs over it in place.
-
-`fuse_quant(program)` does the same for a quantized matmul (`Matmul` with a `QuantOperand`,
-no batch, its product float32 M x N row-major; M may be symbolic, the kernel's other sizes
-and indices not): the kernel becomes an `EpilogueMatmul`, whose call `lm_qgemm_epi`
-(csrc/runtime.c) hands prefill's GEMM (csrc/qgemm8.c) a callback that it applies to each
-finished column panel (32 columns, every row) from its accumulator tiles; the product is never
-stored. A GeGLU `gelu(gate) * up` after the up projection reads `gate` from memory, the `up`
-panel from the tiles. Other shapes (decode's matvec, the float GEMM) store the product into
-the output and the callback runs over it in place. The value is rendered with the kernel's
-own dialect (`C`: exp2 as `lm_exp2`), so results are the unfused kernels' bit for bit, but
-for exp2: libmvec's vector exp2f and glibc's scalar one (loop remainders) may differ by an
-ulp, and the two programs' remainders fall on different elements.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 
 from luminal.symbolic import Expr
 from luminal_codegen import (
     BodyWriter,
     Call,
     Kernel,
-    Matmul,
     Program,
-    QuantOperand,
     kernel_dims,
     unravel_declarations,
 )
@@ -72,10 +58,6 @@ LANE = Expr.var("lm_j", 0, 16)  # the position in a block of 16 outputs (`render
 # the same problem). The address may be past the output (integer arithmetic: a prefetch
 # never faults).
 STORE_AHEAD = 64
-# how many rows ahead a quantized matmul's epilogue prefetches its output and other inputs: it
-# walks a column panel 32 columns wide down its rows, which the hardware's prefetchers follow
-# late
-ROWS_AHEAD = 4
 
 # 2^x in arithmetic the compiler vectorises inline: in an epilogue over a tile's 32 columns,
 # libmvec's exp2f (a call per 16 lanes, `lm_exp2`'s range masks around it) cost more than
@@ -183,22 +165,12 @@ class Epilogue:
         return tuple(self.kernel.params[j] for j in self.inputs)
 
 
-@dataclass(frozen=True)
-class EpilogueMatmul(Matmul):
-    """A quantized `Matmul` whose product goes through `epilogue` (`fuse_quant`): parameter
-    `out` is the epilogue's output, the epilogue's other inputs come after the weight."""
-
-    epilogue: Epilogue | None = field(default=None, kw_only=True)
-
-
-def _split(kernel: Kernel, product: tuple[int, ...], m: Expr, n: Expr) -> int | None:
+def _split(kernel: Kernel, product: tuple[int, ...], m: int, n: int) -> int | None:
     """Where `kernel`'s axes that walk a row start, if it is elementwise over the (m, n)
-    product (module docstring); 0 for a single axis of m * n points. Only the first axis's
-    size may be symbolic (the rows of a prefill), and n is constant."""
-    if not kernel.domain or not n.is_const or kernel_dims(
-            replace(kernel, domain=(Expr.const(1), *kernel.domain[1:]))):
+    product (module docstring); 0 for a single axis of m * n points."""
+    if kernel_dims(kernel):  # constant sizes and indices
         return None
-    sizes = list(kernel.domain)
+    sizes = [e.value for e in kernel.domain]
     split = next((j for j in range(1, len(sizes)) if math.prod(sizes[:j]) == m
                   and math.prod(sizes[j:]) == n), 0 if sizes == [m * n] else None)
     if split is None or kernel.out.buf != 0 or kernel.params[0].dtype.name != "float32":
@@ -218,36 +190,6 @@ def fuse(program: Program, direct: Callable[[object], bool]) -> Program:
     """`program` with each elementwise kernel after a direct convolution folded into it
     (module docstring); `direct(kernel)` tells whether a kernel is a direct convolution
     (an `implicit_gemm.GatherMatmul`) without an epilogue."""
-    return _fold(program, lambda k: k.matmul if direct(k) else None,
-                 lambda k, epi: replace(k, epilogue=epi), frozenset())
-
-
-def _quant(kernel: object) -> Matmul | None:
-    """`kernel` if it is a quantized matmul that takes an epilogue (`fuse_quant`)."""
-    if (type(kernel) is Matmul and isinstance(kernel.b, QuantOperand) and not kernel.batch
-            and kernel.out == 0 and kernel.params[0].dtype.name == "float32"):
-        return kernel
-    return None
-
-
-def _with_epilogue(mm: Matmul, epi: Epilogue) -> EpilogueMatmul:
-    params = (epi.kernel.params[0], *mm.params[1:], *epi.params)
-    return EpilogueMatmul(**{f.name: getattr(mm, f.name) for f in fields(mm)} | {"params": params},
-                          epilogue=epi)
-
-
-def fuse_quant(program: Program, fixed: frozenset[int] = frozenset()) -> Program:
-    """`program` with each elementwise kernel after a quantized matmul folded into it (module
-    docstring), except where the product is one of the buffers `fixed` (one the runtime
-    points into an input, which must be written)."""
-    return _fold(program, _quant, _with_epilogue, fixed)
-
-
-def _fold(program: Program, matmul_of: Callable[[object], Matmul | None],
-          attach: Callable[[object, Epilogue], object], fixed: frozenset[int]) -> Program:
-    """`program` with each elementwise kernel after a kernel whose product is
-    `matmul_of(kernel)` (None: it takes no epilogue) folded into it as `attach(kernel,
-    epilogue)`, unless the product is in `fixed`."""
     readers: dict[int, int] = {}
     for call in program.calls:
         for p, buf in zip(program.kernels[call.kernel].params, call.args):
@@ -257,40 +199,36 @@ def _fold(program: Program, matmul_of: Callable[[object], Matmul | None],
     calls = []
     for call in program.calls:
         prev = calls[-1] if calls else None
-        mm = matmul_of(kernels[prev.kernel]) if prev else None
+        conv = kernels[prev.kernel] if prev else None
         kernel = kernels[call.kernel]
         product = prev.args[0] if prev else None
-        if (mm is None or not isinstance(kernel, Kernel) or product in fixed
+        if (conv is None or not direct(conv) or not isinstance(kernel, Kernel)
                 or program.buffers[product].role != "temp" or readers.get(product) != 1):
             calls.append(call)
             continue
+        mm = conv.matmul
         reads = tuple(j for j, buf in enumerate(call.args) if buf == product and j > 0)
-        split = (_split(kernel, reads, mm.m, mm.n)
+        split = (_split(kernel, reads, mm.m.value, mm.n.value)
                  if reads and mm.out_offset == 0 and mm.out_stride == mm.n else None)
         if split is None:
             calls.append(call)
             continue
         inputs = tuple(j for j in range(1, len(call.args)) if j not in reads)
-        fused = attach(kernels[prev.kernel], Epilogue(kernel, reads, inputs, split, mm.n.value))
-        if fused not in kernels:  # one kernel for the same fusion in every layer
-            kernels.append(fused)
-        calls[-1] = Call(kernels.index(fused), (call.args[0], *prev.args[1:],
-                                                *(call.args[j] for j in inputs)))
+        kernels.append(replace(conv, epilogue=Epilogue(kernel, reads, inputs, split, mm.n.value)))
+        calls[-1] = Call(len(kernels) - 1, (call.args[0], *prev.args[1:],
+                                            *(call.args[j] for j in inputs)))
     used = sorted({c.kernel for c in calls})
     renumber = {old: new for new, old in enumerate(used)}
     return replace(program, kernels=[kernels[k] for k in used],
                    calls=[Call(renumber[c.kernel], c.args) for c in calls])
 
 
-def render_function(epi: Epilogue, name: str, quant: bool = False) -> list[str]:
+def render_function(epi: Epilogue, name: str) -> list[str]:
     """`static void name(const float *src, long lds, float *dst, long ldd, long m0, long mr,
     long n0, long n, inputs...)`: dst[i * ldd + l] = the kernel's value at (m0 + i, n0 + l)
     for i < mr, l < n, the product's element read from src[i * lds + l] (src may be dst:
     each element is read before it is written). Not inlined: on its own the compiler
     vectorises it as it does the kernel (inlined into the tile loop, 1.6x slower).
-    `quant`: for a quantized matmul's column panels (`render_callback`): exp2 as the kernel
-    computes it (`C`), not `lm_epi_exp2`, and each row prefetches the output and the other
-    inputs `ROWS_AHEAD` rows down rather than along its row.
 
     A value with exp2s runs in blocks of 16 outputs: one loop computes the exp2s' arguments
     into arrays, `lm_epi_exp2_16` takes each array, and a second loop computes the value
@@ -298,53 +236,31 @@ def render_function(epi: Epilogue, name: str, quant: bool = False) -> list[str]:
     n % 16 outputs run lane by lane."""
     k = epi.kernel
     names = [v.name for v in k.loop_vars]
-    # the first axis's size, which may be symbolic (`_split`), is never rendered
-    sizes = ["", *(str(e.value) for e in k.domain[1:])]
+    sizes = [str(e.value) for e in k.domain]
     src = len(k.params)  # the run of the product: a parameter number the kernel leaves free
     value = map_loads(k.out.value, lambda x: replace(x, buf=src, index=RUN)
                       if x.buf in epi.product else x)
     inputs = "".join(f", const {C.storage_type(k.params[j].dtype)} *restrict p{j}"
                      for j in epi.inputs)
     at = f"lm_n0 + {RUN.name}"
-
-    def declarations(r: str) -> tuple[list[str], list[str]]:
-        """The loop variables at row `r` of the product: those of the row, those within it."""
-        if epi.split == 0:  # one axis: the flat position
-            return [], [f"const long {names[0]} = ({r}) * {epi.n} + {at};"]
+    if epi.split == 0:  # one axis: the flat position
+        row, within = [], [f"const long {names[0]} = (lm_m0 + lm_i) * {epi.n} + {at};"]
+    else:
         split = epi.split
-        return (unravel_declarations(f"({r})", sizes[:split], names[:split]),
-                unravel_declarations(f"({at})", sizes[split:], names[split:]))
-
-    row, within = declarations("lm_m0 + lm_i")
+        row = unravel_declarations("(lm_m0 + lm_i)", sizes[:split], names[:split])
+        within = unravel_declarations(f"({at})", sizes[split:], names[split:])
 
     def loop(head: str, lines: list[str], indent: str, start: tuple[str, ...] = ()) -> list[str]:
         body = (*start, *within, *(f"(void){v};" for v in names), *lines)
         return [f"{indent}#pragma omp simd", f"{indent}for ({head}) {{",
                 *(f"{indent}  " + x for x in body), f"{indent}}}"]
 
-    dialect = C if quant else INLINE_EXP2_C
-
     def lanes(v: Value) -> list[str]:  # the lines computing v, its store last
-        writer = BodyWriter(dialect, {})
+        writer = BodyWriter(INLINE_EXP2_C, {})
         out = writer.emit(v)
         return [*writer.root.lines, f"lm_out[{RUN.name}] = {out};"]
 
-    # the other inputs `ROWS_AHEAD` rows down, prefetched: a GeGLU's gate is read in the
-    # product's column panels, 32 columns of each row
-    ahead: list[str] = []
-    loads = {(x.buf, x.index): x for x in walk(value)
-             if isinstance(x, Load) and x.buf != src and x.valid == 1}
-    if quant and loads:
-        below, lanes_below = declarations(f"lm_m0 + lm_i + {ROWS_AHEAD}")
-        writer = BodyWriter(C, {})
-        ahead = ["    {", *("      " + x for x in below),
-                 f"      for (long {RUN.name} = 0; {RUN.name} < lm_n; {RUN.name} += 16) {{",
-                 *("        " + x for x in lanes_below), *(f"        (void){v};" for v in names),
-                 *(f"        __builtin_prefetch((const void *)((unsigned long)p{x.buf} + "
-                   f"sizeof(*p{x.buf}) * ({writer.expr(x.index)})));" for x in loads.values()),
-                 "      }", "    }"]
-
-    exps = [] if quant else _exp2s(value)
+    exps = _exp2s(value)
     blocks: list[str] = []
     first = "0"
     if exps:
@@ -373,36 +289,10 @@ def render_function(epi: Epilogue, name: str, quant: bool = False) -> list[str]:
         f"    const float *p{src} = lm_src + lm_i * lm_lds;",
         "    float *lm_out = lm_dst + lm_i * lm_ldd;",
         *(f"    __builtin_prefetch((const void *)((unsigned long)lm_out + "
-          f"sizeof(float) * {ahead}), 1);" for ahead in (
-              (f"{ROWS_AHEAD} * lm_ldd", f"({ROWS_AHEAD} * lm_ldd + 16)") if quant
-              else (STORE_AHEAD, STORE_AHEAD + 16))),
-        *ahead,
+          f"sizeof(float) * {ahead}), 1);" for ahead in (STORE_AHEAD, STORE_AHEAD + 16)),
         *blocks,
         *loop(f"long {RUN.name} = {first}; {RUN.name} < lm_n; {RUN.name}++", lanes(value),
               "    "),
         "  }",
         "}",
     ]
-
-
-def render_callback(mm: EpilogueMatmul, name: str) -> tuple[list[str], list[str], str]:
-    """The C of `mm`'s epilogue for `lm_qgemm_epi` (csrc/runtime.h) in the kernel function
-    `name`: the lines before that function (`render_function`'s function and a callback
-    `name_epc` of `lm_epi_fn`'s signature, which finds the epilogue's inputs in its context),
-    the lines in it that declare the context (`lm_ctx`: the inputs' pointers) and the
-    `lm_epi` argument."""
-    epi = mm.epilogue
-    offset = len(mm.params) - len(epi.inputs)  # the matmul's parameter of the first input
-    types = [C.storage_type(mm.params[offset + j].dtype) for j in range(len(epi.inputs))]
-    inputs = "".join(f", (const {t} *)lm_a[{j}]" for j, t in enumerate(types))
-    head = [
-        *render_function(epi, f"{name}_epi", quant=True),
-        f"static void {name}_epc(const void *lm_ctx, const float *lm_src, long lm_lds, "
-        "float *lm_dst, long lm_ldd, long lm_m0, long lm_mr, long lm_n0, long lm_n) {",
-        "  const void *const *lm_a = (const void *const *)lm_ctx; (void)lm_a;",
-        f"  {name}_epi(lm_src, lm_lds, lm_dst, lm_ldd, lm_m0, lm_mr, lm_n0, lm_n{inputs});",
-        "}",
-    ]
-    pointers = ", ".join(f"(const void *)p{offset + j}" for j in range(len(epi.inputs)))
-    ctx = [f"  const void *lm_ctx[] = {{{pointers or '0'}}};"]
-    return head, ctx, f"(lm_epi){{{name}_epc, lm_ctx}}"

@@ -34,7 +34,7 @@ from luminal_codegen import (
     render_kernel,
 )
 
-from . import epilogue, flash, implicit_gemm, rows
+from . import flash, implicit_gemm, rows
 from .dialect import C
 
 ENTRY_POINT = "lm_run"
@@ -166,12 +166,7 @@ def _render_matmul(mm: Matmul, name: str, packed: bool) -> str:
     if isinstance(b, QuantOperand):
         w = (f"(lm_qmat){{p{b.buf}, {_QTYPE_CODE[b.qtype]}, {int(b.k_contiguous)}, "
              f"{ex(b.rows)}, {ex(b.cols)}, {x_prec(mm)}, {int(packed)}}}")
-        if isinstance(mm, epilogue.EpilogueMatmul):  # the product through its epilogue
-            head, ctx, then = epilogue.render_callback(mm, name)
-            lines = [*head, *lines, *ctx,
-                     f"  lm_qgemm_epi(lm_nb, lm_ao, {shape}, {a}, {w}, {out}, {then});"]
-        else:
-            lines.append(f"  lm_qgemm(lm_nb, lm_ao, {shape}, {a}, {w}, {out});")
+        lines.append(f"  lm_qgemm(lm_nb, lm_ao, {shape}, {a}, {w}, {out});")
     else:
         b_dt = _DTYPE_CODE[mm.params[b.buf].dtype.name]
         bm = f"(lm_mat){{p{b.buf}, {b_dt}, {ex(b.stride_row)}, {ex(b.stride_k)}}}"

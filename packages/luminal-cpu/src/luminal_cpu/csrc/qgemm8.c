@@ -573,13 +573,11 @@ static inline __attribute__((always_inline)) void lm_g8_kernel(const lm_g8x *X, 
       _mm512_mask_storeu_ps(out[i] + 16 * v, mk[v], _mm512_load_ps(ct + i * LM_G8_NR + 16 * v));
 }
 
-/* every panel of W (32 of its rows) times every row of x, for format q with D digits; with
- * an epilogue E (one batch, float32 C), each finished column panel (every row, in ct) goes
- * through E instead of being stored: the product is never written to C and read back */
+/* every panel of W (32 of its rows) times every row of x, for format q with D digits */
 static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long K, const lm_mat *A,
                                                             const long *aoff, const lm_qmat *W,
                                                             const lm_out *C, const lm_g8x *X,
-                                                            const lm_epi *E, int q, int D) {
+                                                            int q, int D) {
   const int G = q == LM_Q6_K ? 16 : 32, J = G / 4, MR = lm_g8_mr(D);
   const int mins = q == LM_Q4_1 || q == LM_Q4_K || q == LM_Q5_K;
   const long cg = LM_G8_KC / G, rows = X->rows;
@@ -610,11 +608,9 @@ static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long
             const long r = p * MR + i;
             out[i] = r < rows ? (float *)C->p + C->off[r / M] + r % M * C->rs + n0 : NULL;
           }
-          lm_g8_kernel(X, p, g0, ng, &P, G, D, mins, ct + p * MR * LM_G8_NR, g0 == 0, last && !E ? out : NULL, mk);
+          lm_g8_kernel(X, p, g0, ng, &P, G, D, mins, ct + p * MR * LM_G8_NR, g0 == 0, last ? out : NULL, mk);
         }
       }
-      if (E) /* the column panel's rows, all in ct */
-        E->f(E->ctx, ct, LM_G8_NR, (float *)C->p + C->off[0] + n0, C->rs, 0, rows, n0, nc);
       if (C->dt != LM_F32)
         for (long r = 0; r < rows; r++) {
           const long at = C->off[r / M] + r % M * C->rs + n0;
@@ -633,9 +629,7 @@ static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long
           const float *x = lm_row_f32(A->p, A->dt, aoff[r / M] + r % M * A->rs, A->ks, K, tmp);
           float acc = 0.0f;
           for (long k = 0; k < K; k++) acc = fmaf(x[k], wrow[k], acc);
-          const long at = C->off[r / M] + r % M * C->rs + n0 + j;
-          if (E) E->f(E->ctx, &acc, 1, (float *)C->p + at, 1, r, 1, n0 + j, 1);
-          else lm_put(C->p, C->dt, at, acc);
+          lm_put(C->p, C->dt, C->off[r / M] + r % M * C->rs + n0 + j, acc);
         }
       }
     }
@@ -647,27 +641,26 @@ static inline __attribute__((always_inline)) void lm_g8_run(long M, long N, long
 
 static inline __attribute__((always_inline)) void lm_g8_run_q(long M, long N, long K, const lm_mat *A,
                                                               const long *aoff, const lm_qmat *W,
-                                                              const lm_out *C, const lm_g8x *X, const lm_epi *E,
-                                                              int D) {
+                                                              const lm_out *C, const lm_g8x *X, int D) {
   switch (W->q) {
-    case LM_Q8_0: lm_g8_run(M, N, K, A, aoff, W, C, X, E, LM_Q8_0, D); break;
-    case LM_Q4_0: lm_g8_run(M, N, K, A, aoff, W, C, X, E, LM_Q4_0, D); break;
-    case LM_Q4_1: lm_g8_run(M, N, K, A, aoff, W, C, X, E, LM_Q4_1, D); break;
-    case LM_Q5_0: lm_g8_run(M, N, K, A, aoff, W, C, X, E, LM_Q5_0, D); break;
-    case LM_Q4_K: lm_g8_run(M, N, K, A, aoff, W, C, X, E, LM_Q4_K, D); break;
-    case LM_Q5_K: lm_g8_run(M, N, K, A, aoff, W, C, X, E, LM_Q5_K, D); break;
-    default: lm_g8_run(M, N, K, A, aoff, W, C, X, E, LM_Q6_K, D); break;
+    case LM_Q8_0: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q8_0, D); break;
+    case LM_Q4_0: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q4_0, D); break;
+    case LM_Q4_1: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q4_1, D); break;
+    case LM_Q5_0: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q5_0, D); break;
+    case LM_Q4_K: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q4_K, D); break;
+    case LM_Q5_K: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q5_K, D); break;
+    default: lm_g8_run(M, N, K, A, aoff, W, C, X, LM_Q6_K, D); break;
   }
 }
 
-/* C[b] = A[b] * W^T (E applied to it: one batch) through int8 digits of x: 2 (x_prec LM_X_I16), 3 (LM_X_I24, float-like)
+/* C[b] = A[b] * W^T through int8 digits of x: 2 (x_prec LM_X_I16), 3 (LM_X_I24, float-like)
  * or 1 (LM_X_I8); 0 (nothing written) on machines without the instructions. One thread allocates
  * the digits, all round their share of the rows, then take panels of W. Whether a row has a
  * rounding is decided inside those loops, not by each thread before them: a thread that
  * arrives late (the others may have finished the whole product and gone on to overwrite x)
  * must run the same loops as the others, whatever it would read. */
 static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
-                      const lm_qmat *W, const lm_out *C, const lm_epi *E) {
+                      const lm_qmat *W, const lm_out *C) {
   if (nb <= 0 || M <= 0 || N <= 0 || K <= 0) return 0;
   const int D = W->x_prec == LM_X_I8 ? 1 : W->x_prec == LM_X_I16 ? 2 : 3, MR = lm_g8_mr(D), G = W->q == LM_Q6_K ? 16 : 32;
   const int sums = W->q == LM_Q4_1 || W->q == LM_Q4_K || W->q == LM_Q5_K; /* W's offsets meet them */
@@ -693,9 +686,9 @@ static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const l
       else lm_g8_panel(A, aoff, M, K, G, 1, sums, p, tmp, &X);
     }
   free(tmp);
-  if (D == 3) lm_g8_run_q(M, N, K, A, aoff, W, C, &X, E, 3);
-  else if (D == 2) lm_g8_run_q(M, N, K, A, aoff, W, C, &X, E, 2);
-  else lm_g8_run_q(M, N, K, A, aoff, W, C, &X, E, 1);
+  if (D == 3) lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 3);
+  else if (D == 2) lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 2);
+  else lm_g8_run_q(M, N, K, A, aoff, W, C, &X, 1);
   lm_for_begin(1); /* once every loop reading the digits is done */
   for (long lo, hi; lm_for_next(&lo, &hi);) free(mem);
   return 1;
@@ -703,8 +696,8 @@ static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const l
 #else
 /* no AVX-512 BW / DQ / VNNI: the float GEMM does all the work */
 static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
-                      const lm_qmat *W, const lm_out *C, const lm_epi *E) {
-  (void)nb, (void)aoff, (void)M, (void)N, (void)K, (void)A, (void)W, (void)C, (void)E;
+                      const lm_qmat *W, const lm_out *C) {
+  (void)nb, (void)aoff, (void)M, (void)N, (void)K, (void)A, (void)W, (void)C;
   return 0;
 }
 #endif

@@ -1228,10 +1228,9 @@ static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const l
 static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
                        const lm_qmat *W, const lm_out *C);
 
-/* qgemm8.c: prefill's x @ W.T through int8 digits of x, E (if not NULL) applied to C's
- * tiles; 0 when the float GEMM must run */
+/* qgemm8.c: prefill's x @ W.T through int8 digits of x; 0 when the float GEMM must run */
 static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
-                      const lm_qmat *W, const lm_out *C, const lm_epi *E);
+                      const lm_qmat *W, const lm_out *C);
 
 /* C[b] (M x N) = A[b] * B^T with B decoded from the quantized W (shared by every batch) */
 void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W,
@@ -1242,7 +1241,7 @@ void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qm
     return; /* decode's matvec through int8 activations (qgemv.c) */
   if (M <= LM_GEMV_MAX_M && W.k_contig && W.x_prec >= LM_X_I16 && lm_q16_gemv(nb, aoff, M, N, K, &A, &W, &C))
     return; /* through int16 digits of x (qgemv16.c) */
-  if (M > LM_GEMV_MAX_M && W.k_contig && W.x_prec != LM_X_F32 && lm_q8_gemm(nb, aoff, M, N, K, &A, &W, &C, NULL))
+  if (M > LM_GEMV_MAX_M && W.k_contig && W.x_prec != LM_X_F32 && lm_q8_gemm(nb, aoff, M, N, K, &A, &W, &C))
     return; /* prefill through int8 digits of x (qgemm8.c) */
   if (W.q >= LM_Q4_K) { /* the K-quants: kquant.c */
     lm_kq_gemm(nb, aoff, M, N, K, A, W, C);
@@ -1254,23 +1253,4 @@ void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qm
     lm_qgemv_axpy(nb, aoff, M, N, K, &A, &W, &C);
   else
     lm_gemm_tiled(nb, aoff, aoff, M, N, K, &A, NULL, &W, NULL, &C);
-}
-
-/* the epilogue's pass over a stored product: chunks of a row this many columns wide */
-#define LM_EPI_COLS 512
-
-void lm_qgemm_epi(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W,
-                  lm_out C, lm_epi E) {
-  if (nb == 1 && C.dt == LM_F32 && M > LM_GEMV_MAX_M && W.k_contig && W.x_prec != LM_X_F32 &&
-      lm_q8_gemm(nb, aoff, M, N, K, &A, &W, &C, &E))
-    return;
-  lm_qgemm(nb, aoff, M, N, K, A, W, C);
-  const long cols = (N + LM_EPI_COLS - 1) / LM_EPI_COLS;
-  lm_for_begin_work(M * cols, M * N); /* about a nanosecond an element */
-  for (long lo, hi; lm_for_next(&lo, &hi);)
-    for (long t = lo; t < hi; t++) {
-      const long r = t / cols, n0 = t % cols * LM_EPI_COLS;
-      float *row = (float *)C.p + C.off[0] + r * C.rs + n0;
-      E.f(E.ctx, row, C.rs, row, C.rs, r, 1, n0, N - n0 < LM_EPI_COLS ? N - n0 : LM_EPI_COLS);
-    }
 }

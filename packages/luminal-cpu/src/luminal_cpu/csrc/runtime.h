@@ -62,20 +62,6 @@ void lm_gemm(long nb, const long *aoff, const long *boff, long M, long N, long K
 /* the same with B decoded from W, which every batch shares */
 void lm_qgemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W, lm_out C);
 
-/* An elementwise kernel over a product, applied where the product is computed instead of
- * after it is stored (epilogue.py): f(ctx, src, lds, dst, ldd, m0, mr, n0, n) writes
- * dst[i * ldd + l] = the kernel's value at row m0 + i, column n0 + l of the product for
- * i < mr, l < n, the product's element read from src[i * lds + l] (src may be dst). */
-typedef void (*lm_epi_fn)(const void *ctx, const float *src, long lds, float *dst, long ldd,
-                          long m0, long mr, long n0, long n);
-typedef struct { lm_epi_fn f; const void *ctx; } lm_epi;
-
-/* C = E(A * W^T) for one batch (nb = 1) and a float32 C of row stride N: prefill's GEMM
- * (qgemm8.c) applies E to each column panel it finishes, which it never stores; any other
- * path stores the product into C and E then runs over C in place */
-void lm_qgemm_epi(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W,
-                  lm_out C, lm_epi E);
-
 /* lm_qgemm for Q5_0 and the K-quants (kquant.c) */
 void lm_kq_gemm(long nb, const long *aoff, long M, long N, long K, lm_mat A, lm_qmat W, lm_out C);
 
