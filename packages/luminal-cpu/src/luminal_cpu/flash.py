@@ -42,7 +42,7 @@ from luminal_codegen import (
     row_softmax,
     unravel_declarations,
 )
-from luminal_codegen.ir import Binary, Reduce, SoftmaxSum, Value, exprs_of, walk
+from luminal_codegen.ir import Binary, Const, Reduce, Select, SoftmaxSum, Value, exprs_of, walk
 
 from .dialect import C
 
@@ -139,6 +139,26 @@ def _upper_bound(logit: Value, dot: Reduce, writer: BodyWriter) -> str | None:
     return None if got is None else got[1]
 
 
+def _mask(logit: Value, dot: Reduce) -> Value | None:
+    """A bool value false only where `logit` is -inf whatever the dot product: the condition of
+    a `Select(cond, x, -inf)` (cond not reading the dot product), which the logit may scale by
+    a positive constant or offset by a finite one (a mask, then softmax's change of base);
+    None for any other logit."""
+    v = logit
+    while isinstance(v, Binary) and v.op in ("add", "mul") and v.dtype.name == "float32":
+        for x, c in ((v.a, v.b), (v.b, v.a)):
+            if (isinstance(c, Const) and abs(c.value) < float("inf")
+                    and (v.op == "add" or c.value > 0)):
+                v = x
+                break
+        else:
+            return None
+    if (isinstance(v, Select) and isinstance(v.y, Const) and v.y.value == float("-inf")
+            and dot not in set(walk(v.cond))):
+        return v.cond
+    return None
+
+
 def _writer(names: dict[str, str], bound: tuple[str, ...], first: int) -> BodyWriter:
     """A body writer emitting everything at its root (the caller's loop), where the loop
     variables `bound` are declared."""
@@ -176,6 +196,10 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
     bounder = _writer(names, bound, count)
     upper = _upper_bound(s.logit, dot, bounder)
     count = bounder.count
+    mask = _mask(s.logit, dot)
+    masker = _writer(names, bound, count)
+    live = masker.emit(mask) if mask is not None else None
+    count = masker.count
     o = OnlineSoftmax(C, "lm_r")
     result = C.round(s.dtype, o.result("lm_acc[lm_i * LM_DP + lm_d]"))
     out_lines, out_val, count = emit(kernel.out.value, count, {s: "lm_o"})
@@ -208,6 +232,32 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "  }",
         "  if (lm_skip) continue;",
     ] if upper is not None else []
+    # With a mask (`_mask`): the block's keys that some query of the tile sees, from the
+    # mask alone (one pass over its condition); none: the block's weights are all zero and the
+    # max unchanged, skipped whole; else only the runs of 32 keys holding them are multiplied
+    # (the logits of the others are -inf whatever their scores, their weights zero). Values
+    # that are not finite keep every key (0 * inf = NaN).
+    mask_lines = [
+        "  if (!lm_kbad[lm_b]) {",
+        "    long lm_jl = LM_FK, lm_jh = 0;",
+        "    for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
+        f"      const long {query} = lm_q0 + lm_i;",
+        "      long lm_lo1 = LM_FK, lm_hi1 = 0;",
+        "      #pragma omp simd reduction(min:lm_lo1) reduction(max:lm_hi1)",
+        "      for (long lm_j = 0; lm_j < lm_nk; lm_j++) {",
+        f"        const long {key_var} = lm_k0 + lm_j;",
+        *indent([*masker.root.lines, f"const int lm_on = ({live}) != 0;",
+                 "lm_lo1 = lm_on && lm_j < lm_lo1 ? lm_j : lm_lo1;",
+                 "lm_hi1 = lm_on && lm_j + 1 > lm_hi1 ? lm_j + 1 : lm_hi1;"], 4),
+        "      }",
+        "      lm_jl = lm_lo1 < lm_jl ? lm_lo1 : lm_jl;",
+        "      lm_jh = lm_hi1 > lm_jh ? lm_hi1 : lm_jh;",
+        "    }",
+        "    if (lm_jh <= lm_jl) continue;",
+        "    lm_h0 = lm_jl / 32 * 32;",
+        "    lm_h1 = (lm_jh + 31) / 32 * 32;",
+        "  }",
+    ] if live is not None else []
 
     body = [
         "const long lm_outer = lm_t / lm_qblocks;",
@@ -279,10 +329,11 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         f"  const long lm_nk = {size} - lm_k0 < LM_FK ? {size} - lm_k0 : LM_FK;",
         "  const float *lm_kt = lm_kp + lm_b * LM_HEAD * LM_FK;",
         "  const float *lm_v = lm_vp + lm_b * LM_FK * LM_DP;",
-        *(skip_lines if upper is not None else []),
+        "  long lm_h0 = 0, lm_h1 = LM_FK;  /* the keys multiplied */",
+        *(mask_lines or skip_lines),
         "  for (long lm_p = 0; lm_p < lm_panels; lm_p++)",
         "    lm_fa_scores(LM_HEAD, lm_qp + lm_p * LM_HEAD * LM_FR, lm_kt, "
-        "lm_s + lm_p * LM_FR * LM_FK);",
+        "lm_s + lm_p * LM_FR * LM_FK, lm_h0, lm_h1);",
         # the logits, elementwise (-inf past the last key: a weight of 0), then the rows'
         # online-softmax step
         "  for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
@@ -306,7 +357,7 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "  }",
         "  for (long lm_p = 0; lm_p < lm_panels; lm_p++)",
         "    lm_fa_values(LM_DP, lm_ws + lm_p * LM_FR * LM_FK, lm_v, lm_c + lm_p * LM_FR, "
-        "lm_acc + lm_p * LM_FR * LM_DP);",
+        "lm_acc + lm_p * LM_FR * LM_DP, lm_h0, lm_h1);",
         "}",
         "for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
         f"  const long {query} = lm_q0 + lm_i;",
