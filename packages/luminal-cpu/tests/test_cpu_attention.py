@@ -23,14 +23,20 @@ from luminal_cpu import CpuBackend, flash
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, past: int, window: int | None,
-              cap: float | None, keep: np.ndarray | None):
+              cap: float | None, keep: np.ndarray | None, seq: str | None = None):
     """Graph of softmax(where(mask, q k^T / sqrt(d), -inf)) v as luminal-nn's attention
     writes it: q (kv, rep, s, d) grouped by key/value head, k and v (kv, past + s, d), the
     causal mask (sliding: only the last `window` keys) from the positions, `keep` (s, past +
-    s) and-ed into it; `cap`: logits cap * tanh(logit / cap)."""
+    s) and-ed into it; `cap`: logits cap * tanh(logit / cap). `seq`: the queries' count as
+    this symbolic dim (no past keys), the graph compiled and returned unexecuted with its
+    output and inputs."""
     g = lm.Graph()
-    tq, tk, tv = (g.tensor(a.shape).set(a) for a in (q, k, v))
-    s = q.shape[-2]
+    if seq is None:
+        tq, tk, tv = (g.tensor(a.shape).set(a) for a in (q, k, v))
+    else:
+        tq, tk, tv = (g.tensor((*a.shape[:-2], seq, a.shape[-1]), name=n)
+                      for n, a in zip("qkv", (q, k, v)))
+    s = q.shape[-2] if seq is None else tq.shape[-2]
     scores = (tq @ tk.unsqueeze(1).transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
     if cap is not None:
         scores = (scores * (1.0 / cap)).tanh() * cap
@@ -42,6 +48,8 @@ def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, past: int, window: in
         mask = mask & g.tensor(keep.shape, dtype=lm.bool).set(keep)
     out = (lm.where(mask, scores, -math.inf).softmax(-1) @ tv.unsqueeze(1)).retrieve()
     g.compile((lm.GenericCompiler(), CpuBackend()))
+    if seq is not None:
+        return g, (out, tq, tk, tv)
     g.execute()
     return g, np.array(out.numpy())
 
@@ -134,3 +142,21 @@ def test_decode_keeps_the_decomposition():
     assert not fused(g)
     np.testing.assert_allclose(got, reference(q, k, v, 29, None, None, None),
                                rtol=2e-5, atol=2e-6)
+
+
+def test_a_symbolic_query_count_runs_few_queries_row_wise():
+    """One compiled kernel, its form chosen at run time: row-wise for 1 and 3 queries (2 and
+    6 query rows per key/value head, below `flash.MIN_QUERIES`), tiles for 5 and 40."""
+    rng = np.random.default_rng(10)
+    g, (out, *inputs) = attention(np.zeros((2, 2, 1, 64), np.float32),
+                                  np.zeros((2, 1, 64), np.float32),
+                                  np.zeros((2, 1, 64), np.float32), 0, None, None, None, "seq")
+    assert fused(g)
+    for s in (40, 1, 3, 5):
+        q = rng.standard_normal((2, 2, s, 64)).astype(np.float32)
+        k, v = (rng.standard_normal((2, s, 64)).astype(np.float32) for _ in "kv")
+        for t, a in zip(inputs, (q, k, v)):
+            t.set(a)
+        g.execute()
+        np.testing.assert_allclose(np.array(out.numpy()), reference(q, k, v, 0, None, None, None),
+                                   rtol=2e-5, atol=2e-6)

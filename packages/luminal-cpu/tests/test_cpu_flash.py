@@ -3,7 +3,8 @@ own: the scores product, the weighted values with the rows' rescale, and the row
 online-softmax step (NaN and infinities as in the primitive decomposition). Every build is
 checked: the host's (AVX-512 intrinsics where it has them), AVX2 (`-mno-avx512f`) and plain
 C (`-mno-avx2`), so a machine without AVX-512 runs here the code it would use. End-to-end tiled
-attention (derived by luminal-search) is tested in `tests/test_flash_attention.py`."""
+attention is tested in `tests/test_flash_attention.py` (derived by luminal-search) and
+`test_cpu_attention.py` (the default compile's)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Tiled attention: a `SoftmaxSum` kernel shaped like prefill attention, rendered as
 flash-attention tiles instead of one query-key step at a time.
 
-The kernel IR's `SoftmaxSum` (luminal-search derives it from attention's primitives) computes,
+The kernel IR's `SoftmaxSum` (luminal-search derives it from attention's primitives, and
+`attention.fuse` builds it from the default compile's calls) computes,
 per output, `sum_key softmax_key(logit) * body`. When its logit is an elementwise function of
 one dot product `sum_c a * b` (a reading the query, not the key; b the key, not the query) and
 its body (the values) does not read the query, the kernel is rendered here, per tile of
@@ -13,7 +14,10 @@ its body (the values) does not read the query, the kernel is rendered here, per 
 2. a block that provably has only zero weights is skipped whole: the logit's own float
    operations evaluated at the ends of |dot| <= sum|a| * max|b| bound every logit of the block
    (`_upper_bound`), and a bound 150 below every row's running max, with finite values, means
-   zero weights and an unchanged max (a causal mask's upper triangle);
+   zero weights and an unchanged max (a causal mask's upper triangle); a logit masked by a
+   condition (`Select(cond, x, -inf)`, `_mask`) decides it from the condition instead, for
+   the tile's queries and the block's keys, and multiplies only the runs of 32 keys that some
+   query sees;
 3. the block's scores by a register-blocked micro-kernel (`csrc/flash.h`);
 4. the rest of the logit (scale, mask: whatever the IR computes from the dot product, the
    query and the key) elementwise over the block, -inf past the last key;
@@ -39,6 +43,7 @@ from luminal_codegen import (
     OnlineSoftmax,
     dim_names,
     kernel_dims,
+    render_kernel,
     row_softmax,
     unravel_declarations,
 )
@@ -48,6 +53,7 @@ from .dialect import C
 
 HEAD_LIMIT = 256  # longest dot product (and row of values) a tile holds
 MIN_QUERIES = 8  # fewer queries (decode) keep the row-wise form: a tile would be mostly padding
+# (a symbolic query count decides at run time)
 
 
 @dataclass(frozen=True)
@@ -370,8 +376,18 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "}",
     ]
     params = [(C.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
+    dims = [names[d] for d in kernel_dims(kernel)]
+    # a symbolic query count may be small (decode's one token: a tile would be mostly
+    # padding, and each thread would pack every key and value for it): the row-wise form then
+    fallback, dispatch = [], []
+    if not kernel.domain[att.query_axis].is_const:
+        fallback = render_kernel(kernel, f"{name}_rows", C).splitlines()
+        args = ", ".join([*(f"p{k}" for k in range(len(params))), *dims])
+        dispatch = [f"  if (({nq}) < {MIN_QUERIES}) {{ {name}_rows({args}); return; }}"]
     lines = [
-        C.signature(name, params, [names[d] for d in kernel_dims(kernel)]) + " {",
+        *fallback,
+        C.signature(name, params, dims) + " {",
+        *dispatch,
         # the dot product's length; a row of values padded to whole micro-kernel passes
         f"  enum {{ LM_HEAD = {head}, LM_DP = ({width} + LM_FV - 1) / LM_FV * LM_FV }};",
         f"  const long lm_qblocks = (({nq}) + LM_FQ - 1) / LM_FQ;",
