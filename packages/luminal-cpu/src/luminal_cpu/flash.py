@@ -35,8 +35,9 @@ between calls, grown for longer sequences). Everything else keeps the generic re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from luminal.symbolic import Expr
 from luminal_codegen import (
     BodyWriter,
     Kernel,
@@ -47,7 +48,20 @@ from luminal_codegen import (
     row_softmax,
     unravel_declarations,
 )
-from luminal_codegen.ir import Binary, Const, Reduce, Select, SoftmaxSum, Value, exprs_of, walk
+from luminal_codegen.indexing import unravel
+from luminal_codegen.ir import (
+    Binary,
+    Const,
+    Reduce,
+    Select,
+    SoftmaxSum,
+    Store,
+    Value,
+    exprs_of,
+    loop_var,
+    map_exprs,
+    walk,
+)
 
 from .dialect import C
 
@@ -165,6 +179,23 @@ def _mask(logit: Value, dot: Reduce) -> Value | None:
     return None
 
 
+def _rows(kernel: Kernel) -> Kernel:
+    """`kernel` over one axis of all its rows (every axis but the last, the row of values):
+    the row-wise form shares out its leading axis among the threads, and decode's rows are
+    few (SmolLM2's 3 key/value heads of 3 queries: 3 points for 2 threads, 9 so)."""
+    if len(kernel.domain) <= 2:
+        return kernel
+    rows = Expr.const(1)
+    for d in kernel.domain[:-1]:
+        rows = rows * d
+    row = loop_var(0, rows)
+    at = dict(zip((v.name for v in kernel.loop_vars[:-1]), unravel(row, kernel.domain[:-1])))
+    at[kernel.loop_vars[-1].name] = loop_var(1, kernel.domain[-1])
+    sub = lambda e: e.substitute(at)  # noqa: E731
+    out = Store(kernel.out.buf, sub(kernel.out.index), map_exprs(kernel.out.value, sub))
+    return replace(kernel, domain=(rows, kernel.domain[-1]), out=out)
+
+
 def _writer(names: dict[str, str], bound: tuple[str, ...], first: int) -> BodyWriter:
     """A body writer emitting everything at its root (the caller's loop), where the loop
     variables `bound` are declared."""
@@ -245,21 +276,21 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
     # that are not finite keep every key (0 * inf = NaN).
     mask_lines = [
         "  if (!lm_kbad[lm_b]) {",
-        "    long lm_jl = LM_FK, lm_jh = 0;",
+        # which keys some query sees: a byte per key, or-ed row by row (a loop the compiler
+        # vectorises; first/last-index reductions it left scalar, a tenth of the kernel)
+        "    unsigned char lm_seen[LM_FK] = {0};",
         "    for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
         f"      const long {query} = lm_q0 + lm_i;",
-        "      long lm_lo1 = LM_FK, lm_hi1 = 0;",
-        "      #pragma omp simd reduction(min:lm_lo1) reduction(max:lm_hi1)",
+        "      #pragma omp simd",
         "      for (long lm_j = 0; lm_j < lm_nk; lm_j++) {",
         f"        const long {key_var} = lm_k0 + lm_j;",
-        *indent([*masker.root.lines, f"const int lm_on = ({live}) != 0;",
-                 "lm_lo1 = lm_on && lm_j < lm_lo1 ? lm_j : lm_lo1;",
-                 "lm_hi1 = lm_on && lm_j + 1 > lm_hi1 ? lm_j + 1 : lm_hi1;"], 4),
+        *indent([*masker.root.lines, f"lm_seen[lm_j] |= ({live}) != 0;"], 4),
         "      }",
-        "      lm_jl = lm_lo1 < lm_jl ? lm_lo1 : lm_jl;",
-        "      lm_jh = lm_hi1 > lm_jh ? lm_hi1 : lm_jh;",
         "    }",
-        "    if (lm_jh <= lm_jl) continue;",
+        "    long lm_jl = 0, lm_jh = lm_nk;",
+        "    while (lm_jl < lm_nk && !lm_seen[lm_jl]) lm_jl++;",
+        "    if (lm_jl == lm_nk) continue;",
+        "    while (!lm_seen[lm_jh - 1]) lm_jh--;",
         "    lm_h0 = lm_jl / 32 * 32;",
         "    lm_h1 = (lm_jh + 31) / 32 * 32;",
         "  }",
@@ -385,7 +416,7 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
     # padding, and each thread would pack every key and value for it): the row-wise form then
     fallback, dispatch = [], []
     if not kernel.domain[att.query_axis].is_const:
-        fallback = render_kernel(kernel, f"{name}_rows", C).splitlines()
+        fallback = render_kernel(_rows(kernel), f"{name}_rows", C).splitlines()
         args = ", ".join([*(f"p{k}" for k in range(len(params))), *dims])
         dispatch = [f"  if (({nq}) < {MIN_QUERIES}) {{ {name}_rows({args}); return; }}"]
     lines = [
