@@ -20,6 +20,7 @@ import pytest
 from luminal_codegen import Kernel, Matmul
 from luminal_codegen.ir import SoftmaxSum, walk
 from luminal_cpu import CpuBackend, flash
+from luminal_cpu.attention import FusedAttention
 
 
 def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, past: int, window: int | None,
@@ -73,8 +74,10 @@ def reference(q, k, v, past, window, cap, keep) -> np.ndarray:
 
 
 def fused(g) -> bool:
-    """Whether the program runs attention as one tiled kernel (and no float matmul is left)."""
-    kernels = g.runtime.program.kernels
+    """Whether the program runs attention as one tiled kernel (and no float matmul is left),
+    or chooses it at run time (a symbolic query count)."""
+    kernels = [k.kernel if isinstance(k, FusedAttention) else k
+               for k in g.runtime.program.kernels]
     tiled = [k for k in kernels if isinstance(k, Kernel) and flash.match(k)
              and any(isinstance(x, SoftmaxSum) for x in walk(k.out.value))]
     return bool(tiled) and not any(isinstance(k, Matmul) for k in kernels)
@@ -144,9 +147,10 @@ def test_decode_keeps_the_decomposition():
                                rtol=2e-5, atol=2e-6)
 
 
-def test_a_symbolic_query_count_runs_few_queries_row_wise():
-    """One compiled kernel, its form chosen at run time: row-wise for 1 and 3 queries (2 and
-    6 query rows per key/value head, below `flash.MIN_QUERIES`), tiles for 5 and 40."""
+def test_a_symbolic_query_count_runs_few_queries_as_the_decomposition():
+    """One compiled call choosing at run time: the decomposition's kernels for 1 and 3
+    queries (2 and 6 query rows per key/value head, below `flash.MIN_QUERIES`), tiles for 5
+    and 40."""
     rng = np.random.default_rng(10)
     g, (out, *inputs) = attention(np.zeros((2, 2, 1, 64), np.float32),
                                   np.zeros((2, 1, 64), np.float32),

@@ -13,13 +13,18 @@ query and key (rows: the queries of all heads, batch axes: the key/value heads t
     O = P V                      a float `Matmul` over the same batch and rows
 
 `fuse(program)` replaces such a run of consecutive calls, when the six intermediates are
-temporaries read only inside it, by one `Kernel` over (batch..., rows, value columns):
+temporaries read only inside it, by one call of a `Kernel` over (batch..., rows, value
+columns):
 `SoftmaxSum(key, n, L' * c, V)`, where L' is the logit kernel's value at (row, key) with the
 score read as the dot product of the query and key rows. The logit kernel may have any domain
 of rows * n points whose axes split at the boundary of a key row (`_positions`), so its other
 inputs (a mask buffer, a bias) are read at the same elements as before. When `flash` takes
-the kernel (prefill: a symbolic or long query axis), it runs as tiles with an online softmax
-and never stores the scores; otherwise (decode's few queries) the seven calls stay.
+the kernel it runs as tiles with an online softmax and never stores the scores; otherwise
+(a constant query count below `flash.MIN_QUERIES`) the seven calls stay. A symbolic query
+count (the generation loop's one graph for prefill and decode) becomes a `FusedAttention`,
+which decides at run time: the tiles for `flash.MIN_QUERIES` queries or more, else the
+seven kernels as before (decode's one token: its small-M products are the runtime's tuned
+matrix-vector paths, 1.7x faster than the row-wise `SoftmaxSum` at 1000 cached keys).
 
 Numerics: the weights are exp2(L * c - max(L * c)) rather than exp2((L - max L) * c), the
 sums accumulate block by block (online softmax) and the output is acc / sum rather than
@@ -30,15 +35,17 @@ or an infinite logit gives NaN.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from luminal.symbolic import Expr
-from luminal_codegen import Call, Kernel, Program
+from luminal_codegen import Call, Kernel, Program, dim_names, kernel_dims
 from luminal_codegen.indexing import flat_index
 from luminal_codegen.ir import (
     Binary,
     Bind,
     Const,
+    KernelLike,
     Load,
     Matmul,
     MatOperand,
@@ -56,8 +63,56 @@ from luminal_codegen.ir import (
 )
 
 from . import flash
+from .dialect import C
 
 CHAIN = 7  # calls of the decomposition (module docstring)
+
+
+@dataclass(frozen=True)
+class FusedAttention:
+    """`kernel` (tiled by `flash`) when its queries are at least `flash.MIN_QUERIES`, else
+    the `chain` of kernels it replaces, called with `args` (parameter numbers of this
+    kernel). Parameters: the kernel's, then the chain's six intermediates (written by the
+    chain only: the tiles leave them alone)."""
+
+    kernel: Kernel
+    chain: tuple[KernelLike, ...]
+    args: tuple[tuple[int, ...], ...]
+    temps: tuple[Param, ...]
+    queries: Expr  # the query count: the extent of the kernel's query axis
+
+    @property
+    def params(self) -> tuple[Param, ...]:
+        return (*self.kernel.params, *self.temps)
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        return tuple(sorted({d for k in (self.kernel, *self.chain) for d in kernel_dims(k)}))
+
+
+def render(fused: FusedAttention, name: str, source: Callable[[KernelLike, str], str]) -> str:
+    """C for `fused`: the tiled kernel and the chain's kernels (`source(kernel, name)` renders
+    one), and `name` choosing between them."""
+    names = dim_names(fused.dims)
+    parts = [flash.render(fused.kernel, flash.match(fused.kernel), f"{name}_tiles")]
+    parts += [source(k, f"{name}_c{j}") for j, k in enumerate(fused.chain)]
+    params = [(C.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(fused.params)]
+
+    def call(callee: str, kernel: KernelLike, args) -> str:
+        dims = [names[d] for d in kernel_dims(kernel)]
+        return f"{callee}({', '.join([*(f'p{a}' for a in args), *dims])});"
+
+    lines = [
+        C.signature(name, params, [names[d] for d in fused.dims]) + " {",
+        f"  if (({fused.queries.render_c(names)}) >= {flash.MIN_QUERIES}) {{",
+        "    " + call(f"{name}_tiles", fused.kernel, range(len(fused.kernel.params))),
+        "    return;",
+        "  }",
+        *("  " + call(f"{name}_c{j}", k, a) for j, (k, a) in enumerate(zip(fused.chain,
+                                                                          fused.args))),
+        "}",
+    ]
+    return "\n".join([*parts, *lines]) + "\n"
 
 
 def _divides(d: Expr, x: Expr) -> Expr | None:
@@ -101,8 +156,8 @@ def _loads_of(value: Value, args: tuple[int, ...]) -> Value:
     return map_loads(value, lambda x: replace(x, buf=args[x.buf]))
 
 
-def _chain(program: Program, at: int,
-           readers: dict[int, list[int]]) -> tuple[Kernel, tuple[int, ...]] | None:
+def _chain(program: Program, at: int, readers: dict[int, list[int]]
+           ) -> tuple[Kernel | FusedAttention, tuple[int, ...]] | None:
     """The attention kernel and its arguments replacing calls at..at+6, or None."""
     calls = program.calls[at:at + CHAIN]
     if len(calls) < CHAIN:
@@ -217,9 +272,24 @@ def _chain(program: Program, at: int,
     value = map_loads(value, lambda x: replace(x, buf=number[x.buf]))
     kernel = Kernel((Param(f32, True), *(Param(dtypes[b]) for b in bufs[1:])), domain,
                     Store(0, out.index, value))
-    if flash.match(kernel) is None:
+    att = flash.match(kernel)
+    if att is None:
         return None
-    return kernel, tuple(bufs)
+    queries = kernel.domain[att.query_axis]
+    if queries.is_const:
+        return kernel, tuple(bufs)
+    # the chain's own calls at run time for few queries: its buffers as parameters, the
+    # intermediates after the kernel's
+    every = [*bufs, *outs]
+    number = {b: k for k, b in enumerate(every)}
+    temps = tuple(Param(program.buffers[b].dtype, True) for b in outs)
+    fused = FusedAttention(kernel, tuple(ks), tuple(tuple(number.setdefault(b, len(number))
+                                                          for b in c.args) for c in calls),
+                           temps, queries)
+    extra = [b for b in number if b not in every]  # read by the chain alone (its kernels')
+    if extra:
+        return None
+    return fused, tuple(every)
 
 
 def fuse(program: Program) -> Program:
@@ -233,7 +303,7 @@ def fuse(program: Program) -> Program:
                 readers.setdefault(buf, []).append(i)
     kernels = list(program.kernels)
     calls: list[Call] = []
-    fused: dict[Kernel, int] = {}
+    fused: dict[Kernel | FusedAttention, int] = {}
     i = 0
     while i < len(program.calls):
         got = _chain(program, i, readers)

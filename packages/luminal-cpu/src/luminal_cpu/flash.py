@@ -35,39 +35,23 @@ between calls, grown for longer sequences). Everything else keeps the generic re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from luminal.symbolic import Expr
 from luminal_codegen import (
     BodyWriter,
     Kernel,
     OnlineSoftmax,
     dim_names,
     kernel_dims,
-    render_kernel,
     row_softmax,
     unravel_declarations,
 )
-from luminal_codegen.indexing import unravel
-from luminal_codegen.ir import (
-    Binary,
-    Const,
-    Reduce,
-    Select,
-    SoftmaxSum,
-    Store,
-    Value,
-    exprs_of,
-    loop_var,
-    map_exprs,
-    walk,
-)
+from luminal_codegen.ir import Binary, Const, Reduce, Select, SoftmaxSum, Value, exprs_of, walk
 
 from .dialect import C
 
 HEAD_LIMIT = 256  # longest dot product (and row of values) a tile holds
 MIN_QUERIES = 8  # fewer queries (decode) keep the row-wise form: a tile would be mostly padding
-# (a symbolic query count decides at run time)
 
 
 @dataclass(frozen=True)
@@ -177,23 +161,6 @@ def _mask(logit: Value, dot: Reduce) -> Value | None:
             and dot not in set(walk(v.cond))):
         return v.cond
     return None
-
-
-def _rows(kernel: Kernel) -> Kernel:
-    """`kernel` over one axis of all its rows (every axis but the last, the row of values):
-    the row-wise form shares out its leading axis among the threads, and decode's rows are
-    few (SmolLM2's 3 key/value heads of 3 queries: 3 points for 2 threads, 9 so)."""
-    if len(kernel.domain) <= 2:
-        return kernel
-    rows = Expr.const(1)
-    for d in kernel.domain[:-1]:
-        rows = rows * d
-    row = loop_var(0, rows)
-    at = dict(zip((v.name for v in kernel.loop_vars[:-1]), unravel(row, kernel.domain[:-1])))
-    at[kernel.loop_vars[-1].name] = loop_var(1, kernel.domain[-1])
-    sub = lambda e: e.substitute(at)  # noqa: E731
-    out = Store(kernel.out.buf, sub(kernel.out.index), map_exprs(kernel.out.value, sub))
-    return replace(kernel, domain=(rows, kernel.domain[-1]), out=out)
 
 
 def _writer(names: dict[str, str], bound: tuple[str, ...], first: int) -> BodyWriter:
@@ -411,18 +378,8 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "}",
     ]
     params = [(C.storage_type(p.dtype), f"p{k}", p.output) for k, p in enumerate(kernel.params)]
-    dims = [names[d] for d in kernel_dims(kernel)]
-    # a symbolic query count may be small (decode's one token: a tile would be mostly
-    # padding, and each thread would pack every key and value for it): the row-wise form then
-    fallback, dispatch = [], []
-    if not kernel.domain[att.query_axis].is_const:
-        fallback = render_kernel(_rows(kernel), f"{name}_rows", C).splitlines()
-        args = ", ".join([*(f"p{k}" for k in range(len(params))), *dims])
-        dispatch = [f"  if (({nq}) < {MIN_QUERIES}) {{ {name}_rows({args}); return; }}"]
     lines = [
-        *fallback,
-        C.signature(name, params, dims) + " {",
-        *dispatch,
+        C.signature(name, params, [names[d] for d in kernel_dims(kernel)]) + " {",
         # the dot product's length; a row of values padded to whole micro-kernel passes
         f"  enum {{ LM_HEAD = {head}, LM_DP = ({width} + LM_FV - 1) / LM_FV * LM_FV }};",
         f"  const long lm_qblocks = (({nq}) + LM_FQ - 1) / LM_FQ;",
