@@ -3,7 +3,8 @@ own: the scores product, the weighted values with the rows' rescale, and the row
 online-softmax step (NaN and infinities as in the primitive decomposition). Every build is
 checked: the host's (AVX-512 intrinsics where it has them), AVX2 (`-mno-avx512f`) and plain
 C (`-mno-avx2`), so a machine without AVX-512 runs here the code it would use. End-to-end tiled
-attention (derived by luminal-search) is tested in `tests/test_flash_attention.py`."""
+attention is tested in `tests/test_flash_attention.py` (derived by luminal-search) and
+`test_cpu_attention.py` (the default compile's)."""
 
 from __future__ import annotations
 
@@ -22,9 +23,12 @@ FQ, FK, FR = (int(re.search(rf"#define LM_{name} (\d+)", HEADER).group(1))
               for name in ("FQ", "FK", "FR"))  # queries, keys of a tile; queries of a panel
 
 WRAPPERS = """
-void t_scores(long kc, const float *q, const float *kt, float *s) { lm_fa_scores(kc, q, kt, s); }
-void t_values(long dp, const float *w, const float *v, const float *scale, float *acc) {
-  lm_fa_values(dp, w, v, scale, acc);
+void t_scores(long kc, const float *q, const float *kt, float *s, long h0, long h1) {
+  lm_fa_scores(kc, q, kt, s, h0, h1);
+}
+void t_values(long dp, const float *w, const float *v, const float *scale, float *acc,
+              long j0, long j1) {
+  lm_fa_values(dp, w, v, scale, acc, j0, j1);
 }
 int t_softmax(long nq, const float *x, float *w, float *m, float *l, float *c, int *nan) {
   return lm_fa_softmax(nq, x, w, m, l, c, nan);
@@ -60,8 +64,8 @@ def flash(request, tmp_path_factory):
     subprocess.run([*cc.argv, *cc.flags, *extra, "-x", "c", "-", "-o", str(so), *cc.libs],
                    input=source, text=True, check=True)
     lib = ctypes.CDLL(str(so))
-    lib.t_scores.argtypes = [ctypes.c_long, F32, F32, F32]
-    lib.t_values.argtypes = [ctypes.c_long, F32, F32, F32, F32]
+    lib.t_scores.argtypes = [ctypes.c_long, F32, F32, F32, ctypes.c_long, ctypes.c_long]
+    lib.t_values.argtypes = [ctypes.c_long, F32, F32, F32, F32, ctypes.c_long, ctypes.c_long]
     lib.t_softmax.argtypes = [ctypes.c_long, F32, F32, F32, F32, F32, I32]
     lib.t_softmax.restype = ctypes.c_int
     return lib
@@ -76,16 +80,19 @@ def aligned(a: np.ndarray) -> np.ndarray:
     return out
 
 
+@pytest.mark.parametrize("keys", [(0, FK), (32, FK - 32)])
 @pytest.mark.parametrize("head", [32, 64, 80, 128])
-def test_scores_are_the_queries_times_the_keys(flash, head):
+def test_scores_are_the_queries_times_the_keys(flash, head, keys):
     rng = np.random.default_rng(head)
     q = rng.standard_normal((head, FR)).astype(np.float32)  # c-major: a panel of FR queries
     kt = rng.standard_normal((head, FK)).astype(np.float32)  # c-major: keys side by side
     s = aligned(np.full((FR, FK), np.nan, np.float32))
-    flash.t_scores(head, aligned(q), aligned(kt), s)
+    h0, h1 = keys  # only these keys' scores are computed, the others left as they were
+    flash.t_scores(head, aligned(q), aligned(kt), s, h0, h1)
     want = q.T.astype(np.float64) @ kt.astype(np.float64)
     bound = np.abs(q.T).astype(np.float64) @ np.abs(kt).astype(np.float64)
-    assert (np.abs(s - want) <= 1e-6 * bound).all()
+    assert (np.abs(s - want) <= 1e-6 * bound)[:, h0:h1].all()
+    assert np.isnan(s[:, :h0]).all() and np.isnan(s[:, h1:]).all()
 
 
 def test_scores_carry_nan_and_infinities(flash):
@@ -95,7 +102,7 @@ def test_scores_carry_nan_and_infinities(flash):
     q[3, 2] = np.nan  # query 2
     kt[5, 40] = np.inf  # key 40
     s = aligned(np.zeros((FR, FK), np.float32))
-    flash.t_scores(64, aligned(q), aligned(kt), s)
+    flash.t_scores(64, aligned(q), aligned(kt), s, 0, FK)
     with np.errstate(invalid="ignore"):
         want = q.T.astype(np.float64) @ kt.astype(np.float64)
     np.testing.assert_array_equal(np.isnan(s), np.isnan(want))
@@ -103,8 +110,9 @@ def test_scores_carry_nan_and_infinities(flash):
     assert np.isnan(s[2]).all()
 
 
+@pytest.mark.parametrize("keys", [(0, FK), (32, FK - 32)])
 @pytest.mark.parametrize("dp", [32, 64, 96, 128])
-def test_values_rescale_the_rows_and_add_the_weighted_values(flash, dp):
+def test_values_rescale_the_rows_and_add_the_weighted_values(flash, dp, keys):
     rng = np.random.default_rng(dp)
     w = rng.uniform(0, 1, (FR, FK)).astype(np.float32)
     w[:, FK - 14:] = 0.0  # the tail of a ragged block
@@ -112,9 +120,10 @@ def test_values_rescale_the_rows_and_add_the_weighted_values(flash, dp):
     scale = rng.uniform(0, 1, FR).astype(np.float32)
     scale[1] = 1.0
     acc = rng.standard_normal((FR, dp)).astype(np.float32)
-    want = acc.astype(np.float64) * scale[:, None] + w.astype(np.float64) @ v
+    j0, j1 = keys  # the weights of only these keys are added
+    want = acc.astype(np.float64) * scale[:, None] + w[:, j0:j1].astype(np.float64) @ v[j0:j1]
     got = aligned(acc)
-    flash.t_values(dp, aligned(w), aligned(v), aligned(scale), got)
+    flash.t_values(dp, aligned(w), aligned(v), aligned(scale), got, j0, j1)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -127,7 +136,7 @@ def test_values_weigh_every_value_so_zero_times_inf_is_nan(flash):
     v[7, 3] = np.inf
     v[9, 5] = np.nan
     got = aligned(np.zeros((FR, 64), np.float32))
-    flash.t_values(64, aligned(w), aligned(v), aligned(np.ones(FR, np.float32)), got)
+    flash.t_values(64, aligned(w), aligned(v), aligned(np.ones(FR, np.float32)), got, 0, FK)
     with np.errstate(invalid="ignore"):
         want = w.astype(np.float64) @ v
     assert np.isnan(got[0, 3]) and np.isnan(got[4, 3]) and np.isnan(got[:, 5]).all()

@@ -8,7 +8,7 @@ from luminal.backend import Backend, BackendStatus
 from luminal.graph import Graph
 from luminal_codegen import lower, plan_memory
 
-from . import device, implicit_gemm, toolchain
+from . import attention, device, implicit_gemm, toolchain
 from .dialect import C
 from .repack import packed_inputs, packed_loads
 from .runtime import CpuRuntime, direct_writes, read_written_rows
@@ -82,8 +82,10 @@ class CpuBackend(Backend):
         t0 = time.perf_counter()
         program = lower(graph, self.schedule, self.quant_kernels, C.max_kernel_args)
         direct = direct_writes(graph, program)
-        # before fusing gathers into matmuls, which would fold the cache's copy into them
-        program = implicit_gemm.fuse(read_written_rows(program, direct))
+        # before fusing gathers into matmuls, which would fold the cache's copy into them;
+        # prefill attention as one tiled kernel before that too, its product with the values
+        # then being a plain matmul
+        program = implicit_gemm.fuse(attention.fuse(read_written_rows(program, direct)))
         plan = plan_memory(program)
         packed, packed_kernels = packed_inputs(graph, program)
         program = packed_loads(program, packed)

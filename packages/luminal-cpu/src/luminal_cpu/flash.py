@@ -1,7 +1,8 @@
 """Tiled attention: a `SoftmaxSum` kernel shaped like prefill attention, rendered as
 flash-attention tiles instead of one query-key step at a time.
 
-The kernel IR's `SoftmaxSum` (luminal-search derives it from attention's primitives) computes,
+The kernel IR's `SoftmaxSum` (luminal-search derives it from attention's primitives, and
+`attention.fuse` builds it from the default compile's calls) computes,
 per output, `sum_key softmax_key(logit) * body`. When its logit is an elementwise function of
 one dot product `sum_c a * b` (a reading the query, not the key; b the key, not the query) and
 its body (the values) does not read the query, the kernel is rendered here, per tile of
@@ -13,7 +14,10 @@ its body (the values) does not read the query, the kernel is rendered here, per 
 2. a block that provably has only zero weights is skipped whole: the logit's own float
    operations evaluated at the ends of |dot| <= sum|a| * max|b| bound every logit of the block
    (`_upper_bound`), and a bound 150 below every row's running max, with finite values, means
-   zero weights and an unchanged max (a causal mask's upper triangle);
+   zero weights and an unchanged max (a causal mask's upper triangle); a logit masked by a
+   condition (`Select(cond, x, -inf)`, `_mask`) decides it from the condition instead, for
+   the tile's queries and the block's keys, and multiplies only the runs of 32 keys that some
+   query sees;
 3. the block's scores by a register-blocked micro-kernel (`csrc/flash.h`);
 4. the rest of the logit (scale, mask: whatever the IR computes from the dot product, the
    query and the key) elementwise over the block, -inf past the last key;
@@ -42,7 +46,7 @@ from luminal_codegen import (
     row_softmax,
     unravel_declarations,
 )
-from luminal_codegen.ir import Binary, Reduce, SoftmaxSum, Value, exprs_of, walk
+from luminal_codegen.ir import Binary, Const, Reduce, Select, SoftmaxSum, Value, exprs_of, walk
 
 from .dialect import C
 
@@ -139,6 +143,26 @@ def _upper_bound(logit: Value, dot: Reduce, writer: BodyWriter) -> str | None:
     return None if got is None else got[1]
 
 
+def _mask(logit: Value, dot: Reduce) -> Value | None:
+    """A bool value false only where `logit` is -inf whatever the dot product: the condition of
+    a `Select(cond, x, -inf)` (cond not reading the dot product), which the logit may scale by
+    a positive constant or offset by a finite one (a mask, then softmax's change of base);
+    None for any other logit."""
+    v = logit
+    while isinstance(v, Binary) and v.op in ("add", "mul") and v.dtype.name == "float32":
+        for x, c in ((v.a, v.b), (v.b, v.a)):
+            if (isinstance(c, Const) and abs(c.value) < float("inf")
+                    and (v.op == "add" or c.value > 0)):
+                v = x
+                break
+        else:
+            return None
+    if (isinstance(v, Select) and isinstance(v.y, Const) and v.y.value == float("-inf")
+            and dot not in set(walk(v.cond))):
+        return v.cond
+    return None
+
+
 def _writer(names: dict[str, str], bound: tuple[str, ...], first: int) -> BodyWriter:
     """A body writer emitting everything at its root (the caller's loop), where the loop
     variables `bound` are declared."""
@@ -176,6 +200,10 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
     bounder = _writer(names, bound, count)
     upper = _upper_bound(s.logit, dot, bounder)
     count = bounder.count
+    mask = _mask(s.logit, dot)
+    masker = _writer(names, bound, count)
+    live = masker.emit(mask) if mask is not None else None
+    count = masker.count
     o = OnlineSoftmax(C, "lm_r")
     result = C.round(s.dtype, o.result("lm_acc[lm_i * LM_DP + lm_d]"))
     out_lines, out_val, count = emit(kernel.out.value, count, {s: "lm_o"})
@@ -208,6 +236,32 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "  }",
         "  if (lm_skip) continue;",
     ] if upper is not None else []
+    # With a mask (`_mask`): the block's keys that some query of the tile sees, from the
+    # mask alone (one pass over its condition); none: the block's weights are all zero and the
+    # max unchanged, skipped whole; else only the runs of 32 keys holding them are multiplied
+    # (the logits of the others are -inf whatever their scores, their weights zero). Values
+    # that are not finite keep every key (0 * inf = NaN).
+    mask_lines = [
+        "  if (!lm_kbad[lm_b]) {",
+        # which keys some query sees: a byte per key, or-ed row by row (a loop the compiler
+        # vectorises; first/last-index reductions it left scalar, a tenth of the kernel)
+        "    unsigned char lm_seen[LM_FK] = {0};",
+        "    for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
+        f"      const long {query} = lm_q0 + lm_i;",
+        "      #pragma omp simd",
+        "      for (long lm_j = 0; lm_j < lm_nk; lm_j++) {",
+        f"        const long {key_var} = lm_k0 + lm_j;",
+        *indent([*masker.root.lines, f"lm_seen[lm_j] |= ({live}) != 0;"], 4),
+        "      }",
+        "    }",
+        "    long lm_jl = 0, lm_jh = lm_nk;",
+        "    while (lm_jl < lm_nk && !lm_seen[lm_jl]) lm_jl++;",
+        "    if (lm_jl == lm_nk) continue;",
+        "    while (!lm_seen[lm_jh - 1]) lm_jh--;",
+        "    lm_h0 = lm_jl / 32 * 32;",
+        "    lm_h1 = (lm_jh + 31) / 32 * 32;",
+        "  }",
+    ] if live is not None else []
 
     body = [
         "const long lm_outer = lm_t / lm_qblocks;",
@@ -248,7 +302,7 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "    const long lm_k0 = lm_b * LM_FK;",
         f"    const long lm_nk = {size} - lm_k0 < LM_FK ? {size} - lm_k0 : LM_FK;",
         "    float *lm_kt = lm_kp + lm_b * LM_HEAD * LM_FK, *lm_v = lm_vp + lm_b * LM_FK * LM_DP;",
-        "    int lm_bad = 0;",
+        "    int lm_bad = 0, lm_knan = 0;",
         "    float lm_kmax = 0.0f;",
         "    for (long lm_j = 0; lm_j < LM_FK; lm_j++) {",
         f"      const long {key_var} = lm_k0 + lm_j;",
@@ -258,10 +312,14 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "        memset(lm_v + lm_j * LM_DP, 0, sizeof(float) * LM_DP);",
         "        continue;",
         "      }",
+        # the magnitudes' max and a NaN flag as reductions the compiler vectorises (a max
+        # that kept a NaN was a branch per element on a chain through the running max: a
+        # fifth of the kernel's time packing Gemma 3's keys)
+        "      #pragma omp simd reduction(max:lm_kmax) reduction(|:lm_knan)",
         f"      for (long {c_var} = 0; {c_var} < LM_HEAD; {c_var}++) {{",
         *indent([*k_lines, f"lm_kt[{c_var} * LM_FK + lm_j] = {k_val};",
-                 f"lm_kmax = fabsf({k_val}) > lm_kmax || {k_val} != {k_val} ? "
-                 f"fabsf({k_val}) : lm_kmax;"], 4),
+                 f"lm_kmax = fabsf({k_val}) > lm_kmax ? fabsf({k_val}) : lm_kmax;",
+                 f"lm_knan |= {k_val} != {k_val};"], 4),
         "      }",
         "      #pragma omp simd reduction(|:lm_bad)",
         f"      for (long {lane} = 0; {lane} < LM_DP; {lane}++) {{",
@@ -271,7 +329,7 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "      }",
         "    }",
         "    lm_kbad[lm_b] = lm_bad;",
-        "    lm_knorm[lm_b] = lm_kmax * LM_FA_SLACK;",
+        "    lm_knorm[lm_b] = lm_knan ? NAN : lm_kmax * LM_FA_SLACK;",
         "  }",
         "}",
         "for (long lm_b = 0; lm_b < lm_kblocks; lm_b++) {",
@@ -279,10 +337,11 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         f"  const long lm_nk = {size} - lm_k0 < LM_FK ? {size} - lm_k0 : LM_FK;",
         "  const float *lm_kt = lm_kp + lm_b * LM_HEAD * LM_FK;",
         "  const float *lm_v = lm_vp + lm_b * LM_FK * LM_DP;",
-        *(skip_lines if upper is not None else []),
+        "  long lm_h0 = 0, lm_h1 = LM_FK;  /* the keys multiplied */",
+        *(mask_lines or skip_lines),
         "  for (long lm_p = 0; lm_p < lm_panels; lm_p++)",
         "    lm_fa_scores(LM_HEAD, lm_qp + lm_p * LM_HEAD * LM_FR, lm_kt, "
-        "lm_s + lm_p * LM_FR * LM_FK);",
+        "lm_s + lm_p * LM_FR * LM_FK, lm_h0, lm_h1);",
         # the logits, elementwise (-inf past the last key: a weight of 0), then the rows'
         # online-softmax step
         "  for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
@@ -306,7 +365,7 @@ def render(kernel: Kernel, att: Attention, name: str) -> str:
         "  }",
         "  for (long lm_p = 0; lm_p < lm_panels; lm_p++)",
         "    lm_fa_values(LM_DP, lm_ws + lm_p * LM_FR * LM_FK, lm_v, lm_c + lm_p * LM_FR, "
-        "lm_acc + lm_p * LM_FR * LM_DP);",
+        "lm_acc + lm_p * LM_FR * LM_DP, lm_h0, lm_h1);",
         "}",
         "for (long lm_i = 0; lm_i < lm_nq; lm_i++) {",
         f"  const long {query} = lm_q0 + lm_i;",

@@ -34,7 +34,7 @@ from luminal_codegen import (
     render_kernel,
 )
 
-from . import flash, implicit_gemm, rows
+from . import attention, flash, implicit_gemm, rows
 from .dialect import C
 
 ENTRY_POINT = "lm_run"
@@ -175,17 +175,20 @@ def _render_matmul(mm: Matmul, name: str, packed: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def kernel_source(kernel: Kernel | Matmul | implicit_gemm.GatherMatmul, name: str,
+def kernel_source(kernel: Kernel | Matmul | implicit_gemm.GatherMatmul
+                  | attention.FusedAttention, name: str,
                   packed: bool = False) -> str:
     """One kernel as a C function; `packed`: a matmul whose weight is in the repacked
     layout at every call (repack.py)."""
     if isinstance(kernel, implicit_gemm.GatherMatmul):
         return implicit_gemm.render(kernel, name, _DTYPE_CODE)
+    if isinstance(kernel, attention.FusedAttention):
+        return attention.render(kernel, name, kernel_source)
     if isinstance(kernel, Matmul):
         return _render_matmul(kernel, name, packed)
-    attention = flash.match(kernel)
-    if attention is not None:
-        return flash.render(kernel, attention, name)
+    tiled = flash.match(kernel)
+    if tiled is not None:
+        return flash.render(kernel, tiled, name)
     return rows.render(kernel, name) or render_kernel(kernel, name, C)
 
 
@@ -198,7 +201,8 @@ def program_source(program: Program, vector_math: str = "", plan: MemoryPlan | N
     module docstring). The matmul kernels `packed_kernels` read their weight repacked
     (`repack.packed_inputs`)."""
     parts = [C.prelude(), vector_math, _csrc("runtime.h")]
-    if any(isinstance(k, Kernel) and flash.match(k) for k in program.kernels):
+    if any(isinstance(k, attention.FusedAttention) or (isinstance(k, Kernel) and flash.match(k))
+           for k in program.kernels):
         parts.append(_csrc("flash.h"))
     parts += [kernel_source(k, f"lm_k{i}", i in packed_kernels)
               for i, k in enumerate(program.kernels)]
@@ -227,8 +231,8 @@ def _entry_point(program: Program, plan: MemoryPlan | None,
         args = [
             f"({C.storage_type(p.dtype)} *)b[{buf}]" for p, buf in zip(kernel.params, call.args)
         ]
-        dims = kernel.dims if isinstance(kernel, implicit_gemm.GatherMatmul) else kernel_dims(
-            kernel)
+        dims = kernel.dims if isinstance(
+            kernel, (implicit_gemm.GatherMatmul, attention.FusedAttention)) else kernel_dims(kernel)
         args += [names[d] for d in dims]
         lines.append(f"    lm_k{call.kernel}({', '.join(args)});")
     lines += ["    lm_team_leave();", "  }", "  return 0;", "}", ""]

@@ -47,11 +47,12 @@ static inline __attribute__((always_inline)) void lm_fa_fma(
   }
 }
 
-/* s[i][j] = sum_c q[c][i] * kt[c][j] for i < LM_FR, j < LM_FK: q is c-major in panels of
- * LM_FR queries, kt c-major (keys side by side), s row-major with rows of LM_FK */
+/* s[i][j] = sum_c q[c][i] * kt[c][j] for i < LM_FR, h0 <= j < h1 (multiples of 32, h1 <=
+ * LM_FK; the other columns of s are left as they are): q is c-major in panels of LM_FR
+ * queries, kt c-major (keys side by side), s row-major with rows of LM_FK */
 static inline void lm_fa_scores(long kc, const float *restrict q, const float *restrict kt,
-                                float *restrict s) {
-  for (long h = 0; h < LM_FK; h += 32) {  /* 32 keys at a time: 16 accumulators */
+                                float *restrict s, long h0, long h1) {
+  for (long h = h0; h < h1; h += 32) {  /* 32 keys at a time: 16 accumulators */
     __m512 r[LM_FR][2];
     for (int i = 0; i < LM_FR; i++) r[i][0] = r[i][1] = _mm512_setzero_ps();
     lm_fa_fma(kc, q, LM_FR, 1, kt + h, LM_FK, r);
@@ -62,11 +63,13 @@ static inline void lm_fa_scores(long kc, const float *restrict q, const float *r
   }
 }
 
-/* acc[i][:] = acc[i][:] * scale[i] + sum_j w[i][j] * v[j][:] for i < LM_FR, j < LM_FK, over
- * rows of `dp` columns (a multiple of LM_FV): w row-major with rows of LM_FK, v and acc
- * row-major with rows of dp. Every weight is applied, zeros included (0 * inf is NaN). */
+/* acc[i][:] = acc[i][:] * scale[i] + sum_j w[i][j] * v[j][:] for i < LM_FR, j0 <= j < j1,
+ * over rows of `dp` columns (a multiple of LM_FV): w row-major with rows of LM_FK, v and acc
+ * row-major with rows of dp. Every weight of the range is applied, zeros included (0 * inf
+ * is NaN): a caller leaves out only zero weights of finite values. */
 static inline void lm_fa_values(long dp, const float *restrict w, const float *restrict v,
-                                const float *restrict scale, float *restrict acc) {
+                                const float *restrict scale, float *restrict acc, long j0,
+                                long j1) {
   for (long d = 0; d < dp; d += LM_FV) {
     __m512 r[LM_FR][2];
     for (int i = 0; i < LM_FR; i++) {
@@ -74,7 +77,7 @@ static inline void lm_fa_values(long dp, const float *restrict w, const float *r
       r[i][0] = _mm512_mul_ps(_mm512_load_ps(acc + i * dp + d), c);
       r[i][1] = _mm512_mul_ps(_mm512_load_ps(acc + i * dp + d + 16), c);
     }
-    lm_fa_fma(LM_FK, w, 1, LM_FK, v + d, dp, r);
+    lm_fa_fma(j1 - j0, w + j0, 1, LM_FK, v + j0 * dp + d, dp, r);
     for (int i = 0; i < LM_FR; i++) {
       _mm512_store_ps(acc + i * dp + d, r[i][0]);
       _mm512_store_ps(acc + i * dp + d + 16, r[i][1]);
@@ -140,9 +143,9 @@ static inline __attribute__((always_inline)) void lm_fa_fma8(
 }
 
 static inline void lm_fa_scores(long kc, const float *restrict q, const float *restrict kt,
-                                float *restrict s) {
+                                float *restrict s, long h0, long h1) {
   for (int i0 = 0; i0 < LM_FR; i0 += 4)
-    for (int h = 0; h < LM_FK; h += 16) {
+    for (long h = h0; h < h1; h += 16) {
       __m256 r[4][2];
       for (int i = 0; i < 4; i++) r[i][0] = r[i][1] = _mm256_setzero_ps();
       lm_fa_fma8(kc, q + i0, LM_FR, 1, kt + h, LM_FK, r);
@@ -154,7 +157,8 @@ static inline void lm_fa_scores(long kc, const float *restrict q, const float *r
 }
 
 static inline void lm_fa_values(long dp, const float *restrict w, const float *restrict v,
-                                const float *restrict scale, float *restrict acc) {
+                                const float *restrict scale, float *restrict acc, long j0,
+                                long j1) {
   for (int i0 = 0; i0 < LM_FR; i0 += 4)
     for (long d = 0; d < dp; d += 16) {
       __m256 r[4][2];
@@ -164,7 +168,7 @@ static inline void lm_fa_values(long dp, const float *restrict w, const float *r
         r[i][0] = _mm256_mul_ps(_mm256_loadu_ps(row), c);
         r[i][1] = _mm256_mul_ps(_mm256_loadu_ps(row + 8), c);
       }
-      lm_fa_fma8(LM_FK, w + i0 * LM_FK, 1, LM_FK, v + d, dp, r);
+      lm_fa_fma8(j1 - j0, w + i0 * LM_FK + j0, 1, LM_FK, v + j0 * dp + d, dp, r);
       for (int i = 0; i < 4; i++) {
         _mm256_storeu_ps(acc + (i0 + i) * dp + d, r[i][0]);
         _mm256_storeu_ps(acc + (i0 + i) * dp + d + 8, r[i][1]);
@@ -173,21 +177,22 @@ static inline void lm_fa_values(long dp, const float *restrict w, const float *r
 }
 #else
 static inline void lm_fa_scores(long kc, const float *restrict q, const float *restrict kt,
-                                float *restrict s) {
+                                float *restrict s, long h0, long h1) {
   float acc[LM_FR][LM_FK] = {{0}};
   for (long c = 0; c < kc; c++)
     for (int i = 0; i < LM_FR; i++)
-      for (int j = 0; j < LM_FK; j++) acc[i][j] = fmaf(q[c * LM_FR + i], kt[c * LM_FK + j], acc[i][j]);
+      for (long j = h0; j < h1; j++) acc[i][j] = fmaf(q[c * LM_FR + i], kt[c * LM_FK + j], acc[i][j]);
   for (int i = 0; i < LM_FR; i++)
-    for (int j = 0; j < LM_FK; j++) s[i * LM_FK + j] = acc[i][j];
+    for (long j = h0; j < h1; j++) s[i * LM_FK + j] = acc[i][j];
 }
 
 static inline void lm_fa_values(long dp, const float *restrict w, const float *restrict v,
-                                const float *restrict scale, float *restrict acc) {
+                                const float *restrict scale, float *restrict acc, long j0,
+                                long j1) {
   for (int i = 0; i < LM_FR; i++)
     for (long d = 0; d < dp; d++) {
       float r = acc[i * dp + d] * scale[i];
-      for (long j = 0; j < LM_FK; j++) r = fmaf(w[i * LM_FK + j], v[j * dp + d], r);
+      for (long j = j0; j < j1; j++) r = fmaf(w[i * LM_FK + j], v[j * dp + d], r);
       acc[i * dp + d] = r;
     }
 }
