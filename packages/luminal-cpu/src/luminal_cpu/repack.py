@@ -75,7 +75,7 @@ from luminal.symbolic import Expr
 from luminal_codegen import Kernel, Matmul, Program, QuantOperand
 from luminal_codegen.ir import Load, map_loads
 
-from .source import x_prec
+from .source import QTYPE_CODES, x_prec
 
 ROWS = 16  # rows per interleaved group
 # the packable formats: values per GGUF block, and the widths of the block's fields in GGUF
@@ -83,8 +83,6 @@ ROWS = 16  # rows per interleaved group
 FORMATS = {"q8_0": (32, (2, 32)), "q4_0": (32, (2, 16)), "q4_1": (32, (2, 2, 16)),
            "q5_0": (32, (2, 4, 16)), "q4_k": (256, (2, 2, 12, 128)),
            "q5_k": (256, (2, 2, 12, 32, 128)), "q6_k": (256, (128, 64, 16, 2))}
-# each format's number in csrc/runtime.h's enum (LM_Q8_0 ...)
-QTYPE_CODES = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q5_0": 3, "q4_k": 4, "q5_k": 5, "q6_k": 6}
 
 
 def block_values(qtype: str) -> int:

@@ -51,10 +51,11 @@ class DirectWrite(NamedTuple):
     offset: Expr
     row_bytes: int
 _DTYPE_CODE = {"float32": "LM_F32", "float16": "LM_F16", "bfloat16": "LM_BF16"}
-_QTYPE_CODE = {"q8_0": "LM_Q8_0", "q4_0": "LM_Q4_0", "q4_1": "LM_Q4_1", "q5_0": "LM_Q5_0",
-               "q4_k": "LM_Q4_K", "q5_k": "LM_Q5_K", "q6_k": "LM_Q6_K"}
-# the `luminal.quant` formats the runtime's quantized matmul decodes (runtime.c, kquant.c)
-QUANT_KERNELS = frozenset(_QTYPE_CODE)
+# the `luminal.quant` formats the runtime's quantized matmul decodes (runtime.c, kquant.c),
+# each with its number in runtime.h's enum (LM_Q8_0 = 0 ...), which the repack passes to C
+QTYPE_CODES = {"q8_0": 0, "q4_0": 1, "q4_1": 2, "q5_0": 3, "q4_k": 4, "q5_k": 5, "q6_k": 6}
+_QTYPE_CODE = {q: f"LM_{q.upper()}" for q in QTYPE_CODES}
+QUANT_KERNELS = frozenset(QTYPE_CODES)
 # Batches whose operand offsets fit on the stack; more are rare (and go to the heap).
 _STACK_BATCHES = 256
 
