@@ -175,11 +175,17 @@ def test_nn_module_tree_names_and_tying():
 
 def test_nn_state_dict_round_trip_and_rebinding(rng):
     net = _Net()
+    # positive weights: random ones can make both ReLUs zero every unit, and then doubling
+    # the weights leaves the output at zero
+    net.load_state_dict(
+        {k: rng.uniform(0.1, 1.0, v.shape).astype(np.float32) for k, v in net.state_dict().items()}
+    )
     g = lm.Graph()
     ids = g.tensor((1, 3), dtype=lm.int32).set([[1, 2, 3]])
     out = net(ids).retrieve()
     g.execute()
     first = out.numpy().copy()
+    assert np.all(first > 0)
     state = {k: v * 2 for k, v in net.state_dict().items()}
     net.load_state_dict(state)  # re-binds the inputs of the graph already built
     g.execute()
