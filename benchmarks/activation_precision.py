@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).parent))
+from compile_bench import cpu_model
 from llm_bench import _prompt_ids  # the speed benchmark's prompt
 
 SETTINGS = ("float", "int24", "int16", "int8")
@@ -77,8 +75,7 @@ def main() -> None:
     model, tokenizer = open_causal_lm(path, quantized=True, progress=False)
     ids = _prompt_ids(tokenizer)
     want = reference_logits(path, ids)
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
-                .splitlines() if line.startswith("model name")), "unknown CPU")
+    cpu = cpu_model()
     print(f"{path.name}, {len(ids)}-token prompt, against transformers fp32; {cpu}, "
           f"load average {os.getloadavg()[0]:.2f}\n")
     print("| setting | max abs logit diff | mean abs diff | argmax agrees |")

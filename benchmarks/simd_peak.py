@@ -28,6 +28,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from compile_bench import cpu_model
+
 # name -> (instruction, products per instruction)
 KINDS = {
     "float32 FMA (vfmadd231ps)": ("vfmadd231ps", 16),
@@ -163,8 +165,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, ns in measure(args.iterations).items():
             best[name] = min(ns, best.get(name, ns))
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
-                .splitlines() if line.startswith("model name")), "unknown CPU")
+    cpu = cpu_model()
     print(f"{cpu}, one thread, best of {args.rounds}, load average "
           f"{os.getloadavg()[0]:.2f}\n")
     print("| instruction | ns each | products per ns |")
