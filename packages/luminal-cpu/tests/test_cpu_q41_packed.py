@@ -20,7 +20,7 @@ import pytest
 from cpu_helpers import group
 from luminal.device_array import DeviceArray
 from luminal.quant import dequantize
-from luminal.testing.quant import decode_activations, int8_digit_activations, random_blocks
+from luminal.testing.quant import int8_digit_activations, int8_triple_activations, random_blocks
 from luminal_cpu import CpuBackend, toolchain
 from luminal_cpu.repack import (
     FORMATS,
@@ -71,8 +71,9 @@ def compiled(raw: np.ndarray, shape: tuple[int, int], m: int, extra=None, qtype=
 
 def check(got: np.ndarray, x: np.ndarray, w: np.ndarray, qtype: str) -> None:
     """test_cpu_qgemv16's check with x as the packed kernels hold it: three byte digits per
-    value for every packed format (Q8_0 too: GGUF's Q8_0 keeps float32 x)."""
-    check_held(got, x, w, qtype, held=decode_activations(x, qtype))
+    value scaled per block of the format (32 values; the K-quants 256) for every packed format
+    (Q8_0 too: GGUF's Q8_0 keeps float32 x; GGUF-layout K-quants two int16 digits)."""
+    check_held(got, x, w, qtype, held=int8_triple_activations(x, block_values(qtype)))
 
 
 def is_packed(g: lm.Graph, wt) -> bool:
@@ -240,6 +241,34 @@ def test_packed_k_quants_hold_the_largest_sums(qtype, quants, scales):
         g.execute()
         assert is_packed(g, wt)
         check(y.numpy(), x, w, qtype)
+
+
+@pytest.mark.parametrize("qtype", sorted(q for q in FORMATS if block_values(q) == 256))
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_packed_k_quants_take_x_as_three_byte_digits(qtype, m):
+    """The packed K-quant kernels (lm_qr_k_rows16, lm_qr_q6k_rows16) hold x as three signed byte
+    digits per value scaled per 256-value block (lm_k8x3_quantize: 6.0e-8 of the block's max|x|
+    per value), whatever the block holds: one at +-max|x| throughout (every first digit at
+    +-127), a single outlier beside values 1e-6 of it, a block of zeros and random ones; 1-4
+    rows of x, against float64 NumPy of the gguf-dequantized weights."""
+    rows, n = 32, 1280
+    raw, w = weight(qtype, rows, n)
+    g, xt, wt, y = compiled(raw, (rows, n), m, qtype=qtype)
+    x = rng.standard_normal((m, n)).astype(np.float32)
+    x[:, :256] = np.where(rng.random((m, 256)) < 0.5, -3.0, 3.0)  # +-max|x| everywhere
+    x[:, 256:512] *= np.float32(1e-3)
+    x[:, 300] = 1e3  # one outlier
+    x[0, 512:768] = 0  # dx = 0
+    xt.set(x)
+    g.execute()
+    assert is_packed(g, wt)
+    held = int8_triple_activations(x, 256)
+    # the digits' bound: 1 / 131072 of dx = max|x| / 127 per value, plus dx's float32 rounding
+    # (2^-24 of it, times |T| <= 127 * 65536): 1.2e-7 max|x| in all
+    amax = np.abs(x.reshape(m, -1, 256)).max(-1, keepdims=True).astype(np.float64)
+    err = np.abs(held - x).reshape(m, -1, 256)
+    assert np.all(err <= amax * (1 / 127 / 131072 + 2.0**-24))
+    check(y.numpy(), x, w, qtype)
 
 
 @formats

@@ -77,8 +77,10 @@ def int8_triple_activations(x: np.ndarray, block: int) -> np.ndarray:
 
 def decode_activations(x: np.ndarray, qtype: str) -> np.ndarray:
     """x as luminal-cpu's decode matvec holds it under the default (int16) setting for `qtype`
-    weights (Q8_0 only in the packed layout: in GGUF's its kernel takes float32 x): three
-    byte digits per value for the 32-value formats, two int16 digits for the K-quants."""
+    weights in GGUF's layout (Q8_0 only in the packed layout: in GGUF's its kernel takes
+    float32 x): three byte digits per value for the 32-value formats, two int16 digits for the
+    K-quants. In the packed layout every format takes three byte digits per block of its own
+    size: `int8_triple_activations(x, block)` (K-quants: 256)."""
     from luminal.quant import BLOCK_FORMATS
 
     block = BLOCK_FORMATS[qtype].block_size

@@ -5,49 +5,51 @@
  * The float kernels (runtime.c's lm_qdot_row, kquant.c's lm_kq_dot_block) convert every weight
  * to a float, which costs more vector work than the memory system needs to deliver the weights
  * (Q4_K at about 40% of the copy bandwidth). qgemv.c's int8 activations remove that work but
- * round x to 8 bits, which moved SmolLM2's logits by up to 1.2. For the K-quants each row of x
- * is written as two int16 digits per value instead (the 32-value formats: three byte digits, see
- * lm_q8x3_quantize): x = dx (q1 + q2 / 32768) with dx = max|x| / 32767 per
- * block of 256 values, |q1| <= 32767, |q2| <= 16384, which
- * leaves at most dx / 65536 = 4.7e-10 max|x| per value (one digit alone, 1.5e-5 max|x|, moved
- * SmolLM2's logits by 9e-3 through its outlier channels: a block holding an outlier rounds the
- * small values beside it coarsely). The weight quants are widened to int16 lanes and meet both
- * digits in `vpdpwssd` (int16 pairs summed into int32 lanes; `vpmaddwd` + add without VNNI);
- * the two int32 sums are joined in float (sum1 + sum2 / 32768) and the scales applied once per
- * block. Widening the weights is the work the float kernels spend most on; it is shared by both
- * digits and all rows of x.
+ * round x to 8 bits, which moved SmolLM2's logits by up to 1.2 (one digit of 16 bits, 1.5e-5
+ * max|x|, still moved them by 9e-3 through its outlier channels: a block holding an outlier
+ * rounds the small values beside it coarsely). So each row of x is written as several integer
+ * digits per value, float-like together, and the quants meet every digit in integer dot
+ * products:
+ * - Three signed byte digits (lm_q8x3_quantize, lm_k8x3_quantize): per block of 32 values (the
+ *   32-value formats) or 256 (the K-quants in the packed layout), T = rint(x * 127 / max|x| *
+ *   65536) = 65536 q1 + 256 q2 + q3 (balanced base 256), x held to 6.0e-8 max|x| per value.
+ *   The quants are unsigned bytes (nibbles as they stand: `and 15` and lm_high_nibbles) in
+ *   `vpdpbusd`, 64 products per instruction: per 64 bytes of nibbles 2 unpacking operations
+ *   and 6 `vpdpbusd`. Bounds: lm_q8x3_group, lm_qr_rows16, lm_q8r_rows16, lm_qr_k_rows16,
+ *   lm_qr_q6k_rows16.
+ * - Two int16 digits (lm_q16x_quantize; the K-quants in GGUF's layout, whose rows a packed
+ *   matrix cannot hold: rows not a multiple of 16): x = dx (q1 + q2 / 32768) with dx =
+ *   max|x| / 32767 per block of 256, |q1| <= 32767, |q2| <= 16384, at most dx / 65536 = 4.7e-10
+ *   max|x| per value. The weight quants are widened to int16 lanes and meet both digits in
+ *   `vpdpwssd` (int16 pairs summed into int32 lanes; `vpmaddwd` + add without VNNI); the two
+ *   int32 sums are joined in float (sum1 + sum2 / 32768) and the scales applied once per block.
+ *   That costs 7 widening operations and 8 `vpdpwssd` per 64 bytes of nibbles, which left the
+ *   packed K-quants compute-bound at one thread (Q4_K 13-19 GB/s, Q6_K 16-18 on Zen 4, against
+ *   Q8_0's 28) before they moved to byte digits.
  *
- * Lane order. The quants are widened without shuffles: the packed nibble bytes are read as
- * 16-bit words, and (w & 15), (w >> 4) & 15, (w >> 8) & 15, w >> 12 are four vectors of int16
- * quants in an order fixed per format. The digits are stored in that same order when x is
- * rounded (a per-call O(K) pass; `lm_q16_order`), so the products pair up with no shuffle.
- * - Q4_0 / Q4_1 / Q5_0 take x as three signed byte digits per value and their quants as
- *   unsigned bytes in `vpdpbusd` (64 products per instruction, against 32 per `vpdpwssd` on
- *   quants widened to int16: two int16 digits cost 8 `vpdpwssd` and 7 widening operations per
- *   four blocks, three byte digits 6 `vpdpbusd` and 2 unpacking ones; lm_q8x3_group).
- * - Q4_K / Q5_K / Q6_K: the integer sub-block scales multiply the int16 quants, so a whole
- *   256-value block sums in int32 and is converted once. Q4_K / Q5_K widen and scale in one
- *   step: the nibbles are masked into bytes (two quants per int16 lane) and `vpmaddubsw` meets
- *   each with its scale in the same byte of another vector whose other byte is zero (Q4_K
- *   13.6 ns a block in L2 against 15.4 with the earlier shift, mask and `vpmullw` per lane
- *   order on Zen 4: the kernel behaves as bound by its count of 512-bit operations, about one a
- *   cycle, not by latency; splitting the `vpdpwssd` chains measured no gain). Their mins are
- *   applied through per-sub-block sums of x (dx * sum of the digits, float). Q6_K's - 32 is
- *   applied in int16 and its signed scales by `vpmullw`.
- *
- * Overflow (|q1| <= 32767, |q2| <= 16384; an int32 lane takes 2 products per vector): Q6_K's
- * largest product is |q - 32| * |scale| * |q1| <= 32 * 128 * 32767, 16 per lane per block:
- * 2,147,418,112 < 2^31 - 1 (the tightest); Q5_K 31 * 63 * 32767 * 16 = 1.02e9; Q4_K
- * 15 * 63 * 32767 * 16. A scaled quant (q * scale, at most 32 * 128 = 4096) fits int16. The
- * 32-value formats' bound is at lm_q8x3_group.
+ * GGUF-layout K-quants, lane order. The quants are widened without shuffles: the packed nibble
+ * bytes are read as 16-bit words, and (w & 15), (w >> 4) & 15, (w >> 8) & 15, w >> 12 are four
+ * vectors of int16 quants in an order fixed per format. The digits are stored in that same
+ * order when x is rounded (a per-call O(K) pass; `lm_q16_order`), so the products pair up with
+ * no shuffle. The integer sub-block scales multiply the int16 quants, so a whole 256-value
+ * block sums in int32 and is converted once. Q4_K / Q5_K widen and scale in one step: the
+ * nibbles are masked into bytes (two quants per int16 lane) and `vpmaddubsw` meets each with
+ * its scale in the same byte of another vector whose other byte is zero. Their mins are applied
+ * through per-sub-block sums of x (dx * sum of the digits, float). Q6_K's - 32 is applied in
+ * int16 and its signed scales by `vpmullw`. Overflow (an int32 lane takes 2 products per
+ * vector): Q6_K's largest product is |q - 32| * |scale| * |q1| <= 32 * 128 * 32767, 16 per
+ * lane per block: 2,147,418,112 < 2^31 - 1 (the tightest); Q5_K 31 * 63 * 32767 * 16 =
+ * 1.02e9; Q4_K 15 * 63 * 32767 * 16. A scaled quant (q * scale, at most 32 * 128 = 4096) fits
+ * int16.
  *
  * Semantics: the dot product of the dequantized weights with x, up to float32 rounding (the
- * per-block scale products, dx's own rounding: about 1e-7 relative to sum |w x| per block)
- * and the 4.7e-10 max|x| above (the 32-value formats: 6.0e-8 max|x|). A row of x that is not finite, or a block whose largest
- * magnitude is below LM_Q16X_TINY, has no such rounding: the call returns 0 and the caller
- * runs the float kernels, so NaN and infinities propagate as in the float product. Q8_0 in
- * GGUF's layout (its float kernel needs no widening; only the packed layout, lm_q8r_rows16,
- * does fewer operations) and machines without AVX-512 BW / VBMI return 0 too. */
+ * per-block scale products, dx's own rounding, the digits' joins: about 1e-7 relative to
+ * sum |w x| per block) and x's rounding above (6.0e-8 max|x| with byte digits, 4.7e-10 with
+ * int16 ones). A row of x that is not finite, or a block whose largest magnitude is below
+ * LM_Q16X_TINY, has no such rounding: the call returns 0 and the caller runs the float
+ * kernels, so NaN and infinities propagate as in the float product. Q8_0 in GGUF's layout (its
+ * float kernel needs no widening; only the packed layout, lm_q8r_rows16, does fewer
+ * operations) and machines without AVX-512 BW / VBMI return 0 too. */
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VBMI__) && defined(__F16C__)
 #include <immintrin.h>
 #define LM_Q16X_TINY 1e-30f
@@ -181,6 +183,59 @@ static int lm_q8x3_quantize(const float *restrict x, long K, int q, lm_q16x *out
       z[l] = q == LM_Q4_0 ? -8 * (int)lane[l] : q == LM_Q5_0 ? -16 * (int)lane[l] : 0;
       s[l] = d[l] * (float)lane[l];
     }
+  }
+  return 1;
+}
+
+/* The packed K-quants (lm_qr_k_rows16, lm_qr_q6k_rows16) round x[0..K) (K a multiple of 256)
+ * as the 32-value formats do, per block of 256: T = rint(x * 127 / max|x| * 65536), |T| <=
+ * 127 * 65536, as three signed byte digits T = 65536 q1 + 256 q2 + q3 (|q1| <= 127, q2 and q3
+ * in -128..127), each digit's 256 bytes in x's own order (768 bytes per block at b + 768 c).
+ * x is held to 1 / 131072 of dx = max|x| / 127 per value (6.0e-8 max|x|) plus dx's float32
+ * rounding. d[c] = dx / 65536; s[8c + j] = dx / 65536 times sub-block j's (32 values) exact
+ * sum of T (Q4_K / Q5_K's mins); bz[32c + 2j], bz[32c + 2j + 1] = -32 times the 16-value
+ * sub-block j's sums of q1 and of 256 q2 + q3 (Q6_K's - 32; |.| <= 32 * 16 * 127 and 32 * 16 *
+ * 128 * 257). 0 when x has no such rounding (NaN, infinities, 0 < max|x| < LM_Q16X_TINY). */
+static int lm_k8x3_quantize(const float *restrict x, long K, lm_q16x *out) {
+  const __m512i k128 = _mm512_set1_epi32(128), k255 = _mm512_set1_epi32(255);
+  for (long c = 0; c < K / 256; c++) {
+    const float *xb = x + 256 * c;
+    __m512 mx = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int i = 0; i < 16; i++) {
+      const __m512 v = _mm512_loadu_ps(xb + 16 * i);
+      /* x - x is NaN once any value is NaN or infinite */
+      bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_NEQ_UQ);
+      mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
+    }
+    const float amax = _mm512_reduce_max_ps(mx);
+    if (bad || (amax > 0.0f && amax < LM_Q16X_TINY)) return 0;
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f, dx = amax / 127.0f;
+    /* |x id| <= 127 (id in float32, the product in double: exact), so |T| <= 127 * 65536 */
+    const __m512d scale = _mm512_set1_pd((double)id * 65536.0);
+    signed char *b = out->b + 768 * c;
+    for (int i = 0; i < 16; i++) { /* values 16i .. 16i + 15: 16-value sub-block i */
+      const __m512 v = _mm512_loadu_ps(xb + 16 * i);
+      const __m256 halves[2] = {_mm512_castps512_ps256(v),
+                                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))};
+      __m256i t8[2];
+      for (int k = 0; k < 2; k++) t8[k] = _mm512_cvtpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(halves[k]), scale));
+      const __m512i t = _mm512_inserti64x4(_mm512_castsi256_si512(t8[0]), t8[1], 1);
+      const __m512i q3 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(t, k128), k255), k128);
+      const __m512i t2 = _mm512_srai_epi32(_mm512_sub_epi32(t, q3), 8);
+      const __m512i q2 = _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(t2, k128), k255), k128);
+      const __m512i q1 = _mm512_srai_epi32(_mm512_sub_epi32(t2, q2), 8);
+      _mm_storeu_si128((__m128i *)(b + 16 * i), _mm512_cvtepi32_epi8(q1));
+      _mm_storeu_si128((__m128i *)(b + 256 + 16 * i), _mm512_cvtepi32_epi8(q2));
+      _mm_storeu_si128((__m128i *)(b + 512 + 16 * i), _mm512_cvtepi32_epi8(q3));
+      const int s1 = _mm512_reduce_add_epi32(q1);
+      const int s23 = _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q2, 8), q3));
+      out->bz[32 * c + 2 * i] = -32 * s1, out->bz[32 * c + 2 * i + 1] = -32 * s23;
+      /* |sum of T| over 32 values <= 32 * 127 * 65536 < 2^31 */
+      out->z[16 * c + i] = _mm512_reduce_add_epi32(t);
+    }
+    out->d[c] = dx / 65536.0f;
+    for (int j = 0; j < 8; j++) out->s[8 * c + j] = dx / 65536.0f * (float)(out->z[16 * c + 2 * j] + out->z[16 * c + 2 * j + 1]);
   }
   return 1;
 }
@@ -508,88 +563,107 @@ static inline __attribute__((always_inline)) void lm_q8r_rows16(
 }
 
 /* ----- Q4_K / Q5_K / Q6_K with rows interleaved by 16 (lm_qmat.packed) ---------------------- */
+/* acc + u . the 4 signed bytes at p broadcast to every int32 lane (`vpdpbusd` with an embedded
+ * broadcast: GCC loads the dword into a register of its own with `vpbroadcastd` instead) */
+static inline __attribute__((always_inline)) __m512i lm_dot8_at(__m512i acc, __m512i u, const signed char *p) {
+#if defined(__AVX512VNNI__)
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u), "m"(*(const int *)p));
+  return acc;
+#else
+  int dword;
+  memcpy(&dword, p, 4);
+  return lm_dot8(acc, u, _mm512_set1_epi32(dword));
+#endif
+}
+
+/* The packed K-quant kernels request the lines of the block LM_KQ_AHEAD blocks ahead into L2,
+ * spread over the current block's vectors. One row of x, 64 MB of weights from DRAM, Zen 4, GB/s
+ * at 1 / 2 threads (gemvab, alternating rounds of one run): 3 blocks ahead Q4_K 21.6 / 41.8,
+ * Q5_K 26.4 / 42.3, Q6_K 28.8 / 39.5, against Q4_K 18.3 / 36.6 one block ahead into L1 (the
+ * int16 kernel's choice), Q5_K 22.5 / 39.9 and Q6_K 23.2 / 39.4 two ahead into L2; 4 ahead
+ * 23.3 / 41.1, 27.8 / 37.2, 30.1 / 35.8. $CC="gcc -DLM_KQ_AHEAD=..." builds another distance. */
+#ifndef LM_KQ_AHEAD
+#define LM_KQ_AHEAD 3
+#endif
+
+/* a prefetch that stays where it is written: GCC moves `_mm_prefetch` freely, and in the fully
+ * unrolled K-quant loops it gathered a block's 32 to 64 prefetches at the block's start, where
+ * they stalled the loads (Q6_K 5 GB/s against 20 spread over the block, one thread, Zen 4). A
+ * volatile asm is not reordered against the others. level 0: into L1 (prefetcht0), 1: L2. */
+static inline __attribute__((always_inline)) void lm_prefetch_at(const void *p, int level) {
+  if (level == 0) __asm__ volatile("prefetcht0 %0" : : "m"(*(const char *)p));
+  else __asm__ volatile("prefetcht1 %0" : : "m"(*(const char *)p));
+}
+
 /* Q4_K / Q5_K with rows interleaved by 16 (lm_qmat.packed): one 256-value block of 16 rows per
  * step, row i in int32 lane i of every vector. Quant vector v holds bytes 4v .. 4v + 3 of each
  * row's 128 (pair p = v / 8 of sub-blocks: values 4 (v % 8) .. + 3 of sub-block 2p in the low
- * nibbles, of 2p + 1 in the high ones). Read as 16-bit words, lm_nibble_words gives four vectors
- * of int16 pairs, each lane one row's quants l, l + 2 (e = 0: low nibbles of bytes 0, 2; 1: their
- * high nibbles; 2, 3: bytes 1, 3): the very pairs, in the same lanes of `vpdpwssd`, that the
- * GGUF-layout kernel forms from the same bytes, so x's digit dword for (v, e) is the one at
- * int16 32 e + 2 (v % 16) of the block's 128 (v / 16) (lm_q16_order) and is broadcast to every
- * lane: the integer products are the GGUF kernel's. A lane then holds 32 products per
- * sub-block and digit (|.| <= 32 * 15 * 32767 < 2^24; Q5_K 32 * 31 * 32767 < 2^25, whose
- * conversion may round once); the 16 rows' 6-bit scales and mins are unpacked for all lanes at once from the three scale
- * vectors (lm_q4kr_scales), d and dmin convert in one `vcvtph2ps` each, and per row the block is
- *   dx (sum_j (d sc_j) (S1_j + S2_j / 32768)) - dmin sum_j m_j s_j
- * (s_j: x's sub-block sums), each sub-block's two int32 sums joined in float and its scale applied
- * in float, in the order written (the GGUF kernel joins the whole block in int32: results differ
- * in the last bits). Q5_K's quant vectors (the last field, as Q4_K's) take their fifth bits from
- * qh vector v % 8 (lm_q5kr_fifth) as bytes, which are then split into the same int16 pairs. */
+ * nibbles, of 2p + 1 in the high ones). `and 15` and the high nibbles (lm_high_nibbles; Q5_K's
+ * fifth bits from qh vector v % 8 joined by lm_q5kr_fifth) are the unsigned byte operands of
+ * `vpdpbusd` as they stand, and the x digit dword they meet is 4 consecutive values of x,
+ * 32 (2p + h) + 4 (v % 8) (lm_k8x3_quantize's natural order), broadcast to every lane: per
+ * vector 2 unpacking operations and 6 `vpdpbusd` (2 halves x 3 digits, each its own chain, so
+ * that 6 chains per row of x run side by side), against 7 widening operations and 8
+ * `vpdpwssd` for GGUF's layout's int16 digits. Per sub-block j and lane, each digit's sum S_d
+ * (32 products; |S1| <= 32 * 31 * 127 = 125,984, |S2|, |S3| <= 32 * 31 * 128 = 126,976 for
+ * Q5_K's 31, Q4_K 15: 60,960 and 61,440) is exact; they are joined as
+ *   f_j = float((S1 << 8) + S2) * 256 + float(S3)
+ * (|(S1 << 8) + S2| <= 32,378,880 < 2^31: exact in int32, and below 2^24 for Q4_K, where the
+ * conversion is exact; Q5_K's may round once; then one rounding in the `vfmadd`), and per row
+ * the block is
+ *   (dx / 65536) sum_j (d sc_j) f_j - dmin sum_j m_j s_j
+ * (s_j: x's sub-block sums, dx / 65536 times the exact sum of T), in the order written (the
+ * GGUF kernel takes x in int16 digits: results differ in the last bits). The 16 rows' 6-bit
+ * scales and mins are unpacked for all lanes at once (lm_q4kr_scales), d and dmin convert in
+ * one `vcvtph2ps` each. The loops are unrolled whole (`#pragma GCC unroll`) so that the chains
+ * stay in registers (objdump at M = 1: 192 `vpdpbusd` with their x dword as an embedded
+ * broadcast, no spills). */
 static inline __attribute__((always_inline)) void lm_qr_k_rows16(
     const unsigned char *restrict w, long blocks, const lm_q16x *x, int q, int M, __m512 *acc) {
   const long gb = 16 * lm_kq_block_bytes(q), lines = gb / 64, qs = gb - 16 * 128;
-  const __m512i low4 = _mm512_set1_epi8(15), low_bytes = _mm512_set1_epi16(0xFF);
+  const __m512i low4 = _mm512_set1_epi8(15);
   for (long c = 0; c < blocks; c++, w += gb) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
     const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 32)));
     __m512i sc[2], mn[2];
     lm_q4kr_scales(w, sc, mn);
-    /* Q5_K's 8 qh vectors, loaded before the quant vectors: the block's lines are then read
-     * in order (read beside each quant vector instead: 175-190 ns a block of 16 rows from
-     * DRAM with the next block prefetched into L2, against 138; 134-138 against 141-143 in
-     * L2; one row of x and thread, Zen 4) */
     __m512i qh[8];
     for (int t = 0; t < 8 && q == LM_Q5_K; t++) qh[t] = _mm512_loadu_si512(w + 256 + 64 * t);
     __m512 dot[LM_GEMV_MAX_M], mins[LM_GEMV_MAX_M];
     for (int m = 0; m < M; m++) dot[m] = mins[m] = _mm512_setzero_ps();
+#pragma GCC unroll 4
     for (int p = 0; p < 4; p++) {
-      /* per row of x: the int32 sums of sub-blocks 2p + h (h = 0, 1), digit `digit` */
-      __m512i sum[LM_GEMV_MAX_M][2][2];
+      /* per row of x: the int32 sums of sub-block 2p + h (h = 0: low nibbles, 1: high), digit */
+      __m512i sum[LM_GEMV_MAX_M][2][3];
       for (int m = 0; m < M; m++)
-        for (int h = 0; h < 2; h++) sum[m][h][0] = sum[m][h][1] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) sum[m][h][0] = sum[m][h][1] = sum[m][h][2] = _mm512_setzero_si512();
+#pragma GCC unroll 8
       for (int t = 0; t < 8; t++) {
         const long v = 8 * p + t;
         const __m512i qv = _mm512_loadu_si512(w + qs + 64 * v);
-        __m512i u[4];
-        if (q == LM_Q5_K) { /* bytes 0, 2 and 1, 3 of each lane: lm_nibble_words' pairs */
-          const __m512i half[2] = {lm_q5kr_fifth(_mm512_and_si512(qv, low4), qh[t], 2 * p),
-                                   lm_q5kr_fifth(lm_high_nibbles(qv), qh[t], 2 * p + 1)};
-          for (int h = 0; h < 2; h++)
-            u[h] = _mm512_and_si512(half[h], low_bytes), u[h + 2] = _mm512_srli_epi16(half[h], 8);
-        } else {
-          lm_nibble_words(qv, u);
-        }
-        /* the next block's lines (Q4_K 36, Q5_K 44), one or two per vector. From DRAM (one
-         * thread, Zen 4, ns per block of 16 rows, 1 / 4 rows of x): Q4_K 94-105 / 422-440
-         * without, 102 / 348 with; Q6_K 460-530 / 750-890 without (its blocks of 3360 bytes
-         * start half a line off every other block), 166 / 848 with the whole next block
-         * prefetched at its start, 161 / 401 spread so; in L2 153-166 / 395-420. Q5_K's go
-         * into L2 only, two blocks ahead: one thread 132-134 (in L2 136), one block ahead
-         * 138-139 / 403-416, into L1 170-178 / 397-406; two threads (2048 columns, 104 MB)
-         * 68-78 against 97-100 one block ahead and 85-95 in GGUF's layout. Q4_K measured the
-         * same into L1 or L2 at one thread, and keeps L1. */
-        if (q == LM_Q5_K) {
-          _mm_prefetch((const char *)w + 2 * gb + 64 * (lines - 32 + v), _MM_HINT_T1);
-          if (v < lines - 32) _mm_prefetch((const char *)w + 2 * gb + 64 * v, _MM_HINT_T1);
-        } else {
-          _mm_prefetch((const char *)w + gb + 64 * (lines - 32 + v), _MM_HINT_T0);
-          if (v < lines - 32) _mm_prefetch((const char *)w + gb + 64 * v, _MM_HINT_T0);
-        }
-        for (int m = 0; m < M; m++) {
-          const short *xq = x[m].q + 512 * c + 128 * (v / 16) + 2 * (v % 16);
-          for (int digit = 0; digit < 2; digit++)
-            for (int e = 0; e < 4; e++) {
-              int dword;
-              memcpy(&dword, xq + 256 * digit + 32 * e, 4);
-              sum[m][e & 1][digit] = lm_dot16(sum[m][e & 1][digit], u[e], _mm512_set1_epi32(dword));
-            }
-        }
+        __m512i u[2] = {_mm512_and_si512(qv, low4), lm_high_nibbles(qv)};
+        if (q == LM_Q5_K)
+          for (int h = 0; h < 2; h++) u[h] = lm_q5kr_fifth(u[h], qh[t], 2 * p + h);
+        /* the lines of the block LM_KQ_AHEAD blocks on (Q4_K 36, Q5_K 44), one or two per
+         * vector, into L2 (see LM_KQ_AHEAD) */
+        lm_prefetch_at(w + LM_KQ_AHEAD * gb + 64 * (lines - 32 + v), 1);
+        if (v < lines - 32) lm_prefetch_at(w + LM_KQ_AHEAD * gb + 64 * v, 1);
+        for (int m = 0; m < M; m++)
+          for (int h = 0; h < 2; h++) {
+            /* values 32 (2p + h) + 4t .. + 3 of x, in natural order */
+            const signed char *xb = x[m].b + 768 * c + 32 * (2 * p + h) + 4 * t;
+            for (int digit = 0; digit < 3; digit++)
+              sum[m][h][digit] = lm_dot8_at(sum[m][h][digit], u[h], xb + 256 * digit);
+          }
       }
       for (int h = 0; h < 2; h++) {
         const int j = 2 * p + h;
         const __m512 scj = _mm512_mul_ps(d, lm_lane_byte(sc[j / 4], j % 4)), mnj = lm_lane_byte(mn[j / 4], j % 4);
         for (int m = 0; m < M; m++) {
-          dot[m] = _mm512_fmadd_ps(lm_digits(sum[m][h]), scj, dot[m]);
+          /* (S1 << 8) + S2: |.| <= 256 * 32 * 31 * 127 + 32 * 31 * 128 < 2^25 (Q4_K: 15, < 2^24) */
+          const __m512i top = _mm512_add_epi32(_mm512_slli_epi32(sum[m][h][0], 8), sum[m][h][1]);
+          const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(top), _mm512_set1_ps(256.0f), _mm512_cvtepi32_ps(sum[m][h][2]));
+          dot[m] = _mm512_fmadd_ps(f, scj, dot[m]);
           mins[m] = _mm512_fmadd_ps(mnj, _mm512_set1_ps(x[m].s[8 * c + j]), mins[m]);
         }
       }
@@ -599,60 +673,79 @@ static inline __attribute__((always_inline)) void lm_qr_k_rows16(
   }
 }
 
-/* Q6_K with rows interleaved by 16 (lm_qmat.packed): per ql vector the six bits are merged
- * byte-wise (lm_q6kr_six: one `vpternlogd` select per nibble half; qh's bits 2g + 1 flipped
- * once per qh vector, so that the six bits read as a signed number are q - 32) and split into
- * int16 pairs by sign-extending shifts (bytes 0, 2 and 1, 3 of each lane: lm_nibble_words'
- * pairs), meeting x's digit dword broadcast as in lm_qr_k_rows16: the integer products are the
- * GGUF kernel's. Each 16-value sub-block's two int32 sums (|.| <= 16 * 32 * 32767) are joined
- * in float and scaled by its sc_j per lane; the block's sum then by d dx (the GGUF kernel
- * scales in int16 and joins the whole block in int32: results differ in the last bits). */
+/* Q6_K with rows interleaved by 16 (lm_qmat.packed): per ql vector a (lm_q6kr_six's layout:
+ * half h = a / 16, a % 16 = 8 G + 4 q + r) the six bits are merged byte-wise as unsigned
+ * quants 0..63 (the nibbles: `and 15` / lm_high_nibbles, qh's bits 2g, 2g + 1 moved to bits 4,
+ * 5 by one shift and joined by one `vpternlogd`), which meet x's digit dword (values 128 h +
+ * 32 g + 16 q + 4 r .. + 3, g = G for the low nibbles and G + 2 for the high ones) broadcast as
+ * in lm_qr_k_rows16: 6 chains per row of x, each over the 4 vectors of one 16-value sub-block.
+ * The - 32 is applied through x: the first digit's chain starts at z1 = -32 sum(q1) and the
+ * third's at z2 = -32 sum(256 q2 + q3) over the sub-block (x's bz), so that per lane
+ *   S1 + z1 = sum (u - 32) q1, |.| <= 16 * 32 * 127 = 65,024, and
+ *   256 S2 + S3 + z2 = sum (u - 32)(256 q2 + q3), |.| <= 16 * 32 * 128 * 257 = 16,842,752,
+ * every partial sum of the chains within |z| + 16 * 63 * 128 and 256 * 16 * 63 * 128 +
+ * 16 * 63 * 128 + |z2| < 2^26 (exact in int32); the sub-block is joined as
+ * (S1 + z1) * 65536 + (256 S2 + S3 + z2) in one `vfmadd` (one rounding, two when the low part
+ * passes 2^24), scaled by its sc_j per lane and summed in float, the block's sum then by d dx
+ * / 65536 (the GGUF kernel takes x in int16 digits: results differ in the last bits). */
 static inline __attribute__((always_inline)) void lm_qr_q6k_rows16(
     const unsigned char *restrict w, long blocks, const lm_q16x *x, int M, __m512 *acc) {
   const long gb = 16 * lm_kq_block_bytes(LM_Q6_K);
-  const __m512i flip = _mm512_set1_epi8((char)0xAA);
+  const __m512i low4 = _mm512_set1_epi8(15), top2 = _mm512_set1_epi8(0x30);
   for (long c = 0; c < blocks; c++, w += gb) {
-    /* the next block, a line at a time: without it a block from DRAM took 3x its time from
-     * L2 (460-530 ns against 153 a block of 16 rows, one thread, Zen 4), against 166 with it;
-     * two blocks ahead 325, into L2 three ahead 181 (Q4_K streams as fast from DRAM as from
-     * L2 without it) */
     __m512 dot[LM_GEMV_MAX_M];
     for (int m = 0; m < M; m++) dot[m] = _mm512_setzero_ps();
+#pragma GCC unroll 2
     for (int h = 0; h < 2; h++)
+#pragma GCC unroll 2
       for (int G = 0; G < 2; G++)
+#pragma GCC unroll 2
         for (int q = 0; q < 2; q++) { /* the ql vectors in order: the prefetchers follow */
-          __m512i qh[4];
-          for (int r = 0; r < 4; r++) qh[r] = _mm512_xor_si512(_mm512_loadu_si512(w + 2048 + 64 * (8 * h + 4 * q + r)), flip);
-          /* per row of x: the sums of sub-blocks 8h + 2G + q (low nibbles) and + 4 (high) */
-          __m512i sum[LM_GEMV_MAX_M][2][2];
+          /* per row of x: the sums of sub-blocks 8h + 2G + q (n = 0: low nibbles) and + 4
+           * (n = 1: high), per digit; the first and last digits' chains start at x's bz (the
+           * - 32: z1, z2), so that S1 + z1 and S3 + z2 come out */
+          __m512i sum[LM_GEMV_MAX_M][2][3];
           for (int m = 0; m < M; m++)
-            for (int n = 0; n < 2; n++) sum[m][n][0] = sum[m][n][1] = _mm512_setzero_si512();
+            for (int n = 0; n < 2; n++) {
+              const int j = 8 * h + 2 * G + q + 4 * n;
+              sum[m][n][0] = _mm512_set1_epi32(x[m].bz[32 * c + 2 * j]);
+              sum[m][n][1] = _mm512_setzero_si512();
+              sum[m][n][2] = _mm512_set1_epi32(x[m].bz[32 * c + 2 * j + 1]);
+            }
+#pragma GCC unroll 4
           for (int r = 0; r < 4; r++) {
             const int a = 16 * h + 8 * G + 4 * q + r;
             const __m512i ql = _mm512_loadu_si512(w + 64 * a);
-            /* the next block's lines, spread over its vectors (lm_qr_k_rows16) */
-            _mm_prefetch((const char *)w + gb + 105 * a, _MM_HINT_T0);
-            _mm_prefetch((const char *)w + gb + 105 * a + 64, _MM_HINT_T0);
-            for (int n = 0; n < 2; n++) {
-              const __m512i six = lm_q6kr_six(ql, qh[r], G, n);
-              const __m512i u[2] = {_mm512_srai_epi16(_mm512_slli_epi16(six, 10), 10),
-                                    _mm512_srai_epi16(_mm512_slli_epi16(six, 2), 10)};
-              for (int m = 0; m < M; m++) {
-                const short *xq = x[m].q + 512 * c + 128 * h + 2 * (a % 16);
-                for (int digit = 0; digit < 2; digit++)
-                  for (int b = 0; b < 2; b++) { /* e = n + 2b of lm_nibble_words' order */
-                    int dword;
-                    memcpy(&dword, xq + 256 * digit + 32 * (n + 2 * b), 4);
-                    sum[m][n][digit] = lm_dot16(sum[m][n][digit], u[b], _mm512_set1_epi32(dword));
-                  }
+            const __m512i qh = _mm512_loadu_si512(w + 2048 + 64 * (8 * h + 4 * q + r));
+            /* the lines of the block LM_KQ_AHEAD blocks on, spread over this block's vectors,
+             * into L2 (see LM_KQ_AHEAD) */
+            lm_prefetch_at(w + LM_KQ_AHEAD * gb + 105 * a, 1);
+            lm_prefetch_at(w + LM_KQ_AHEAD * gb + 105 * a + 64, 1);
+            /* quants 0..63 as unsigned bytes: the nibbles, and bits 2g, 2g + 1 of qh moved to
+             * bits 4, 5 (0xF8: a | (b & c); a 32-bit shift: bits that cross into the next byte
+             * land outside 0x30) */
+            const __m512i u[2] = {
+                _mm512_ternarylogic_epi32(_mm512_and_si512(ql, low4), _mm512_slli_epi32(qh, 4 - 2 * G), top2, 0xF8),
+                _mm512_ternarylogic_epi32(lm_high_nibbles(ql), G ? _mm512_srli_epi32(qh, 2) : qh, top2, 0xF8)};
+            for (int m = 0; m < M; m++)
+              for (int n = 0; n < 2; n++) {
+                /* values 128 h + 32 (G + 2n) + 16 q + 4 r .. + 3 of x, in natural order */
+                const signed char *xb = x[m].b + 768 * c + 128 * h + 32 * (G + 2 * n) + 16 * q + 4 * r;
+                for (int digit = 0; digit < 3; digit++)
+                  sum[m][n][digit] = lm_dot8_at(sum[m][n][digit], u[n], xb + 256 * digit);
               }
-            }
           }
           for (int n = 0; n < 2; n++) {
             const int j = 8 * h + 2 * G + q + 4 * n;
             const __m512i sv = _mm512_loadu_si512(w + 3072 + 64 * (j / 4));
             const __m512 scj = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(sv, 24 - 8 * (j % 4)), 24));
-            for (int m = 0; m < M; m++) dot[m] = _mm512_fmadd_ps(lm_digits(sum[m][n]), scj, dot[m]);
+            for (int m = 0; m < M; m++) {
+              /* (S1 + z1) 65536 + (256 S2 + S3 + z2): |S1 + z1| <= 16 * 32 * 127, |256 S2 +
+               * S3 + z2| <= 256 * 16 * 63 * 128 + 16 * 63 * 128 + 32 * 16 * 128 * 257 < 2^26 */
+              const __m512i low = _mm512_add_epi32(_mm512_slli_epi32(sum[m][n][1], 8), sum[m][n][2]);
+              const __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum[m][n][0]), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(low));
+              dot[m] = _mm512_fmadd_ps(f, scj, dot[m]);
+            }
           }
         }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 3328)));
@@ -847,14 +940,17 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
   if (q == LM_Q8_0 && !W->packed) return 0; /* GGUF's Q8_0 runs the float kernel */
   const int kq = q >= LM_Q4_K;
   const long span = lm_q16_span(q), spans = (K + span - 1) / span, lanes = lm_q16_lanes(q);
-  const long rows = nb * M, dlen = kq ? spans : spans * lanes, zlen = kq ? 0 : spans * lanes;
-  /* K-quants: two int16 digits per value; 32-value formats: three bytes */
-  const size_t digits = kq ? sizeof(short) * 2 * 256 * spans : 3 * 128 * spans;
+  const long rows = nb * M, dlen = kq ? spans : spans * lanes;
+  /* the packed K-quants: three byte digits per value (lm_k8x3_quantize); GGUF's K-quants: two
+   * int16 digits (lm_q16x_quantize); 32-value formats: three bytes (lm_q8x3_quantize) */
+  const int k8 = kq && W->packed;
+  const size_t digits = (size_t)(k8 ? 3 * 256 * spans : kq ? (long)sizeof(short) * 2 * 256 * spans : 3 * 128 * spans);
+  const long zlen = k8 ? 16 * spans : kq ? 0 : spans * lanes, bzlen = k8 ? 32 * spans : 8 * spans;
   lm_q16_perm perm;
-  if (kq) lm_q16_perm_of(q, &perm);
+  if (kq && !k8) lm_q16_perm_of(q, &perm);
   float *buf = lm_scratch(A, M, K);
   const long blocks16 = kq ? 0 : (spans + 3) / 4 * 16; /* bd, bs */
-  const size_t per_row = 64 + digits + sizeof(float) * (dlen + spans * lanes + 2 * blocks16) + sizeof(int) * (zlen + 2 * 4 * spans);
+  const size_t per_row = 64 + digits + sizeof(float) * (dlen + spans * lanes + 2 * blocks16) + sizeof(int) * (zlen + bzlen);
   char *mem = (char *)aligned_alloc(64, ((size_t)rows * per_row + 63) / 64 * 64);
   lm_q16x *xs = (lm_q16x *)malloc(sizeof(lm_q16x) * rows);
   int ok = 1;
@@ -870,9 +966,10 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
       r->bd = (float *)at, at += sizeof(float) * blocks16;
       r->bs = (float *)at, at += sizeof(float) * blocks16;
       r->z = (int *)at, at += sizeof(int) * zlen;
-      r->bz = (int *)at, at += sizeof(int) * 2 * 4 * spans;
+      r->bz = (int *)at, at += sizeof(int) * bzlen;
       at += 64 - (at - mem) % 64;
-      ok = kq ? lm_q16x_quantize(x[m], K, &perm, r) : lm_q8x3_quantize(x[m], K, q, r);
+      ok = !kq ? lm_q8x3_quantize(x[m], K, q, r) : k8 ? lm_k8x3_quantize(x[m], K, r)
+                                                      : lm_q16x_quantize(x[m], K, &perm, r);
     }
   }
   /* Each thread decides from x alone, and a late thread may read x after the team has moved
