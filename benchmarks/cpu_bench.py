@@ -171,7 +171,8 @@ def gemv_graph(qtype: str, data: np.ndarray, x: np.ndarray, rows: int, cols: int
 GEMV_BYTES = 96 * 2**20  # each GEMV weight streamed: three times the 32 MB L3 of our machines
 
 
-def bench_gemv(values: int, reps: int, rounds: int) -> None:
+def bench_gemv(values: int, reps: int, rounds: int,
+               formats: tuple[str, ...] = GEMV_FORMATS) -> None:
     """x @ W.T for one token with W fp32 and GGUF-quantized: weight bytes per second, for the
     default activation setting and, for the quantized formats, each other one
     (`luminal_cpu.source.QUANT_ACTIVATIONS`), timed in interleaved rounds with a copy of a
@@ -187,7 +188,7 @@ def bench_gemv(values: int, reps: int, rounds: int) -> None:
     rng = np.random.default_rng(3)
     default = quant_activations()
     buffer = rng.standard_normal(GEMV_BYTES // 4).astype(np.float32)
-    for qtype in GEMV_FORMATS:
+    for qtype in formats:
         cols = 2048 if qtype.endswith("_k") else 576
         # rows a multiple of 16, as real models' are (luminal-cpu repacks the 32-value formats
         # only then)
@@ -335,14 +336,20 @@ def main() -> None:
                         help="only the copy bandwidth and the GEMV rows")
     parser.add_argument("--rounds", type=int, default=3,
                         help="interleaved timing rounds per GEMV activation setting (default 3)")
+    parser.add_argument("--formats", default=",".join(GEMV_FORMATS),
+                        help="comma-separated GEMV weight formats (default %(default)s)")
     args = parser.parse_args()
+    formats = tuple(args.formats.split(","))
+    unknown = sorted(set(formats) - set(GEMV_FORMATS))
+    if unknown:
+        parser.error(f"--formats: unknown {unknown}; choose from {', '.join(GEMV_FORMATS)}")
     reps = 5 if args.quick else 20
     print(f"threads: luminal OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
           f"torch {torch.get_num_threads()}; times in ms: median (best)\n")
     print("| benchmark | luminal-cpu | other | speedup |")
     print("| --- | --- | --- | --- |")
     bench_chain(16 * 1024 * 1024, reps)
-    bench_gemv(8192 * 2048, reps, args.rounds)
+    bench_gemv(8192 * 2048, reps, args.rounds, formats)
     if args.gemv:
         return
     for seq in (1, 128):
