@@ -187,6 +187,21 @@ static int lm_q8x3_quantize(const float *restrict x, long K, int q, lm_q16x *out
   return 1;
 }
 
+/* max|x| of the 256 values at xb into *amax; 0 when they have no rounding into digits (a NaN
+ * or an infinity, or 0 < max|x| < LM_Q16X_TINY) */
+static inline int lm_block256_amax(const float *restrict xb, float *amax) {
+  __m512 mx = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  for (int i = 0; i < 16; i++) {
+    const __m512 v = _mm512_loadu_ps(xb + 16 * i);
+    /* x - x is NaN once any value is NaN or infinite */
+    bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_NEQ_UQ);
+    mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
+  }
+  *amax = _mm512_reduce_max_ps(mx);
+  return !bad && !(*amax > 0.0f && *amax < LM_Q16X_TINY);
+}
+
 /* The packed K-quants (lm_qr_k_rows16, lm_qr_q6k_rows16) round x[0..K) (K a multiple of 256)
  * as the 32-value formats do, per block of 256: T = rint(x * 127 / max|x| * 65536), |T| <=
  * 127 * 65536, as three signed byte digits T = 65536 q1 + 256 q2 + q3 (|q1| <= 127, q2 and q3
@@ -200,16 +215,8 @@ static int lm_k8x3_quantize(const float *restrict x, long K, lm_q16x *out) {
   const __m512i k128 = _mm512_set1_epi32(128), k255 = _mm512_set1_epi32(255);
   for (long c = 0; c < K / 256; c++) {
     const float *xb = x + 256 * c;
-    __m512 mx = _mm512_setzero_ps();
-    __mmask16 bad = 0;
-    for (int i = 0; i < 16; i++) {
-      const __m512 v = _mm512_loadu_ps(xb + 16 * i);
-      /* x - x is NaN once any value is NaN or infinite */
-      bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_NEQ_UQ);
-      mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
-    }
-    const float amax = _mm512_reduce_max_ps(mx);
-    if (bad || (amax > 0.0f && amax < LM_Q16X_TINY)) return 0;
+    float amax;
+    if (!lm_block256_amax(xb, &amax)) return 0;
     const float id = amax > 0.0f ? 127.0f / amax : 0.0f, dx = amax / 127.0f;
     /* |x id| <= 127 (id in float32, the product in double: exact), so |T| <= 127 * 65536 */
     const __m512d scale = _mm512_set1_pd((double)id * 65536.0);
@@ -265,16 +272,8 @@ static int lm_q16x_quantize(const float *restrict x, long K, const lm_q16_perm *
   const int round = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   for (long c = 0; c < K / 256; c++) {
     const float *xb = x + 256 * c;
-    __m512 mx = _mm512_setzero_ps();
-    __mmask16 bad = 0;
-    for (int i = 0; i < 16; i++) {
-      const __m512 v = _mm512_loadu_ps(xb + 16 * i);
-      /* x - x is NaN once any value is NaN or infinite */
-      bad |= _mm512_cmp_ps_mask(_mm512_sub_ps(v, v), _mm512_setzero_ps(), _CMP_NEQ_UQ);
-      mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
-    }
-    const float amax = _mm512_reduce_max_ps(mx);
-    if (bad || (amax > 0.0f && amax < LM_Q16X_TINY)) return 0;
+    float amax;
+    if (!lm_block256_amax(xb, &amax)) return 0;
     /* x = dx (q1 + q2 / 32768) with |q1| <= 32767, |q2| <= 16384 (|x id - q1| <= 1/2, and
      * the residual is computed in double: exact for these operands) */
     const float id = amax > 0.0f ? 32767.0f / amax : 0.0f, dx = amax / 32767.0f;
