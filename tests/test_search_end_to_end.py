@@ -15,14 +15,14 @@ pytest.importorskip("luminal_search")
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LUMINAL_")}
-    env["LUMINAL_CACHE"] = str(tmp_path / "cache")
+    env["LUMINAL_CACHE"] = str(cache)
     return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
                           timeout=600, check=False)
 
 
-def test_generate_with_search_gives_the_same_tokens(tmp_path):
+def test_generate_with_search_gives_the_same_tokens(fresh_cache):
     pytest.importorskip("luminal_models")
     from luminal_models.errors import DownloadError
     from luminal_models.hub import smollm2_path
@@ -33,16 +33,16 @@ def test_generate_with_search_gives_the_same_tokens(tmp_path):
         pytest.skip(f"SmolLM2 weights unavailable: {e}")
     args = ("-m", "luminal", "generate", "-n", "6", "--json", "--backend", "cpu",
             "The capital of France is")
-    plain = run(tmp_path, *args)
-    searched = run(tmp_path, *args, "--search")
+    plain = run(fresh_cache, *args)
+    searched = run(fresh_cache, *args, "--search")
     assert plain.returncode == 0 and searched.returncode == 0, searched.stderr[-2000:]
     assert json.loads(searched.stdout)["token_ids"] == json.loads(plain.stdout)["token_ids"]
-    assert list((tmp_path / "cache" / "search").glob("*.json"))  # the plan was cached
+    assert list((fresh_cache / "search").glob("*.json"))  # the plan was cached
 
 
-def test_training_example_accepts_search(tmp_path):
+def test_training_example_accepts_search(fresh_cache):
     pytest.importorskip("luminal_train")
-    done = run(tmp_path, str(ROOT / "packages/luminal-train/examples/linear_regression.py"),
+    done = run(fresh_cache, str(ROOT / "packages/luminal-train/examples/linear_regression.py"),
                "--backend", "cpu", "--search")
     assert done.returncode == 0, done.stderr[-2000:]
     last = done.stdout.strip().splitlines()[-1]

@@ -15,9 +15,8 @@ from luminal_cpu import CpuBackend, toolchain
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
-    return tmp_path / "cpu"
+def cache(fresh_cache):
+    return fresh_cache / "cpu"
 
 
 def compile_and_run():

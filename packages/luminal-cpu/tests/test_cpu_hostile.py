@@ -11,8 +11,7 @@ from luminal_cpu import CpuBackend
 HOSTILE = 'n"; }\n#include "/etc/hostname"\n// \\\0'
 
 
-def test_user_dim_and_tensor_names_never_reach_the_generated_source(tmp_path, monkeypatch):
-    monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
+def test_user_dim_and_tensor_names_never_reach_the_generated_source(fresh_cache):
     g = lm.Graph()
     x = g.tensor((HOSTILE, 3), name=HOSTILE)
     out = (x.exp2() * 2).sum(0).retrieve()

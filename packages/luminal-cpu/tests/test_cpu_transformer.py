@@ -53,11 +53,10 @@ def test_identical_layers_share_kernels():
     assert c3 > 2 * c1
 
 
-def test_thirty_layers_compile_once_then_load_from_cache(tmp_path, monkeypatch):
+def test_thirty_layers_compile_once_then_load_from_cache(fresh_cache):
     """The second compile of the same graph loads the shared library from the cache (how long
     either takes is measured in benchmarks/compile_bench.py, not here: timings in a shared
     test run are noise)."""
-    monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path))
     cached = []
     for _ in range(2):
         g, *_ = T.build(T.Config(layers=30))

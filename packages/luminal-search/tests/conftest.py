@@ -1,9 +1,9 @@
-"""Every test gets its own plan cache (LUMINAL_CACHE) so runs never share plans."""
+"""Every test gets its own cache (LUMINAL_CACHE) so runs never share plans; the CPU runtime
+library in it is the session's (the root conftest's fresh_cache)."""
 
 import pytest
 
 
 @pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LUMINAL_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
+def private_cache(fresh_cache):
+    return fresh_cache
