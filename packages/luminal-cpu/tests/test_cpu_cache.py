@@ -126,3 +126,88 @@ def test_elf_check_rejects_cut_libraries(cache):
     assert toolchain._elf_complete(data)
     assert not any(toolchain._elf_complete(data[:n]) for n in (0, 63, 64, len(data) // 2,
                                                                 len(data) - 1))
+
+
+# a library of two translation units, as the runtime's (`build_units`): the second defines a
+# hidden function the first calls (linked across units, not exported)
+UNITS = [
+    ("entry.c", '__attribute__((visibility("hidden"))) int lm_t_twice(int x);\n'
+                "int lm_t_entry(int x) { return lm_t_twice(x) + 1; }\n"),
+    ("twice.c", '__attribute__((visibility("hidden"))) int lm_t_twice(int x) { return 2 * x; }\n'),
+]
+
+
+def test_units_build_once_into_one_cached_library(cache, capsys):
+    cc = toolchain.compiler()
+    first = toolchain.build_units(UNITS, cc, announce="building the units")
+    assert capsys.readouterr().err == "building the units\n"
+    assert not first.cached and first.handle.lm_t_entry(20) == 41
+    assert not hasattr(first.handle, "lm_t_twice")  # hidden: linked, not exported
+    second = toolchain.build_units(UNITS, cc, announce="building the units")
+    assert second.cached and second.path == first.path
+    assert capsys.readouterr().err == ""  # nothing compiled, nothing said
+    # the entry's files are a single unit's; its source holds every unit, each by name
+    assert sorted(p.suffix for p in cache.iterdir() if p.name.startswith(first.path.stem)) \
+        == [".c", ".sha256", ".so"]
+    source = first.path.with_suffix(".c").read_text()
+    assert all(name in source and text in source for name, text in UNITS)
+    # every unit is part of the key
+    changed = [UNITS[0], ("twice.c", UNITS[1][1].replace("2 * x", "3 * x"))]
+    third = toolchain.build_units(changed, cc)
+    assert not third.cached and third.path != first.path and third.handle.lm_t_entry(20) == 61
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage with a valid checksum",
+                                    "another build's library and checksum"])
+def test_corrupt_units_entry_is_rebuilt(cache, damage):
+    cc = toolchain.compiler()
+    path = toolchain.build_units(UNITS, cc).path
+    if damage == "truncated":
+        _replace(path, path.read_bytes()[:1000])
+    elif damage == "garbage with a valid checksum":
+        garbage = b"\x7fELF but not a library"
+        _replace(path, garbage)
+        _replace(path.with_suffix(".sha256"), hashlib.sha256(garbage).hexdigest().encode())
+    else:  # the key compiled into the first unit tells them apart
+        other = toolchain.build_units([UNITS[0], (UNITS[1][0], UNITS[1][1] + "int x;\n")], cc)
+        _replace(path, other.path.read_bytes())
+        _replace(path.with_suffix(".sha256"), other.path.with_suffix(".sha256").read_bytes())
+    # the damage is found before the library is loaded: this process may check it
+    rebuilt = toolchain.build_units(UNITS, cc)
+    assert not rebuilt.cached and rebuilt.path == path
+    assert toolchain.build_units(UNITS, cc).cached
+
+
+def test_compile_error_names_its_unit(cache):
+    before = set(cache.iterdir())
+    broken = [*UNITS, ("broken.c", "int lm_t_broken(int x) { return x +; }\n")]
+    with pytest.raises(toolchain.CompileError, match=r"C compiler failed on broken\.c") as err:
+        toolchain.build_units(broken, toolchain.compiler())
+    assert "entry.c" not in str(err.value) and set(cache.iterdir()) == before
+
+
+# a compiler that crashes on a source holding CRASH unless the ICE retry's flags are given, and
+# logs each command it runs
+CRASHING_CC = """#!{python}
+import subprocess, sys
+source = sys.stdin.read() if "-" in sys.argv else None
+with open({log!r}, "a") as log:
+    print(" ".join(sys.argv[1:]), file=log)
+if source and "CRASH" in source and "-fno-tree-slp-vectorize" not in sys.argv:
+    sys.exit("<stdin>:1: internal compiler error: in vectorizable_live_operation")
+sys.exit(subprocess.run([{cc!r}, *sys.argv[1:]], input=source, text=True).returncode)
+"""
+
+
+def test_ice_retry_applies_per_unit(cache, tmp_path):
+    cc = toolchain.compiler()
+    script, log = tmp_path / "crashing-cc", tmp_path / "log"
+    script.write_text(CRASHING_CC.format(python=sys.executable, log=str(log), cc=cc.argv[0]))
+    script.chmod(0o755)
+    crashing = toolchain.Compiler((str(script), *cc.argv[1:]), cc.version, cc.openmp,
+                                  cc.vector_math)
+    units = [UNITS[0], (UNITS[1][0], UNITS[1][1] + "/* CRASH */\n")]
+    lib = toolchain.build_units(units, crashing)
+    assert lib.handle.lm_t_entry(1) == 3
+    retried = [line for line in log.read_text().splitlines() if "-fno-tree-slp-vectorize" in line]
+    assert len(retried) == 1  # the crashing unit only, once

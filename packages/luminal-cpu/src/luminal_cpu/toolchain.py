@@ -1,5 +1,8 @@
 """The system C compiler: finding it, building shared libraries, and the on-disk cache.
 
+A graph's library is one translation unit (`build`); the runtime library is several, compiled
+at the same time by one compiler process each and then linked (`build_units`).
+
 Libraries are cached under `$LUMINAL_CACHE/cpu` (default `~/.cache/luminal/cpu`), named by a
 hash of the source, the compiler's version, the flags and the host CPU (`-march=native`
 depends on it). Each `.so` has a `.sha256` beside it and its key compiled in; a library
@@ -11,6 +14,7 @@ load, is rebuilt, never trusted.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import contextlib
 import ctypes
 import functools
@@ -23,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,13 +142,13 @@ def cache_key(source: str, cc: Compiler, links: tuple[Path, ...] = ()) -> str:
 ICE_RETRY_FLAGS = ("-fno-tree-slp-vectorize",)
 
 
-def _compile(source: str, cc: Compiler, out: Path, links: tuple[Path, ...]) -> None:
-    # the source goes in on stdin, so no temporary file name ends up in the library; linked
-    # libraries are named by absolute path, which the loader then opens directly
+def _compile(source: str, cc: Compiler, args: tuple[str, ...], what: str = "") -> None:
+    """Runs the compiler on `source` with its flags and `args` (what to make of it), again
+    without the pass that crashed when it crashes; `what` names the source in the error."""
+    # the source goes in on stdin, so no temporary file name ends up in the library
     def run(extra: tuple[str, ...]) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [*cc.argv, *cc.flags, *extra, "-x", "c", "-", "-x", "none", *map(str, links), "-o",
-             str(out), *cc.libs],
+            [*cc.argv, *cc.flags, *extra, "-x", "c", "-", *args],
             input=source, capture_output=True, text=True, errors="replace", check=False,
         )
 
@@ -151,7 +156,8 @@ def _compile(source: str, cc: Compiler, out: Path, links: tuple[Path, ...]) -> N
     if proc.returncode != 0 and "internal compiler error" in proc.stderr:
         proc = run(ICE_RETRY_FLAGS)
     if proc.returncode != 0:
-        raise CompileError(f"C compiler failed ({' '.join(cc.argv)}):\n{proc.stderr[-4000:]}")
+        on = f" on {what}" if what else ""
+        raise CompileError(f"C compiler failed{on} ({' '.join(cc.argv)}):\n{proc.stderr[-4000:]}")
 
 
 def _key_marker(key: str) -> bytes:
@@ -230,21 +236,20 @@ class Library:
     cached: bool
 
 
-def build(source: str, cc: Compiler, links: tuple[Path, ...] = ()) -> Library:
-    """The shared library for `source` (linked to the libraries `links`): from the cache when
-    a verified copy exists, else compiled and stored (replacing a corrupt entry). When the
-    cache cannot be written (read-only, full, or an entry's path taken by a directory), the
-    library is built in a private temporary directory instead, with a warning."""
+def _cached(key: str, source: str, make: Callable[[Path], None]) -> Library:
+    """The library of cache entry `key` when a verified copy exists, else made by `make(out)`
+    (which writes it to `out`, in a temporary directory it may use too) and stored with its
+    `source` (replacing a corrupt entry). When the cache cannot be written (read-only, full, or
+    an entry's path taken by a directory), the library goes to a private temporary directory
+    instead, with a warning."""
     directory = cache_dir()
-    key = cache_key(source, cc, links)
-    source = _with_key(source, key)
     so, checksum = directory / f"{key}.so", directory / f"{key}.sha256"
     lib = _load_verified(so, checksum, key)
     if lib is not None:
         return Library(lib, so, cached=True)
     with tempfile.TemporaryDirectory() as tmp:
         built = Path(tmp) / "lib.so"
-        _compile(source, cc, built, links)
+        make(built)
         data = built.read_bytes()
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -254,7 +259,56 @@ def build(source: str, cc: Compiler, links: tuple[Path, ...] = ()) -> Library:
     except OSError as e:
         warnings.warn(f"luminal-cpu: cannot store a compiled library in the cache {directory} "
                       f"({e.strerror or e}); using an uncached copy", RuntimeWarning,
-                      stacklevel=2)
+                      stacklevel=3)
         so = _private_dir() / f"{key}.so"
         so.write_bytes(data)
     return Library(ctypes.CDLL(str(so)), so, cached=False)
+
+
+def build(source: str, cc: Compiler, links: tuple[Path, ...] = ()) -> Library:
+    """The shared library for `source` (linked to the libraries `links`), cached (`_cached`)."""
+    key = cache_key(source, cc, links)
+    source = _with_key(source, key)
+    # linked libraries are named by absolute path, which the loader then opens directly
+    return _cached(key, source, lambda out: _compile(
+        source, cc, ("-x", "none", *map(str, links), "-o", str(out), *cc.libs)))
+
+
+def _unit_header(name: str) -> str:
+    return f"/* ---- translation unit {name} ---- */\n"
+
+
+def build_units(units: Sequence[tuple[str, str]], cc: Compiler, announce: str = "") -> Library:
+    """One shared library from the translation units `units` ((name, source) pairs), cached
+    (`_cached`) under a key that covers every unit, their names and order. Each unit is
+    compiled to an object by a compiler process of its own, at most one per CPU at once, then
+    the objects are linked in the order given: the build takes about as long as its longest
+    unit where there are cores enough. A unit the compiler rejects is named in the
+    CompileError. `announce`: a line written to stderr before compiling (a long build that the
+    caller would otherwise wait on in silence); nothing is written when the cache has it."""
+    key = cache_key("".join(_unit_header(name) + text for name, text in units), cc)
+    # the key goes into the first unit, so the library proves which sources it was built from
+    units = [(name, _with_key(text, key) if k == 0 else text)
+             for k, (name, text) in enumerate(units)]
+
+    def make(out: Path) -> None:
+        if announce:
+            print(announce, file=sys.stderr, flush=True)
+        objects = [out.with_name(f"unit{k}.o") for k in range(len(units))]
+        workers = min(len(units), os.cpu_count() or 1)
+        # threads only wait on the compiler processes, which do the work in parallel
+        pool = concurrent.futures.ThreadPoolExecutor(workers)
+        try:
+            compiling = [pool.submit(_compile, text, cc, ("-c", "-o", str(obj)), name)
+                         for (name, text), obj in zip(units, objects)]
+            for job in compiling:
+                job.result()
+        finally:  # after an error, units not yet started are not compiled
+            pool.shutdown(cancel_futures=True)
+        proc = subprocess.run([*cc.argv, *cc.flags, *map(str, objects), "-o", str(out), *cc.libs],
+                              capture_output=True, text=True, errors="replace", check=False)
+        if proc.returncode != 0:
+            raise CompileError(f"linking the units {', '.join(name for name, _ in units)} "
+                               f"failed ({' '.join(cc.argv)}):\n{proc.stderr[-4000:]}")
+
+    return _cached(key, "".join(_unit_header(name) + text for name, text in units), make)
