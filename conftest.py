@@ -31,11 +31,11 @@ def _build_into_session_cache(session_cache: Path):
 def cpu_runtime_entry(session_cache: Path) -> list[Path]:
     """The cache files (.so, .sha256, .c) of luminal-cpu's runtime library, built once into
     session_cache; empty without luminal-cpu or a C compiler. Every graph links that library,
-    and compiling it takes about a minute on 2 cores, which no test but the toolchain's own
+    and compiling it takes 30 s to a minute on 2 cores, which no test but the toolchain's own
     needs to pay again."""
     try:
         from luminal_cpu import toolchain
-        from luminal_cpu.source import runtime_source
+        from luminal_cpu.source import build_runtime
     except ImportError:
         return []
     cc = toolchain.compiler()
@@ -43,7 +43,7 @@ def cpu_runtime_entry(session_cache: Path) -> list[Path]:
         return []
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LUMINAL_CACHE", str(session_cache))
-        so = toolchain.build(runtime_source(), cc).path
+        so = build_runtime(cc).path
     return [so.with_suffix(suffix) for suffix in (".so", ".sha256", ".c")]
 
 

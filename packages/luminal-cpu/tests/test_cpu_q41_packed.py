@@ -32,7 +32,7 @@ from luminal_cpu.repack import (
     repack_native,
     unpack,
 )
-from luminal_cpu.source import runtime_source
+from luminal_cpu.source import build_runtime
 from luminal_nn import Embedding, QuantizedParameter
 from luminal_nn import functional as F
 from test_cpu_qgemv import check_bad_row, weight
@@ -115,7 +115,7 @@ def test_layout_round_trips_and_matches_its_table(qtype):
 @pytest.fixture(scope="module")
 def support():
     """The runtime library, whose C repacks (`repack_native`)."""
-    return toolchain.build(runtime_source(), toolchain.compiler()).handle
+    return build_runtime(toolchain.compiler()).handle
 
 
 def check_native(raw: np.ndarray, qtype: str, rows: int, library) -> None:

@@ -15,10 +15,10 @@ from .runtime import CpuRuntime, direct_writes, read_written_rows
 from .source import (
     MATMUL_TUNABLE,
     QUANT_KERNELS,
+    build_runtime,
     program_source,
     quant_activations,
     quant_activations_code,
-    runtime_source,
 )
 
 NO_COMPILER = "no C compiler found (looked for $CC, gcc, clang, cc): install gcc or clang"
@@ -93,7 +93,7 @@ class CpuBackend(Backend):
         source = program_source(program, toolchain.VECTOR_MATH if cc.vector_math else "",
                                 plan, direct, packed_kernels)
         t2 = time.perf_counter()
-        support = toolchain.build(runtime_source(), cc)
+        support = build_runtime(cc)
         library = toolchain.build(source, cc, links=(support.path,))
         t3 = time.perf_counter()
         runtime = CpuRuntime(graph, program, plan, library, direct, packed)

@@ -12,7 +12,8 @@ their work with the team's loops, each of which returns once all its chunks are 
 orders the kernels without barriers; and returns 0.
 Generic kernels are rendered by the backend-neutral renderer (`luminal_codegen`, C dialect);
 matmuls become calls into the hand-written runtime (`csrc/runtime.c`, API `csrc/runtime.h`),
-which is built once into a library of its own, so a graph's build compiles only its kernels.
+which is built once into a library of its own (`build_runtime`), so a graph's build compiles
+only its kernels.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from luminal_codegen import (
     render_kernel,
 )
 
-from . import attention, flash, implicit_gemm, rows
+from . import attention, flash, implicit_gemm, rows, toolchain
 from .dialect import C
 
 ENTRY_POINT = "lm_run"
@@ -121,10 +122,28 @@ def _csrc(name: str) -> str:
     return files("luminal_cpu").joinpath("csrc", name).read_text()
 
 
-def runtime_source() -> str:
-    """The complete C source of the runtime library (GEMM, GEMV, quantized kernels)."""
-    return "\n".join((C.prelude(), _csrc("runtime.h"), _csrc("runtime.c"), _csrc("kquant.c"),
-                      _csrc("qgemv.c"), _csrc("qgemv16.c"), _csrc("qgemm8.c")))
+# The runtime library's translation units, compiled at the same time and linked into one
+# library (what they share: csrc/runtime_internal.h). As one unit it took 58 s to compile on 2
+# cores (gcc 12 -O3), which a user waited through at their first compile; qgemm8.c alone
+# takes about 23 s of it, qgemv16.c 15, runtime.c with kquant.c 7, qgemv.c 7.
+RUNTIME_UNITS = (("runtime.c", "kquant.c"), ("qgemv.c",), ("qgemv16.c",), ("qgemm8.c",))
+
+
+def runtime_units() -> list[tuple[str, str]]:
+    """The C translation units of the runtime library (GEMM, GEMV, quantized kernels), as
+    (name, source) pairs: each after the prelude, the API and the units' shared header."""
+    shared = (C.prelude(), _csrc("runtime.h"), _csrc("runtime_internal.h"))
+    return [(" + ".join(names), "\n".join((*shared, *map(_csrc, names))))
+            for names in RUNTIME_UNITS]
+
+
+def build_runtime(cc: toolchain.Compiler) -> toolchain.Library:
+    """The runtime library that every graph's library links, built by `cc` (once per compiler,
+    flags and CPU: then from the cache), saying so on stderr when it is compiled."""
+    return toolchain.build_units(
+        runtime_units(), cc,
+        announce="luminal-cpu: compiling the CPU runtime library for this machine "
+                 "(once per compiler and CPU; it takes up to a minute)")
 
 
 def _render_matmul(mm: Matmul, name: str, packed: bool) -> str:

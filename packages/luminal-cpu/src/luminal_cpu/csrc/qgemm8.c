@@ -659,8 +659,8 @@ static inline __attribute__((always_inline)) void lm_g8_run_q(long M, long N, lo
  * rounding is decided inside those loops, not by each thread before them: a thread that
  * arrives late (the others may have finished the whole product and gone on to overwrite x)
  * must run the same loops as the others, whatever it would read. */
-static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
-                      const lm_qmat *W, const lm_out *C) {
+int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+               const lm_qmat *W, const lm_out *C) {
   if (nb <= 0 || M <= 0 || N <= 0 || K <= 0) return 0;
   const int D = W->x_prec == LM_X_I8 ? 1 : W->x_prec == LM_X_I16 ? 2 : 3, MR = lm_g8_mr(D), G = W->q == LM_Q6_K ? 16 : 32;
   const int sums = W->q == LM_Q4_1 || W->q == LM_Q4_K || W->q == LM_Q5_K; /* W's offsets meet them */
@@ -695,8 +695,8 @@ static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const l
 }
 #else
 /* no AVX-512 BW / DQ / VNNI: the float GEMM does all the work */
-static int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
-                      const lm_qmat *W, const lm_out *C) {
+int lm_q8_gemm(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+               const lm_qmat *W, const lm_out *C) {
   (void)nb, (void)aoff, (void)M, (void)N, (void)K, (void)A, (void)W, (void)C;
   return 0;
 }

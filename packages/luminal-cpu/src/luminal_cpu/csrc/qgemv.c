@@ -333,8 +333,8 @@ LM_INT_GEMV_DRIVER(lm_q8_gemv, lm_q8_row, lm_q8x, 1)
 /* C[b] = A[b] * W^T through int8 activations; 0 (nothing written) when some row of A has no
  * int8 rounding (not finite, or too small: see above) and the float kernels must run. Every
  * thread quantizes every batch itself, so all reach the same answer without talking. */
-static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
-                      const lm_qmat *W, const lm_out *C) {
+int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+               const lm_qmat *W, const lm_out *C) {
   const long block = W->q >= LM_Q4_K ? 256 : 32, rows = nb * M;
   float *buf = lm_scratch(A, M, K);
   const long lanes = block == 32 && LM_Q8_PAIRS ? K / 32 * 8 : 0; /* of zero, s8 and d8 */
@@ -366,8 +366,8 @@ static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const l
 }
 #else
 /* no AVX2: the float kernels do all the work */
-static int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
-                      const lm_qmat *W, const lm_out *C) {
+int lm_q8_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+               const lm_qmat *W, const lm_out *C) {
   (void)nb, (void)aoff, (void)M, (void)N, (void)K, (void)A, (void)W, (void)C;
   return 0;
 }

@@ -933,8 +933,8 @@ LM_INT_GEMV_DRIVER(lm_q16_gemv, lm_q16_row, lm_q16x, 0)
 /* C[b] = A[b] * W^T through int16 activations; 0 (nothing written) when the float kernels must
  * run (see above). Every thread rounds every batch itself, so all reach the same answer
  * without talking. */
-static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
-                       const lm_qmat *W, const lm_out *C) {
+int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+                const lm_qmat *W, const lm_out *C) {
   const int q = W->q;
   if (q == LM_Q8_0 && !W->packed) return 0; /* GGUF's Q8_0 runs the float kernel */
   const int kq = q >= LM_Q4_K;
@@ -985,8 +985,8 @@ static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const 
 }
 #else
 /* no AVX-512 BW / VBMI: the float kernels do all the work */
-static int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
-                       const lm_qmat *W, const lm_out *C) {
+int lm_q16_gemv(long nb, const long *aoff, long M, long N, long K, const lm_mat *A,
+                const lm_qmat *W, const lm_out *C) {
   (void)nb, (void)aoff, (void)M, (void)N, (void)K, (void)A, (void)W, (void)C;
   return 0;
 }
