@@ -31,7 +31,7 @@ def _build_into_session_cache(session_cache: Path):
 def cpu_runtime_entry(session_cache: Path) -> list[Path]:
     """The cache files (.so, .sha256, .c) of luminal-cpu's runtime library, built once into
     session_cache; empty without luminal-cpu or a C compiler. Every graph links that library,
-    and compiling it takes 30 s to a minute on 2 cores, which no test but the toolchain's own
+    and compiling it takes 20 s to a minute on 2 cores, which no test but the toolchain's own
     needs to pay again."""
     try:
         from luminal_cpu import toolchain

@@ -123,9 +123,9 @@ def _csrc(name: str) -> str:
 
 
 # The runtime library's translation units, compiled at the same time and linked into one
-# library (what they share: csrc/runtime_internal.h). As one unit it took 58 s to compile on 2
-# cores (gcc 12 -O3), which a user waited through at their first compile; qgemm8.c alone
-# takes about 23 s of it, qgemv16.c 15, runtime.c with kquant.c 7, qgemv.c 7.
+# library (what they share: csrc/runtime_internal.h). As one unit it took 41-58 s to compile
+# on 2 cores (gcc 12 -O3), which a user waited through at their first compile; alone they
+# take 5, 5, 12 and 15 s (README: "The runtime library's first build").
 RUNTIME_UNITS = (("runtime.c", "kquant.c"), ("qgemv.c",), ("qgemv16.c",), ("qgemm8.c",))
 
 
