@@ -213,9 +213,10 @@ int claim_order(long n, long ns, long *order) {
 @pytest.mark.parametrize("n, ns", [(100, 0), (1600, 10**9), (7, 10**9)])
 def test_a_thread_claims_its_own_chunks_first_then_the_others(n, ns):
     """Loops over the same rows give each row to the same core (the one that wrote it last)
-    whenever both threads are there: thread 1 claims the second half's chunks first (one
-    chunk per thread, 8 per thread, fewer chunks than that). Alone, it then claims the rest
-    (no thread waits for another to arrive)."""
+    whenever both threads are there: thread 1 claims the second half's chunks first, in order
+    (one chunk per thread, 8 per thread, fewer chunks than that). Alone, it then claims the
+    rest from the end (no thread waits for another to arrive; the owner of those works from
+    their start)."""
     cc = toolchain.compiler()
     runtime = toolchain.build(runtime_source(), cc)
     header = files("luminal_cpu").joinpath("csrc", "runtime.h").read_text()
@@ -228,5 +229,5 @@ def test_a_thread_claims_its_own_chunks_first_then_the_others(n, ns):
     starts = sorted(order[:count // 2])
     assert len(starts) > 1 and starts[0] == 0
     own = [s for c, s in enumerate(starts) if c * 2 // len(starts) == 1]
-    others = [s for s in starts if s not in own]
+    others = [s for s in reversed(starts) if s not in own]
     assert list(order[:count]) == 2 * (own + others)

@@ -133,7 +133,8 @@ int lm_for_next(long *lo, long *hi) {
       const unsigned claimed = (unsigned)lm_count(c);
       const unsigned left = (lm_me.chunks == 32 ? ~0u : (1u << lm_me.chunks) - 1) & ~claimed;
       if (!left) break;
-      next = __builtin_ctz(left & lm_me.own ? left & lm_me.own : left);
+      /* its own in order, else another's last: the owner is working from that block's start */
+      next = left & lm_me.own ? __builtin_ctz(left & lm_me.own) : 31 - __builtin_clz(left);
       want = lm_word(p, (long)(claimed | 1u << next));
     } else {
       next = lm_count(c);
