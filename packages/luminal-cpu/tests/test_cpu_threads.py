@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
+from importlib.resources import files
 
 import luminal as lm
 import numpy as np
 import pytest
-from luminal_cpu import CpuBackend, threads
+from luminal_cpu import CpuBackend, threads, toolchain
+from luminal_cpu.source import runtime_source
 
 
 class FakeMachine:
@@ -174,3 +177,57 @@ def test_busy_seconds_reads_the_cpus_of_this_process():
     after = threads._busy_seconds(cpus)
     assert before is not None and 0 < before <= after
     assert threads._busy_seconds(frozenset()) == 0
+
+
+CLAIM_ORDER = r"""
+#include <omp.h>
+/* thread 1 runs two loops of `n` iterations alone (thread 0 waits until it is done, then
+ * passes them): the chunks it claims, in order, go to order[]; -1 without two threads */
+int claim_order(long n, long ns, long *order) {
+  lm_team team = {0};
+  int alone_done = 0, count = 0, threads = 0;
+  #pragma omp parallel num_threads(2)
+  {
+    lm_team_enter(&team);
+    if (omp_get_thread_num() == 1) {
+      threads = omp_get_num_threads();
+      for (int loop = 0; loop < 2; loop++) {
+        lm_for_begin_work(n, ns);
+        for (long lo, hi; lm_for_next(&lo, &hi);) order[count++] = lo;
+      }
+      __atomic_store_n(&alone_done, 1, __ATOMIC_RELEASE);
+    } else {
+      while (!__atomic_load_n(&alone_done, __ATOMIC_ACQUIRE)) sched_yield();
+      for (int loop = 0; loop < 2; loop++) {
+        lm_for_begin_work(n, ns);
+        for (long lo, hi; lm_for_next(&lo, &hi);) order[count++] = -lo - 1;
+      }
+    }
+    lm_team_leave();
+  }
+  return threads == 2 ? count : -1;
+}
+"""
+
+
+@pytest.mark.parametrize("n, ns", [(100, 0), (1600, 10**9), (7, 10**9)])
+def test_a_thread_claims_its_own_chunks_first_then_the_others(n, ns):
+    """Loops over the same rows give each row to the same core (the one that wrote it last)
+    whenever both threads are there: thread 1 claims the second half's chunks first, in order
+    (one chunk per thread, 8 per thread, fewer chunks than that). Alone, it then claims the
+    rest from the end (no thread waits for another to arrive; the owner of those works from
+    their start)."""
+    cc = toolchain.compiler()
+    runtime = toolchain.build(runtime_source(), cc)
+    header = files("luminal_cpu").joinpath("csrc", "runtime.h").read_text()
+    library = toolchain.build("#include <sched.h>\n" + header + CLAIM_ORDER, cc,
+                              links=(runtime.path,)).handle
+    order = (ctypes.c_long * 64)()
+    count = library.claim_order(ctypes.c_long(n), ctypes.c_long(ns), order)
+    if count < 0:
+        pytest.skip("OpenMP gave fewer than two threads")
+    starts = sorted(order[:count // 2])
+    assert len(starts) > 1 and starts[0] == 0
+    own = [s for c, s in enumerate(starts) if c * 2 // len(starts) == 1]
+    others = [s for s in reversed(starts) if s not in own]
+    assert list(order[:count]) == 2 * (own + others)

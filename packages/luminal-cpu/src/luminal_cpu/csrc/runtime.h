@@ -8,14 +8,16 @@
  *     for (long lo, hi; lm_for_next(&lo, &hi);)
  *       for (long i = lo; i < hi; i++) ...
  *
- * Threads claim chunks of the n iterations from a shared counter until none are left, then
+ * Threads claim chunks of the n iterations, each its own first (so that loops over the same
+ * rows keep a row on one core), then any left, until none are left, then
  * wait until every claimed chunk is done: the next loop may read what this one wrote. No
  * thread waits for another thread to *arrive*, only for claimed work to finish, so a thread
  * that the OS keeps off its core holds nobody up unless it holds a chunk (and when it runs
  * again it passes the loops the others finished without stopping). lm_run declares one
  * zeroed team and every thread enters it. */
 typedef struct {
-  _Alignas(64) unsigned long long claim;  /* (loop number << 32) | next chunk */
+  _Alignas(64) unsigned long long claim;  /* (loop number << 32) | claimed chunks' mask (or
+                                           * the next chunk, loops of more than 32) */
   _Alignas(64) unsigned long long done;   /* (loop number << 32) | chunks finished */
   _Alignas(64) void *shared;              /* a pointer one thread hands the others */
 } lm_team;
