@@ -11,7 +11,7 @@ import luminal as lm
 import numpy as np
 import pytest
 from luminal_cpu import CpuBackend, threads, toolchain
-from luminal_cpu.source import runtime_source
+from luminal_cpu.source import build_runtime
 
 
 class FakeMachine:
@@ -218,7 +218,7 @@ def test_a_thread_claims_its_own_chunks_first_then_the_others(n, ns):
     rest from the end (no thread waits for another to arrive; the owner of those works from
     their start)."""
     cc = toolchain.compiler()
-    runtime = toolchain.build(runtime_source(), cc)
+    runtime = build_runtime(cc)
     header = files("luminal_cpu").joinpath("csrc", "runtime.h").read_text()
     library = toolchain.build("#include <sched.h>\n" + header + CLAIM_ORDER, cc,
                               links=(runtime.path,)).handle
