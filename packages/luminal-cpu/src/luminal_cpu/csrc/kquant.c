@@ -25,19 +25,6 @@
 
 #define LM_KQ_GEMV_MAX_M 4
 
-
-static inline float lm_kq_get(const void *p, int dt, long i) {
-  if (dt == LM_F16) return (float)((const _Float16 *)p)[i];
-  if (dt == LM_BF16) return lm_bf16_to_f32(((const unsigned short *)p)[i]);
-  return ((const float *)p)[i];
-}
-
-static inline void lm_kq_put(void *p, int dt, long i, float v) {
-  if (dt == LM_F16) ((_Float16 *)p)[i] = (_Float16)v;
-  else if (dt == LM_BF16) ((unsigned short *)p)[i] = lm_f32_to_bf16(v);
-  else ((float *)p)[i] = v;
-}
-
 #if defined(__AVX512F__)
 /* Decode's matvec, AVX-512: as runtime.c's lm_qdot_block, a block is never written out as
  * floats; each 32-value sub-block (16 for Q6_K's scales) is widened and converted in
@@ -140,7 +127,7 @@ static inline __attribute__((always_inline)) void lm_kq_gemv_qm(
     for (long k0 = 0; k0 < K; k0 += LM_KQ_BLOCK)
       lm_kq_dot_block(row + k0 / LM_KQ_BLOCK * bb, q, k0, x, xsum, MM, acc, offset);
     for (int m = 0; m < MM; m++)
-      lm_kq_put(C->p, C->dt, C->off[b] + m * C->rs + n,
+      lm_put(C->p, C->dt, C->off[b] + m * C->rs + n,
                 _mm512_reduce_add_ps(_mm512_add_ps(acc[0][m], acc[1][m])) + offset[m]);
   }
   free(buf);
@@ -174,7 +161,7 @@ static inline __attribute__((always_inline)) void lm_kq_gemv_q(
     if (b != xb) { /* this thread's copy of batch b's rows of A, as contiguous float32 */
       for (long m = 0; m < M; m++)
         for (long k = 0; k < K; k++)
-          x[m * K + k] = lm_kq_get(A->p, A->dt, aoff[b] + m * A->rs + k * A->ks);
+          x[m * K + k] = lm_get(A->p, A->dt, aoff[b] + m * A->rs + k * A->ks);
       xb = b;
     }
     const unsigned char *row = lm_gguf_row(W, n, row_bytes, tmp);
@@ -193,7 +180,7 @@ static inline __attribute__((always_inline)) void lm_kq_gemv_q(
     for (long m = 0; m < M; m++) {
       float s = 0.0f;
       for (int l = 0; l < 32; l++) s += acc[m][l];
-      lm_kq_put(C->p, C->dt, C->off[b] + m * C->rs + n, s);
+      lm_put(C->p, C->dt, C->off[b] + m * C->rs + n, s);
     }
   }
   free(x);
