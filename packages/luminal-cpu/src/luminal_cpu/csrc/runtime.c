@@ -84,9 +84,12 @@ static void lm_for_open(long n, long per_thread, long align) {
   if (lm_me.grain < 1) lm_me.grain = 1;
   lm_me.chunks = (lm_me.n + lm_me.grain - 1) / lm_me.grain;
   lm_me.pending = 0;
-  lm_me.own = 0; /* chunk c is thread c * threads / chunks's: contiguous blocks */
-  for (long c = 0; c < lm_me.chunks && c < 32; c++)
-    if (c * threads / lm_me.chunks == lm_me.index) lm_me.own |= 1u << c;
+  /* chunk c is thread c * threads / chunks's (contiguous blocks): this thread's are
+   * ceil(index * chunks / threads) .. ceil((index + 1) * chunks / threads) - 1 */
+  long first = (lm_me.index * lm_me.chunks + threads - 1) / threads;
+  long end = ((lm_me.index + 1) * lm_me.chunks + threads - 1) / threads;
+  first = first < 32 ? first : 32, end = end < 32 ? end : 32;
+  lm_me.own = (unsigned)(((1ull << end) - 1) & ~((1ull << first) - 1));
 }
 
 void lm_for_begin(long n) { lm_for_open(n, LM_CHUNKS_PER_THREAD, 1); }
