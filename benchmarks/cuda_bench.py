@@ -1,21 +1,23 @@
-"""SmolLM2-135M-Instruct on one NVIDIA GPU: luminal-cuda vs PyTorch, prefill and decode.
+"""A causal LM on one NVIDIA GPU: luminal-cuda vs PyTorch, prefill and decode.
 
-    python benchmarks/cuda_bench.py                       # every system below
+    python benchmarks/cuda_bench.py                       # SmolLM2-135M-Instruct, every system
     python benchmarks/cuda_bench.py --systems luminal-fp16,torch-compile-fp16 --runs 3
+    python benchmarks/cuda_bench.py --model gemma3 --systems luminal-bf16,transformers-bf16
 
 Prefill = one forward over a fixed 128-token prompt with an empty cache. Decode = 128
 single-token greedy steps right after it (context 128 -> 256). Each system runs in its own
-subprocess on the same GPU; rates are medians over --runs timed runs after one warm-up run
-(which also captures luminal's CUDA graphs and lets torch.compile compile), "best" is the
-fastest run, "GPU mem" the peak the system's allocator reports.
+subprocess on the same GPU; rates are medians over --runs timed runs after two warm-up runs
+(luminal compiles, then captures its CUDA graphs; torch.compile compiles and records),
+"best" is the fastest run, "GPU mem" the peak the system's allocator reports.
 
 Systems:
-  luminal-fp32        luminal-cuda, float32 (weights dequantized from the GGUF)
+  luminal-fp32        luminal-cuda, float32 compute on the GGUF's quantized weights
   luminal-fp16        luminal-cuda with HalfPrecision("float16"): half storage, f32 accumulation
+  luminal-bf16        the same in bfloat16 (Gemma's activations outgrow float16's range)
   transformers-fp32   Hugging Face transformers, eager, DynamicCache
-  transformers-fp16   the same in float16
+  transformers-fp16   the same in float16 (transformers-bf16: bfloat16)
   torch-compile-fp16  transformers with a StaticCache and torch.compile(mode="reduce-overhead")
-                      (CUDA graphs), float16
+                      (CUDA graphs), float16 (torch-compile-bf16: bfloat16)
 """
 
 from __future__ import annotations
@@ -39,8 +41,11 @@ PARAGRAPH = (
     "grew into a busy port, and the port into a city that never quite slept. "
 )
 ROOT = Path(__file__).resolve().parents[1]
-SYSTEMS = ("luminal-fp32", "luminal-fp16", "transformers-fp32", "transformers-fp16",
-           "torch-compile-fp16")
+SYSTEMS = ("luminal-fp32", "luminal-fp16", "luminal-bf16", "transformers-fp32",
+           "transformers-fp16", "transformers-bf16", "torch-compile-fp16", "torch-compile-bf16")
+DEFAULT_SYSTEMS = ("luminal-fp32", "luminal-fp16", "transformers-fp32", "transformers-fp16",
+                   "torch-compile-fp16")
+DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
 def _prompt_ids(model_path: Path) -> list[int]:
@@ -53,29 +58,33 @@ def _prompt_ids(model_path: Path) -> list[int]:
 
 
 def _time_runs(run_once: Callable[[], tuple[float, float]], runs: int) -> dict:
-    run_once()  # warm-up: kernel compilation, CUDA-graph capture, allocator growth
+    for _ in range(2):  # warm-up: compilation, then CUDA-graph capture (luminal captures a
+        run_once()      # binding on its second run, torch.compile records on its first ones)
     prefill, decode = zip(*(run_once() for _ in range(runs)))
     return {
         "prefill_tok_s": PROMPT_TOKENS / statistics.median(prefill),
         "prefill_best": PROMPT_TOKENS / min(prefill),
         "decode_tok_s": DECODE_TOKENS / statistics.median(decode),
         "decode_best": DECODE_TOKENS / min(decode),
+        "prefill_ms": [round(1000 * t, 3) for t in prefill],
+        "decode_ms": [round(1000 * t, 2) for t in decode],
     }
 
 
 # ----------------------------------------------------------------------------- luminal
-def bench_luminal(model_path: Path, runs: int, half: bool) -> dict:
+def bench_luminal(model_path: Path, runs: int, dtype: str) -> dict:
     import cupy
     from luminal_cuda import CudaBackend
+    from luminal_models.causal_lm import load_causal_lm
     from luminal_models.generate import Generator
     from luminal_models.gguf_file import GGUFFile
-    from luminal_models.llama import Llama
 
     start = time.perf_counter()
-    model = Llama.from_gguf(GGUFFile(model_path), progress=False)
+    with GGUFFile(model_path) as gguf:
+        model = load_causal_lm(gguf, progress=False)
     load_s = time.perf_counter() - start
     start = time.perf_counter()
-    backend = CudaBackend(dtype="float16" if half else None)
+    backend = CudaBackend(dtype=None if dtype == "float32" else dtype)
     generator = Generator(model, None, backend)
     compile_s = time.perf_counter() - start
     ids = _prompt_ids(model_path)
@@ -143,11 +152,11 @@ def bench_transformers(model_path: Path, runs: int, dtype_name: str) -> dict:
                      f"eager {dtype_name}; load {load_s:.1f} s"}
 
 
-def bench_torch_compile(model_path: Path, runs: int) -> dict:
+def bench_torch_compile(model_path: Path, runs: int, dtype_name: str) -> dict:
     import torch
     from transformers import StaticCache
 
-    model = _hf_model(model_path, "float16")
+    model = _hf_model(model_path, dtype_name)
     forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     ids = torch.tensor([_prompt_ids(model_path)], device="cuda")
     length = PROMPT_TOKENS + DECODE_TOKENS + 8
@@ -155,7 +164,7 @@ def bench_torch_compile(model_path: Path, runs: int) -> dict:
         cache = StaticCache(config=model.config, max_cache_len=length)
     except TypeError:
         cache = StaticCache(config=model.config, max_batch_size=1, max_cache_len=length,
-                            device="cuda", dtype=torch.float16)
+                            device="cuda", dtype=getattr(torch, dtype_name))
 
     def run_once() -> tuple[float, float]:
         with torch.no_grad():
@@ -178,7 +187,7 @@ def bench_torch_compile(model_path: Path, runs: int) -> dict:
     stats = _time_runs(run_once, runs)
     return {**stats, "gpu_mem_mb": torch.cuda.max_memory_allocated() / 2**20,
             "notes": "prefill eager (one shape), decode torch.compile reduce-overhead, "
-                     f"StaticCache, float16, torch {torch.__version__}"}
+                     f"StaticCache, {dtype_name}, torch {torch.__version__}"}
 
 
 # ----------------------------------------------------------------------------- driver
@@ -188,13 +197,13 @@ def run_child(args: argparse.Namespace) -> None:
 
     path = resolve_model(args.model)
     system = args.child
+    dtype = DTYPES[system.rsplit("-", 1)[1]]
     if system.startswith("luminal"):
-        result = bench_luminal(path, args.runs, half=system.endswith("fp16"))
+        result = bench_luminal(path, args.runs, dtype)
     elif system.startswith("transformers"):
-        dtype = "float16" if system.endswith("fp16") else "float32"
         result = bench_transformers(path, args.runs, dtype)
     else:
-        result = bench_torch_compile(path, args.runs)
+        result = bench_torch_compile(path, args.runs, dtype)
     print(json.dumps(result))
 
 
@@ -214,7 +223,7 @@ def _gpu_name() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--systems", default=",".join(SYSTEMS),
+    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
                         help="comma-separated subset of: " + ", ".join(SYSTEMS))
     parser.add_argument("--runs", type=int, default=5, help="timed runs per system")
     parser.add_argument("--model", default="smollm2", help="model name or .gguf path")
@@ -234,14 +243,15 @@ def main() -> None:
                "--model", args.model]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_child_env())
         if proc.returncode != 0:
-            results[system] = {"failed": proc.stderr.strip().splitlines()[-1:] or ["?"]}
+            last = proc.stderr.strip().splitlines()[-1:] or ["no output on stderr"]
+            results[system] = {"failed": [f"exit status {proc.returncode}: {last[0]}"]}
             continue
         results[system] = json.loads(proc.stdout.strip().splitlines()[-1])
 
     if args.json:
         print(json.dumps(results, indent=2))
         return
-    print(f"SmolLM2-135M-Instruct, {PROMPT_TOKENS}-token prefill, {DECODE_TOKENS} greedy decode "
+    print(f"{args.model}, {PROMPT_TOKENS}-token prefill, {DECODE_TOKENS} greedy decode "
           f"steps, {_gpu_name()}, median of {args.runs} runs (best)\n")
     print("| system | prefill tok/s | decode tok/s | GPU mem | notes |")
     print("| --- | --- | --- | --- | --- |")

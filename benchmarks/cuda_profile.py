@@ -1,6 +1,8 @@
-"""Where a SmolLM2-135M prefill and decode step spend their time on luminal-cuda.
+"""Where a causal LM's (SmolLM2-135M, Gemma 3 270M) prefill and decode step spend their time on
+luminal-cuda.
 
-    python benchmarks/cuda_profile.py                 # float32 and float16
+    python benchmarks/cuda_profile.py                 # SmolLM2, float32 and float16
+    python benchmarks/cuda_profile.py --model gemma3 --dtype float32,bfloat16
     python benchmarks/cuda_profile.py --dtype float16 --top 15
 
 Runs a 128-token prefill and a few decode steps, then launches the last binding's steps one
@@ -41,7 +43,8 @@ def summarize(title: str, profile: list[tuple[str, float]], top: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dtype", choices=["float32", "float16", "both"], default="both")
+    parser.add_argument("--dtype", default="float32,float16",
+                        help="comma-separated compute dtypes (float32, float16, bfloat16)")
     parser.add_argument("--model", default="smollm2", help="model name or .gguf path")
     parser.add_argument("--top", type=int, default=8, help="slowest launches to list")
     parser.add_argument("--trace", type=int, default=0, metavar="N",
@@ -49,17 +52,14 @@ def main() -> None:
     args = parser.parse_args()
 
     from luminal_cuda import CudaBackend
+    from luminal_models.causal_lm import open_causal_lm
     from luminal_models.generate import Generator
     from luminal_models.hub import resolve_model
-    from luminal_models.llama import Llama
-    from luminal_models.tokenizer import Tokenizer
 
-    path = resolve_model(args.model)
-    model = Llama.from_gguf(path, quantized=True, progress=False)
-    tok = Tokenizer.from_gguf(path)
+    model, tok = open_causal_lm(resolve_model(args.model), quantized=True, progress=False)
     ids = tok.encode(PARAGRAPH)[:128]
     weight_bytes = sum(int(np.asarray(p.data).nbytes) for _, p in model.named_parameters())
-    for dtype in ("float32", "float16") if args.dtype == "both" else (args.dtype,):
+    for dtype in args.dtype.split(","):
         gen = Generator(model, tok, CudaBackend(dtype=None if dtype == "float32" else dtype))
         runtime = gen.graph.runtime
         token = int(gen.forward(ids).argmax())

@@ -6,8 +6,9 @@ random (valid) weights in the same tensor types.
 
 Speed does not depend on the weights' values, so a GPU session can benchmark and profile a
 model of exactly the real one's shapes, quant types, vocabulary and metadata without carrying
-its weights to a machine with a small transfer limit. Results on such a file are speed only:
-its tokens mean nothing.
+its weights to a machine with a small transfer limit. Such a file serves speed figures and
+comparisons of one backend with another on the same weights (`test_gemma3_cuda.py`): its
+tokens mean nothing.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from luminal.quant import quant_format
+from luminal.testing.quant import HALF_OFFSETS
 from luminal_models.gguf_header import parse_header
 
-# bytes per 32-value block of the block types, and where the f16 scale fields end
-BLOCKS = {"Q8_0": (34, 2), "Q4_0": (18, 2), "Q4_1": (20, 4)}
-GGML_TYPE_NAMES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 8: "Q8_0"}
+# the f16 scales of random blocks: small and of both signs, as in a real model's weights
+SCALES = (0.002, -0.015)
+KNOWN = ("F32", "F16", *(k.upper() for k in HALF_OFFSETS))
 
 
 def _header(path: Path):
@@ -45,16 +48,20 @@ def strip(src: Path, dst: Path) -> None:
     print(f"{dst}: {dst.stat().st_size} bytes ({header.data_start} header bytes of {src.name})")
 
 
-def _random_tensor(type_name: str, nbytes: int, rng: np.random.Generator) -> bytes:
-    if type_name == "F32":
+def _random_tensor(ggml_type: int, nbytes: int, rng: np.random.Generator) -> bytes:
+    """`nbytes` of random values of a GGUF tensor type: F32 near 1 (norm weights), F16 near 0,
+    and blocks of any `luminal.quant` format with random quants and f16 scales `SCALES`
+    (values up to 0.26 in the 32-value formats; the K-quants' sub-scales multiply them, to
+    at most 2.8 in Q4_K, 4.9 in Q5_K and 8.2 in Q6_K)."""
+    fmt = quant_format(int(ggml_type))
+    if fmt.key == "f32":
         return (1.0 + 0.02 * rng.standard_normal(nbytes // 4)).astype(np.float32).tobytes()
-    if type_name == "F16":
+    if fmt.key == "f16":
         return (0.02 * rng.standard_normal(nbytes // 2)).astype(np.float16).tobytes()
-    block, scales = BLOCKS[type_name]
-    data = rng.integers(0, 256, (nbytes // block, block), dtype=np.uint8)
-    fields = np.array([0.002, -0.015][: scales // 2], np.float16).view(np.uint8)
-    data[:, :scales] = fields
-    return data.tobytes()
+    blocks = rng.integers(0, 256, (nbytes // fmt.type_size, fmt.type_size), dtype=np.uint8)
+    for at, scale in zip(HALF_OFFSETS[fmt.key], SCALES):
+        blocks[:, at:at + 2] = np.array([scale], np.float16).view(np.uint8)
+    return blocks.tobytes()
 
 
 def fill(skeleton: Path, dst: Path, seed: int = 0) -> None:
@@ -64,12 +71,13 @@ def fill(skeleton: Path, dst: Path, seed: int = 0) -> None:
     rng = np.random.default_rng(seed)
     with dst.open("r+b") as out:
         for t in header.tensors:
-            name = GGML_TYPE_NAMES.get(t.ggml_type)
-            if name is None:
-                sys.exit(f"{skeleton}: tensor {t.name} has ggml type {t.ggml_type}, which "
-                         f"this script cannot fill (it knows {sorted(GGML_TYPE_NAMES.values())})")
+            try:
+                data = _random_tensor(t.ggml_type, t.nbytes, rng)
+            except (KeyError, ValueError):
+                sys.exit(f"{skeleton}: tensor {t.name} has ggml type {t.ggml_type.name}, which "
+                         f"this script cannot fill (it knows {', '.join(KNOWN)})")
             out.seek(t.offset)
-            out.write(_random_tensor(name, t.nbytes, rng))
+            out.write(data)
     print(f"{dst}: {dst.stat().st_size} bytes, {len(header.tensors)} random tensors")
 
 

@@ -6,22 +6,24 @@
 #   .model/        SmolLM2-135M-Instruct.Q4_1.gguf, whole or as part.* pieces sent in turn, or
 #                  only its skeleton (scripts/gguf_skeleton.py strip, 0.6 MB): the stages then
 #                  run on random weights of the same shapes and types (speed only; `models`
-#                  still compares cuda with cpu on them)
+#                  still compares cuda with cpu on them); gemma3.skeleton.gguf.gz (2.1 MB), the
+#                  same for Gemma 3 270M Q4_K_M (the `gemma` stage and MODEL=gemma3)
 # Usage: bash scripts/gpu-session.sh pack            (on the development machine)
 #        bash scripts/gpu-session.sh STAGE [STAGE...] (on the GPU machine; STAGE in
-#        env tests models profile bench); logs go to $OUT (or ./gpu-out).
+#        env tests models gemma profile bench); logs go to $OUT (or ./gpu-out).
+#        MODEL=gemma3 profiles and benchmarks Gemma 3 instead of SmolLM2.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 MODEL_DIR=${LUMINAL_CACHE:-/root/luminal-models}
-MODEL=smollm2
+MODEL=${MODEL:-smollm2}
 export LUMINAL_CACHE=$MODEL_DIR PYTHONUNBUFFERED=1
 
 pack() {
   rm -rf .whl packages/*/build && mkdir -p .whl
-  for p in core cpu cuda nn models train; do
+  for p in core codegen cpu cuda nn models train; do
     "$PY" -m pip wheel -q --no-deps --no-build-isolation -w .whl "packages/luminal-$p" || exit 1
   done
   "$PY" -m pip download -q --no-deps --only-binary=:all: -d .whl 'gguf==0.19.0' || exit 1
@@ -44,6 +46,14 @@ install() {
       /tmp/synthetic/SmolLM2-135M-Instruct.Q4_1.gguf || exit 1
     MODEL=/tmp/synthetic/SmolLM2-135M-Instruct.Q4_1.gguf
     echo "SYNTHETIC WEIGHTS (random, SmolLM2's shapes and types): speed figures only"
+  fi
+  if [ -f .model/gemma3.skeleton.gguf.gz ]; then
+    mkdir -p /tmp/synthetic
+    "$PY" scripts/gguf_skeleton.py fill .model/gemma3.skeleton.gguf.gz \
+      /tmp/synthetic/gemma-3-270m-q4_k_m.gguf || exit 1
+    export LUMINAL_GEMMA3_GGUF=/tmp/synthetic/gemma-3-270m-q4_k_m.gguf
+    if [ "$MODEL" = gemma3 ]; then MODEL=$LUMINAL_GEMMA3_GGUF; fi
+    echo "Gemma 3: SYNTHETIC WEIGHTS (random, its shapes and quant types)"
   fi
 }
 
@@ -73,13 +83,21 @@ run_models() {
     packages/luminal-models/tests/test_llama_cuda.py 2>&1 | tee "$OUT/models-tests.log" | tail -30
 }
 
+run_gemma() {
+  LUMINAL_REQUIRE_HW=cuda "$PY" -m pytest -p no:cacheprovider -q -rs -s \
+    packages/luminal-models/tests/test_gemma3_cuda.py 2>&1 | tee "$OUT/gemma-tests.log" | tail -30
+}
+
 run_profile() {
-  "$PY" benchmarks/cuda_profile.py --model "$MODEL" --trace "${TRACE:-0}" 2>&1 | tee "$OUT/profile.log"
+  "$PY" benchmarks/cuda_profile.py --model "$MODEL" --trace "${TRACE:-0}" \
+    ${DTYPES:+--dtype "$DTYPES"} 2>&1 | tee "$OUT/profile-$(basename "$MODEL" .gguf).log"
 }
 
 run_bench() {
-  "$PY" benchmarks/cuda_bench.py --model "$MODEL" --runs "${RUNS:-5}" ${SYSTEMS:+--systems "$SYSTEMS"} --json > "$OUT/bench.json" 2> "$OUT/bench.err"
-  cat "$OUT/bench.json"; tail -5 "$OUT/bench.err"
+  local name; name=$(basename "$MODEL" .gguf)${TAG:+-$TAG}  # TAG: runs of one model kept apart
+  "$PY" benchmarks/cuda_bench.py --model "$MODEL" --runs "${RUNS:-5}" ${SYSTEMS:+--systems "$SYSTEMS"} \
+    --json > "$OUT/bench-$name.json" 2> "$OUT/bench-$name.err"
+  cat "$OUT/bench-$name.json"; tail -5 "$OUT/bench-$name.err"
 }
 
 if [ "${1:-}" = pack ]; then pack; exit; fi
@@ -90,6 +108,7 @@ for stage in "$@"; do
     env) env_report ;;
     tests) run_tests ;;
     models) run_models ;;
+    gemma) run_gemma ;;
     bench) run_bench ;;
     profile) run_profile ;;
     *) echo "unknown stage $stage"; exit 2 ;;

@@ -159,6 +159,39 @@ def test_cuda_quantized_matmul(qtype, seq):
     assert "_qmv" in g.runtime.module.source
 
 
+@pytest.mark.parametrize("qtype", ["q4_0", "q5_0", "q4_k", "q5_k", "q6_k"])
+@pytest.mark.parametrize(("seq", "cols"), [(1, 2560), (8, 2560), (1, 9216), (40, 2560)])
+def test_cuda_block_quant_matmul(qtype, seq, cols):
+    """Q4_0, Q5_0 and the K-quants as random blocks (every bit pattern) at model sizes: the
+    warp-per-column matvec with x staged in shared memory (2560 columns) or read from global
+    memory (9216, past STAGED_MAX_K), up to its 8 rows, then dequantize + cuBLAS (40 rows).
+    Against float64 products of the reference backend's decoding: random blocks decode to
+    values up to 1e5 whose products cancel, so each output's error is bounded relative to
+    the sum of its terms' magnitudes (float32 accumulation over `cols` terms)."""
+    from luminal import quant
+    from luminal.testing.quant import random_blocks
+
+    rng = np.random.default_rng(1)
+    raw = random_blocks(qtype, 512, cols, rng)
+    x = rng.standard_normal((seq, cols)).astype(np.float32)
+    decoded = lm.Graph()
+    w = quant.dequantize(decoded.tensor(raw.shape, dtype="uint8").set(raw), qtype, (512, cols))
+    w = w.retrieve()
+    decoded.compile((lm.GenericCompiler(), lm.backend("reference")))
+    decoded.execute()
+    w = np.asarray(w.numpy(), np.float64)
+
+    def build(g):
+        xt = g.tensor(("seq", cols), name="x")
+        r = g.tensor(raw.shape, name="w", dtype="uint8").set(raw)
+        return [xt], [(xt @ quant.dequantize(r, qtype, (512, cols)).T).retrieve()]
+
+    g, ((got,),) = run(build, (lm.GenericCompiler(), CudaBackend()), [[x]])
+    assert "_qmv" in g.runtime.module.source
+    error = np.abs(got - x.astype(np.float64) @ w.T)
+    assert (error <= 1e-5 * (np.abs(x.astype(np.float64)) @ np.abs(w).T)).all(), error.max()
+
+
 def test_cuda_long_softmax_block_reduction():
     def build(g):
         x = g.tensor(("rows", 50000), name="x")
