@@ -15,6 +15,9 @@ when it is 1.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -282,5 +285,33 @@ class _CompileStep:
 
     def compile(self, graph: lm.Graph) -> None:
         self.bar.set_postfix_str(self.name)
-        self.compiler.compile(graph)
+        if self.bar.disable:
+            self.compiler.compile(graph)
+        else:
+            # what a compiler says on stderr (luminal-cpu's first build of its runtime library,
+            # a warning) goes on lines of its own above the bar, not onto the bar's line
+            with _LinesAboveBar(sys.stderr) as above, contextlib.redirect_stderr(above):
+                self.compiler.compile(graph)
         self.bar.update()
+
+
+class _LinesAboveBar(io.TextIOBase):
+    """A text stream that prints each complete line to `stream` through `tqdm.write`, which
+    lifts the progress bars drawn on `stream` out of the way and draws them again below."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream, self.pending = stream, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            tqdm.write(line, file=self.stream)
+        return len(text)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pending:
+            tqdm.write(self.pending, file=self.stream)
+        self.pending = ""
