@@ -107,6 +107,40 @@ def test_cuda_uploads_only_changed_inputs_before_replay(fake_cupy):
         assert all(i < first_work for i, op in enumerate(fake_cupy.log) if op in uploads)
 
 
+def test_cuda_upload_looks_only_at_inputs_set_since_the_last_run(fake_cupy, monkeypatch):
+    """A decode step sets one input of hundreds (the token; the caches are handed over on the
+    device): the upload checks those, not every weight, and a weight whose device copy was
+    lost (its allocation moved) is uploaded again although its data did not change."""
+    g = lm.Graph()
+    x = g.tensor((2, 4), name="x")
+    weights = [g.tensor((4, 4), name=f"w{i}").set(np.eye(4, dtype=np.float32) * i)
+               for i in range(40)]
+    total = x
+    for w in weights:
+        total = total + (x @ w)
+    total.retrieve()
+    rt = compile_fake(g, fake_cupy)
+    looked_at = []
+    check = rt.changed_input
+    monkeypatch.setattr(rt, "changed_input", lambda graph, nid: looked_at.append(nid) or
+                        check(graph, nid))
+    x.set(np.ones((2, 4), np.float32))
+    g.execute()
+    assert len(looked_at) == 41 and len(data_uploads(fake_cupy, rt)) == 41
+    for step in range(2):
+        looked_at.clear()
+        fake_cupy.clear()
+        x.set(np.full((2, 4), step, np.float32))
+        g.execute()
+        assert looked_at == [x.id] and len(data_uploads(fake_cupy, rt)) == 1
+    rt.forget_upload(weights[7].id)
+    looked_at.clear()
+    fake_cupy.clear()
+    g.execute()
+    assert looked_at == [weights[7].id]
+    assert [op[2] for op in data_uploads(fake_cupy, rt)] == [rt.memory.ptr(weights[7].id)]
+
+
 def test_cuda_matmul_goes_to_cublas(fake_cupy):
     g = lm.Graph()
     a = g.tensor((3, 5), name="a").set(np.ones((3, 5), np.float32))

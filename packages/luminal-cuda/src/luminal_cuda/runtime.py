@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,6 +93,12 @@ class CudaRuntime(Runtime):
         self.inputs = [n.id for n in graph.input_nodes()
                        if n.id in {b.node for b in program.buffers} or n.id in self.assignments
                        or n.id in self.assignments.values()]
+        self.input_set = frozenset(self.inputs)
+        # what the next upload must look at: the graph's data clock at the last upload (None:
+        # every input), and the inputs whose device copy was lost since (`forget_upload`)
+        self.upload_clock: int | None = None
+        self.lost: set[int] = set()
+        self.outputs = {spec.node: spec.node for spec in program.buffers if spec.role == "output"}
         self.quant = [k for k, c in enumerate(module.codes) if isinstance(c, QuantGemm)]
         self.policy = self._dim_policy(graph)
         self.cublas = cupy.cuda.cublas
@@ -216,10 +223,23 @@ class CudaRuntime(Runtime):
         return steps, labels
 
     # ----- execution ------------------------------------------------------------------------
+    def forget_upload(self, nid: int) -> None:
+        super().forget_upload(nid)
+        self.lost.add(nid)
+
     def _upload(self, graph: Graph) -> None:
         rt = self.cupy.cuda.runtime
         changed_input = self.changed_input
-        for node in self.inputs:  # every step: one version check for weights and caches
+        # only the inputs set since the last upload and those whose device copy was lost: a
+        # decode step sets the token and hands the caches over, of hundreds of inputs
+        if self.upload_clock is None:
+            candidates: Iterable[int] = self.inputs
+        else:
+            candidates = [n for n in (*graph.changed_since(self.upload_clock), *self.lost)
+                          if n in self.input_set]
+        self.upload_clock = graph.data_clock
+        self.lost.clear()
+        for node in candidates:
             host = changed_input(graph, node)
             if host is None:
                 continue
@@ -246,8 +266,7 @@ class CudaRuntime(Runtime):
             self.cublas.setStream(self.launcher.handle, self.stream.ptr)
             self._run(binding)
         self.generation += 1
-        self.finish_run(graph, {spec.node: spec.node for spec in self.program.buffers
-                                if spec.role == "output"}, dict(dims))
+        self.finish_run(graph, self.outputs, dict(dims))
 
     def _run(self, binding: Binding) -> None:
         stats = self.stats
