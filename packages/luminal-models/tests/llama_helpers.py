@@ -74,6 +74,24 @@ def prompt_ids(tok: Tokenizer, prompt: str) -> list[int]:
     return tok.encode(PROMPTS[prompt])
 
 
+def check_against_cpu(label: str, got: list[int], got_logits: list[np.ndarray],
+                      cpu_run: tuple, atol: float) -> int | None:
+    """Greedy ids `got` equal luminal-cpu's (`cpu_run` = its ids, top-2 margins and logits;
+    a divergence only at a near tie, see `check_greedy`) and the logits of every step up to
+    a divergence within `atol` of cpu's; prints the largest difference under `label`.
+    Returns the step of the divergence, or None."""
+    want, margins, want_logits = cpu_run
+    diverged = check_greedy(got, want, margins, "cpu")
+    compared = len(want) if diverged is None else diverged + 1
+    worst = max(float(np.abs(got_logits[s] - want_logits[s]).max()) for s in range(compared))
+    print(f"{label}: {compared} steps compared, max |logit diff| {worst:.2e} (logits span "
+          f"{float(np.ptp(want_logits[0])):.1f}), diverged at {diverged}")
+    for step in range(compared):
+        np.testing.assert_allclose(got_logits[step], want_logits[step], atol=atol, rtol=0,
+                                   err_msg=f"{label}: logits at step {step}")
+    return diverged
+
+
 def greedy(gen: Generator, ids: list[int], steps: int, stops: frozenset[int]):
     """Greedy ids and, per step, the gap between the two best logits and the logits."""
     gen.reset()

@@ -30,7 +30,7 @@ from luminal_models.hub import HubError, gemma3_path
 
 pytest.importorskip("luminal_cuda", reason="luminal-cuda is not installed")
 
-from llama_helpers import check_greedy, float_like_cpu_generator, greedy
+from llama_helpers import check_against_cpu, float_like_cpu_generator, greedy
 
 pytestmark = pytest.mark.cuda
 
@@ -75,17 +75,10 @@ def test_gemma3_cuda_float32_greedy_matches_cpu(gemma, cpu_runs, prompt):
     from luminal_cuda import CudaBackend
 
     _, model, tok = gemma
-    ids, want, margins, want_logits = cpu_runs[prompt]
+    ids, *cpu_run = cpu_runs[prompt]
     got, _, got_logits = greedy(Generator(model, tok, CudaBackend()), ids, STEPS, tok.eos_ids)
-    diverged = check_greedy(got, want, margins, "cpu")
-    compared = len(want) if diverged is None else diverged + 1
-    worst = max(float(np.abs(got_logits[s] - want_logits[s]).max()) for s in range(compared))
-    print(f"gemma3 cuda float32 {prompt}: {compared} steps compared, max |logit diff| "
-          f"{worst:.2e} (logits span {float(np.ptp(want_logits[0])):.1f})")
-    for step in range(compared):
-        np.testing.assert_allclose(got_logits[step], want_logits[step],
-                                   atol=FLOAT32_LOGITS_ATOL, rtol=0,
-                                   err_msg=f"logits at step {step}")
+    check_against_cpu(f"gemma3 cuda float32 {prompt}", got, got_logits, tuple(cpu_run),
+                      FLOAT32_LOGITS_ATOL)
 
 
 def _relative_errors(logits: list[np.ndarray], reference: list[np.ndarray]) -> np.ndarray:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 from luminal.testing.hardware import has_cuda, required_hardware
 from luminal_models.generate import Generator
@@ -22,7 +21,7 @@ from luminal_models.tokenizer import Tokenizer
 
 pytest.importorskip("luminal_cuda", reason="luminal-cuda is not installed")
 
-from llama_helpers import check_greedy, float_like_cpu_generator, greedy, prompt_ids
+from llama_helpers import check_against_cpu, float_like_cpu_generator, greedy, prompt_ids
 
 pytestmark = pytest.mark.cuda
 
@@ -53,16 +52,8 @@ def test_llama_cuda_greedy_matches_cpu(quantized, cpu_runs, smollm2_tokenizer: T
     tok = smollm2_tokenizer
     backend = CudaBackend(dtype=None if dtype == "float32" else dtype)
     gen = Generator(quantized, tok, backend)
-    want, margins, want_logits = cpu_runs[prompt]
     got, _, got_logits = greedy(gen, prompt_ids(tok, prompt), STEPS, tok.eos_ids)
-    diverged = check_greedy(got, want, margins, "cpu")
-    compared = len(want) if diverged is None else diverged + 1
-    worst = max(float(np.abs(got_logits[s] - want_logits[s]).max()) for s in range(compared))
-    print(f"cuda {dtype} {prompt}: {compared} steps compared, max |logit diff| {worst:.2e}, "
-          f"diverged at {diverged}")
-    for step in range(compared):
-        np.testing.assert_allclose(got_logits[step], want_logits[step],
-                                   atol=LOGITS_ATOL[dtype], rtol=0,
-                                   err_msg=f"logits at step {step}")
+    diverged = check_against_cpu(f"cuda {dtype} {prompt}", got, got_logits, cpu_runs[prompt],
+                                 LOGITS_ATOL[dtype])
     if diverged is None and prompt == "chat":
         assert tok.decode(got).strip().startswith("The capital of France is Paris")
