@@ -7,11 +7,17 @@
 #                  only its skeleton (scripts/gguf_skeleton.py strip, 0.6 MB): the stages then
 #                  run on random weights of the same shapes and types (speed only; `models`
 #                  still compares cuda with cpu on them); gemma3.skeleton.gguf.gz (2.1 MB), the
-#                  same for Gemma 3 270M Q4_K_M (the `gemma` stage and MODEL=gemma3)
+#                  same for Gemma 3 270M Q4_K_M (the `gemma` stage and MODEL=gemma3); or the
+#                  real Gemma 3 file as gemma3.part.NN pieces, one or more per call, with
+#                  gemma3.sha256: the pieces gather in the machine's model folder, and once
+#                  they join into a file of that checksum it replaces the stand-in
 # Usage: bash scripts/gpu-session.sh pack            (on the development machine)
+#        bash scripts/gpu-session.sh pack-gemma      (the real Gemma 3 file cut into 55 MB
+#                                                     pieces in .gpu-pieces/, to copy into
+#                                                     .model/ one per call, and its checksum)
 #        bash scripts/gpu-session.sh STAGE [STAGE...] (on the GPU machine; STAGE in
-#        env tests models gemma profile bench); logs go to $OUT (or ./gpu-out).
-#        MODEL=gemma3 profiles and benchmarks Gemma 3 instead of SmolLM2.
+#        env tests models gemma profile bench; none just gathers pieces); logs go to $OUT
+#        (or ./gpu-out). MODEL=gemma3 profiles and benchmarks Gemma 3 instead of SmolLM2.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
@@ -27,6 +33,16 @@ pack() {
     "$PY" -m pip wheel -q --no-deps --no-build-isolation -w .whl "packages/luminal-$p" || exit 1
   done
   "$PY" -m pip download -q --no-deps --only-binary=:all: -d .whl 'gguf==0.19.0' || exit 1
+}
+
+pack_gemma() {
+  local src
+  src=$("$PY" -c "from luminal_models.hub import gemma3_path; print(gemma3_path(progress=False))") \
+    || exit 1
+  rm -rf .gpu-pieces && mkdir -p .gpu-pieces .model
+  split -b 55M -d "$src" .gpu-pieces/gemma3.part. || exit 1
+  sha256sum < "$src" | cut -d' ' -f1 > .model/gemma3.sha256
+  ls -l .gpu-pieces
 }
 
 install() {
@@ -47,7 +63,23 @@ install() {
     MODEL=/tmp/synthetic/SmolLM2-135M-Instruct.Q4_1.gguf
     echo "SYNTHETIC WEIGHTS (random, SmolLM2's shapes and types): speed figures only"
   fi
-  if [ -f .model/gemma3.skeleton.gguf.gz ]; then
+  local gemma=$MODEL_DIR/gemma-3-270m-q4_k_m.gguf
+  if compgen -G ".model/gemma3.part.*" >/dev/null; then cp .model/gemma3.part.* "$MODEL_DIR/"; fi
+  if [ ! -f "$gemma" ] && [ -f .model/gemma3.sha256 ] \
+     && compgen -G "$MODEL_DIR/gemma3.part.*" >/dev/null; then
+    cat "$MODEL_DIR"/gemma3.part.* > "$gemma.joining"
+    if [ "$(sha256sum < "$gemma.joining" | cut -d' ' -f1)" = "$(cat .model/gemma3.sha256)" ]; then
+      mv "$gemma.joining" "$gemma"
+    else
+      rm -f "$gemma.joining"
+      echo "Gemma 3: $(ls "$MODEL_DIR"/gemma3.part.* | wc -l) pieces gathered, not all yet"
+    fi
+  fi
+  if [ -f "$gemma" ]; then
+    export LUMINAL_GEMMA3_GGUF=$gemma
+    if [ "$MODEL" = gemma3 ]; then MODEL=$gemma; fi
+    echo "Gemma 3: the real file (checksum verified)"
+  elif [ -f .model/gemma3.skeleton.gguf.gz ]; then
     mkdir -p /tmp/synthetic
     "$PY" scripts/gguf_skeleton.py fill .model/gemma3.skeleton.gguf.gz \
       /tmp/synthetic/gemma-3-270m-q4_k_m.gguf || exit 1
@@ -101,6 +133,7 @@ run_bench() {
 }
 
 if [ "${1:-}" = pack ]; then pack; exit; fi
+if [ "${1:-}" = pack-gemma ]; then pack_gemma; exit; fi
 install
 for stage in "$@"; do
   echo "=== $stage"
