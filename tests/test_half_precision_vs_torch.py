@@ -24,7 +24,18 @@ from luminal_models.gemma3 import Gemma3, Gemma3Config  # noqa: E402
 from luminal_models.generate import Generator  # noqa: E402
 from luminal_models.llama import Llama, LlamaConfig  # noqa: E402
 
-EMULATOR = Path(__file__).resolve().parents[1] / "packages/luminal-cuda/tests/emulator.py"
+
+def _cuda_test_fixtures():
+    """luminal-cuda's test conftest, whose `emulated_cuda` fixture this module uses."""
+    path = Path(__file__).resolve().parents[1] / "packages/luminal-cuda/tests/conftest.py"
+    spec = importlib.util.spec_from_file_location("luminal_cuda_test_fixtures", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+emulated_cuda = _cuda_test_fixtures().emulated_cuda
+
 PROMPT = [1, 5, 9, 3, 7, 2, 11, 40, 77, 12]
 STEPS = 12
 SIZES = dict(vocab_size=256, hidden_size=64, intermediate_size=128)
@@ -61,23 +72,6 @@ CASES = {
     "gemma3-bfloat16": (gemma3, "bfloat16", lambda w: w - 1, 1.1, 1.2),
     "llama-float16": (llama, "float16", lambda w: w, 1.1, 1.2),
 }
-
-
-@pytest.fixture
-def emulated_cuda(monkeypatch: pytest.MonkeyPatch):
-    from luminal_cuda import backend
-    from luminal_cuda.device import DeviceInfo
-
-    spec = importlib.util.spec_from_file_location("luminal_cuda_emulator", EMULATOR)
-    emulator = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(emulator)
-    if emulator.host_compiler() is None:
-        pytest.skip("no host C++ compiler to emulate CUDA kernels with")
-    cupy = emulator.EmulatedCupy()
-    monkeypatch.setattr(backend, "import_cupy", lambda: cupy)
-    monkeypatch.setattr(backend, "open_device",
-                        lambda cp: DeviceInfo(0, "CPU emulation", "sm_80", 12040, 12040,
-                                              120400, 0))
 
 
 def _weights(model) -> dict[str, np.ndarray]:
