@@ -20,7 +20,13 @@ a = g.tensor((width,), name="a").set(np.ones(width, np.float32))
 total = ld.all_reduce(a.exp2()).retrieve()
 if mode == "mismatch" and comm.rank == 1:
     total = total.sqrt().retrieve()
-g.compile((lm.GenericCompiler(), ld.Distributed(lm.backend("reference"), comm)))
+try:
+    g.compile((lm.GenericCompiler(), ld.Distributed(lm.backend("reference"), comm)))
+except ld.DistributedError as mismatch:
+    # said before the traceback, as below: on a loaded machine the launcher tore the job down
+    # before the traceback's last line (the message) was forwarded
+    print(f"rank {comm.rank}: {mismatch}", file=sys.stderr, flush=True)
+    raise
 g.execute()
 comm.timeout = step_timeout
 for step in range(1000):
